@@ -1,0 +1,87 @@
+"""The `profkit` command.
+
+Each subcommand lives in its own module under profkit/cli/ and is imported
+only when it runs, so `profkit --help` stays fast and a missing optional
+dependency (triton, torch) breaks only the command that needs it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from profkit import __version__
+from profkit.errors import ProfkitError
+
+# command name -> "module:attribute"; the order is the order in --help.
+COMMANDS: dict[str, str] = {
+    "report": "profkit.cli.report:report",
+    "kernels": "profkit.cli.summaries:kernels",
+    "api": "profkit.cli.summaries:api",
+    "nvtx": "profkit.cli.summaries:nvtx",
+    "info": "profkit.cli.summaries:info",
+    "stalls": "profkit.cli.stalls:stalls",
+    "occupancy": "profkit.cli.occupancy:occupancy",
+    "ptx": "profkit.cli.ptx:ptx",
+    "trace": "profkit.cli.trace:trace",
+    "doctor": "profkit.cli.doctor:doctor",
+}
+
+
+class LazyGroup(click.Group):
+    """A click group that imports a subcommand's module on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [name for name in COMMANDS if self._load(name) is not None]
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        return self._load(name)
+
+    def _load(self, name: str) -> click.Command | None:
+        target = COMMANDS.get(name)
+        if target is None:
+            return None
+        module_name, attr = target.split(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            # A command whose module is not written yet is simply absent;
+            # a missing third-party package is a real error.
+            if exc.name and exc.name.startswith("profkit"):
+                return None
+            raise
+        return getattr(module, attr)
+
+    def invoke(self, ctx: click.Context):  # noqa: ANN201 - click's signature
+        try:
+            return super().invoke(ctx)
+        except ProfkitError as exc:
+            click.echo(f"profkit: error: {exc.one_line()}", err=True)
+            ctx.exit(exc.exit_code)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="profkit")
+def cli() -> None:
+    """Profile GPU programs and read their machine code.
+
+    \b
+    Read an Nsight Systems export:
+      profkit report run.sqlite          HTML, Markdown and JSON report
+      profkit kernels run.sqlite         kernel summary (= nsys stats cuda_gpu_kern_sum)
+      profkit report --example           report on the bundled real export
+    Capture:
+      profkit trace train.py -- --steps 20
+    Machine code, no GPU needed:
+      profkit ptx gelu --check vectorized-loads
+    """
+
+
+def main() -> None:
+    cli(prog_name="profkit")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,143 @@
+"""One output layer for every command that prints rows.
+
+Like sqlite-utils' ``output_options``: each table-printing command takes the
+same ``--format`` flag and hands its rows to ``emit_rows``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import click
+
+FORMATS = ("table", "json", "csv", "md")
+
+
+def format_option(default: str = "table") -> Callable:
+    """The shared ``--format table|json|csv|md`` option."""
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(FORMATS),
+        default=default,
+        show_default=True,
+        help="table: terminal table; json: list of row objects; csv; md: Markdown table.",
+    )
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column of a printed table: the row key, its heading, how to show it."""
+
+    key: str
+    title: str
+    kind: str = "text"  # text | int | ns | pct | float | bytes
+
+    def show(self, value: Any) -> str:
+        return format_value(value, self.kind)
+
+
+def format_value(value: Any, kind: str = "text") -> str:
+    """Human formatting for tables (JSON and CSV keep raw values)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if kind == "int":
+        return f"{int(value):,}"
+    if kind == "ns":
+        return f"{int(round(value)):,}"
+    if kind == "pct":
+        return f"{value:.1f}"
+    if kind == "float":
+        return f"{value:,.2f}"
+    if kind == "bytes":
+        return human_bytes(value)
+    return str(value)
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024
+    return f"{n} B"  # unreachable
+
+
+def rows_to_json(rows: Sequence[dict[str, Any]]) -> str:
+    return json.dumps(list(rows), indent=2, default=_json_default)
+
+
+def rows_to_csv(rows: Sequence[dict[str, Any]], columns: Sequence[Column]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow([c.key for c in columns])
+    for row in rows:
+        writer.writerow(["" if row.get(c.key) is None else row.get(c.key) for c in columns])
+    return buf.getvalue()
+
+
+def md_escape(text: str) -> str:
+    """Make text safe inside a Markdown table cell."""
+    return (
+        str(text)
+        .replace("\\", "\\\\")
+        .replace("|", "\\|")
+        .replace("<", "&lt;")
+        .replace(">", "&gt;")
+        .replace("\n", " ")
+    )
+
+
+def rows_to_markdown(rows: Sequence[dict[str, Any]], columns: Sequence[Column]) -> str:
+    align = {"text": ":--"}
+    head = "| " + " | ".join(md_escape(c.title) for c in columns) + " |"
+    rule = "| " + " | ".join(align.get(c.kind, "--:") for c in columns) + " |"
+    body = [
+        "| " + " | ".join(md_escape(c.show(row.get(c.key))) for c in columns) + " |"
+        for row in rows
+    ]
+    return "\n".join([head, rule, *body]) + "\n"
+
+
+def rows_to_rich_table(rows: Sequence[dict[str, Any]], columns: Sequence[Column], title: str | None = None):
+    from rich.table import Table
+
+    table = Table(title=title, show_lines=False, header_style="bold")
+    for c in columns:
+        table.add_column(c.title, justify="left" if c.kind == "text" else "right",
+                         overflow="fold" if c.kind == "text" else "ellipsis")
+    for row in rows:
+        table.add_row(*(c.show(row.get(c.key)) for c in columns))
+    return table
+
+
+def emit_rows(rows: Sequence[dict[str, Any]], columns: Sequence[Column], fmt: str, title: str | None = None) -> None:
+    """Print rows in the chosen format to stdout."""
+    if fmt == "json":
+        click.echo(rows_to_json(rows))
+    elif fmt == "csv":
+        click.echo(rows_to_csv(rows, columns), nl=False)
+    elif fmt == "md":
+        if title:
+            click.echo(f"### {md_escape(title)}\n")
+        click.echo(rows_to_markdown(rows, columns), nl=False)
+    else:
+        from rich.console import Console
+
+        # markup=False: kernel names such as "void f<[1]>" must print verbatim.
+        Console(markup=False, highlight=False).print(rows_to_rich_table(rows, columns, title))
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    if hasattr(value, "__dataclass_fields__"):
+        from dataclasses import asdict
+
+        return asdict(value)
+    raise TypeError(f"not JSON serializable: {type(value).__name__}")

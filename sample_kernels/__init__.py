@@ -1,0 +1,1 @@
+"""Example kernels that show what profkit finds (see README.md here)."""
