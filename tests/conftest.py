@@ -1,0 +1,59 @@
+"""Shared test fixtures: real exports from the GPU host, and GPU-test skipping."""
+
+from __future__ import annotations
+
+import lzma
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parent / "data"
+NSYS_DATA = DATA / "nsys"
+NCU_DATA = DATA / "ncu"
+
+
+def nsys_fixture(name: str) -> Path:
+    """Path to the real export ``tests/data/nsys/<name>.sqlite``.
+
+    Exports are committed xz-compressed; the first call decompresses one next
+    to it (ignored by git) and later calls reuse it.
+    """
+    plain = NSYS_DATA / f"{name}.sqlite"
+    packed = NSYS_DATA / f"{name}.sqlite.xz"
+    if not packed.exists():
+        raise FileNotFoundError(f"no fixture {packed}")
+    if not plain.exists() or plain.stat().st_mtime < packed.stat().st_mtime:
+        tmp = plain.with_suffix(f".sqlite.tmp{os.getpid()}")
+        with lzma.open(packed) as src, open(tmp, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        tmp.replace(plain)
+    return plain
+
+
+def nsys_fixture_names(prefix: str = "") -> list[str]:
+    """Names of all committed nsys fixtures (without .sqlite.xz)."""
+    return sorted(p.name[: -len(".sqlite.xz")] for p in NSYS_DATA.glob(f"{prefix}*.sqlite.xz"))
+
+
+def oracle_csv(export_name: str, report: str) -> Path:
+    """The `nsys stats --report <report>` CSV made on the GPU host for an export."""
+    return NSYS_DATA / f"{export_name}__{report}.csv"
+
+
+def _have_gpu() -> bool:
+    if os.environ.get("PROFKIT_FORCE_GPU_TESTS") == "1":
+        return True
+    if shutil.which("nvidia-smi") is None:
+        return False
+    return Path("/dev/nvidiactl").exists()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if _have_gpu():
+        return
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU (run on the GPU host)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
