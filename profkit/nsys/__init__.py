@@ -1,0 +1,15 @@
+"""Reading Nsight Systems SQLite exports.
+
+``open_export(path)`` gives a validated, read-only ``NsysExport``; the SQL
+for each summary lives in ``profkit.nsys.queries``.
+"""
+
+from profkit.nsys.reader import (
+    NsysExport,
+    api_name_sql,
+    decode_global_tid,
+    normalize_api_name,
+    open_export,
+)
+
+__all__ = ["NsysExport", "api_name_sql", "decode_global_tid", "normalize_api_name", "open_export"]
