@@ -459,36 +459,61 @@ def waves(grid_blocks: int, blocks_per_sm: int, sm_count: int) -> Waves | None:
 # Applied to a trace: one row per kernel name and launch configuration.
 
 
-def trace_occupancy(export: Any, device_id: int | None = None) -> list[dict[str, Any]]:
-    """Occupancy of every kernel an nsys export recorded, sorted by GPU time.
+def trace_occupancy(export: Any, device: DeviceLimits | None = None) -> list[dict[str, Any]]:
+    """Occupancy of every kernel an nsys export recorded, one row per kernel
+    name and launch configuration, sorted by GPU time.
 
     ``export`` is an opened export (``profkit.nsys.open_export``), a sqlite3
-    connection to one, or the rows of ``profkit.nsys.launches.launch_configs``.
+    connection to one, or rows of ``profkit.nsys.launches.launch_configs``
+    (then ``device`` must be given).  ``device`` overrides the export's GPU.
     """
     from profkit.nsys import launches as nsys_launches
 
-    if isinstance(export, Sequence) and (not export or isinstance(export[0], Mapping)):
-        rows, devices = list(export), {}
+    if isinstance(export, Sequence):
+        rows, devices = [dict(r) for r in export], {}
     else:
         rows = nsys_launches.launch_configs(export)
-        devices = nsys_launches.device_limits_by_id(export)
-    if device_id is not None:
-        rows = [r for r in rows if r.get("device_id") == device_id]
-    total_ns = sum(r["total_time_ns"] for r in rows) or 1
-    out = [occupancy_row(r, devices.get(r.get("device_id")), total_ns) for r in rows]
-    out.sort(key=lambda r: (-r["total_time_ns"], r["name"]))
+        devices = {dev_id: device_from_info(info) for dev_id, info in nsys_launches.gpu_info(export).items()
+                   if info.get("cc_major") is not None}
+    total_ns = sum(r.get("total_time_ns") or 0 for r in rows)
+    out = []
+    for r in rows:
+        dev = device or devices.get(r.get("device_id"))
+        if dev is None:
+            raise ProfkitError("the export does not say which GPU ran the kernels",
+                               "re-export it with a recent nsys, or pass --arch")
+        out.append(occupancy_row(r, dev, total_ns))
+    out.sort(key=lambda r: (-(r.get("total_time_ns") or 0), r["name"]))
     return out
 
 
-def occupancy_row(launch: Mapping[str, Any], device: DeviceLimits | None,
+def device_from_info(info: Mapping[str, Any]) -> DeviceLimits:
+    """DeviceLimits from a trace's GPU description (``profkit.nsys.launches.gpu_info``):
+    the architecture's rules with the limits the trace recorded."""
+    warp = info.get("warp_size") or 32
+    threads_per_sm = info.get("max_threads_per_sm") or (
+        info["max_warps_per_sm"] * warp if info.get("max_warps_per_sm") else None)
+    return device_limits(
+        (int(info["cc_major"]), int(info["cc_minor"])),
+        max_threads_per_sm=threads_per_sm,
+        max_blocks_per_sm=info.get("max_blocks_per_sm") or None,
+        max_threads_per_block=info.get("max_threads_per_block") or None,
+        warp_size=info.get("warp_size") or None,
+        regs_per_sm=info.get("regs_per_sm") or None,
+        regs_per_block=info.get("regs_per_block") or None,
+        smem_per_sm=info.get("smem_per_sm") or None,
+        smem_per_block=info.get("smem_per_block") or None,
+        smem_per_block_optin=info.get("smem_per_block_optin") or None,
+        reserved_smem_per_block=info.get("reserved_smem_per_block"),
+        sm_count=info.get("sm_count") or None,
+        name=info.get("name") or None,
+    )
+
+
+def occupancy_row(launch: Mapping[str, Any], device: DeviceLimits,
                   total_ns: int | None = None) -> dict[str, Any]:
-    """The occupancy row for one grouped launch configuration."""
-    if device is None:
-        cc = launch.get("compute_capability")
-        if not cc:
-            raise ProfkitError("the export does not say which GPU ran the kernels",
-                               "re-export with a recent nsys, or pass --arch")
-        device = device_limits(cc, sm_count=launch.get("sm_count"))
+    """The occupancy row for one grouped launch configuration (keys as in
+    ``profkit.nsys.launches.launch_configs``)."""
     row = dict(launch)
     kwargs = {"smem_config_bytes": launch.get("smem_config_bytes") or None}
     occ = occupancy(device, row["block_size"], row["registers_per_thread"],
@@ -527,6 +552,68 @@ def occupancy_row(launch: Mapping[str, Any], device: DeviceLimits | None,
     return row
 
 
+# ---------------------------------------------------------------------------
+# Side by side with ncu: its block limits and occupancy against ours.
+
+NCU_LIMITS = (("block_limit_sm", "block_limit_blocks"), ("block_limit_registers", "block_limit_registers"),
+              ("block_limit_shared_mem", "block_limit_shared_mem"), ("block_limit_warps", "block_limit_warps"),
+              ("block_limit_barriers", "block_limit_barriers"))
+
+
+def compare_ncu(launch: Any, exact_registers: int | None = None) -> dict[str, Any]:
+    """profkit's occupancy for one ncu launch (``profkit.ncu.NcuLaunch``), from
+    the launch's own inputs and the carveout ncu saw, next to ncu's figures.
+
+    ``differences`` lists every figure where the two disagree.  ncu reports
+    registers per thread as allocated; ``exact_registers`` (from the cubin,
+    e.g. ptxas -v) is shown next to it when given.
+    """
+    if not launch.cc or launch.block_size is None or launch.registers_per_thread is None:
+        raise ProfkitError(f"ncu launch {launch.id} lacks the launch statistics occupancy needs",
+                           "profile with --section LaunchStats --section Occupancy")
+    device = device_limits(launch.cc, sm_count=launch.sm_count,
+                           reserved_smem_per_block=launch.driver_smem_bytes)
+    occ = occupancy(device, launch.block_size, launch.registers_per_thread, launch.static_smem_bytes or 0,
+                    launch.dynamic_smem_bytes or 0, smem_config_bytes=launch.smem_config_bytes)
+    row: dict[str, Any] = {
+        "id": launch.id, "name": launch.kernel_name, "block_size": launch.block_size,
+        "grid_size": launch.grid_size, "registers_per_thread": launch.registers_per_thread,
+        "registers_exact": exact_registers, "shared_mem_bytes": occ.shared_mem_bytes,
+        "smem_config_bytes": launch.smem_config_bytes, "blocks_per_sm": occ.blocks_per_sm,
+        "theoretical_occupancy_pct": occ.theoretical_occupancy_pct,
+        "ncu_theoretical_occupancy_pct": launch.theoretical_occupancy_pct,
+        "ncu_achieved_occupancy_pct": launch.achieved_occupancy_pct,
+        "limiter": occ.limiter, "duration_ns": launch.duration_ns,
+    }
+    differences = []
+    if launch.theoretical_occupancy_pct is not None:
+        row["occupancy_diff_pct"] = occ.theoretical_occupancy_pct - launch.theoretical_occupancy_pct
+        # ncu prints two decimals at most: 100 * 21/64 is "32.81"
+        if abs(row["occupancy_diff_pct"]) > 0.006:
+            differences.append(f"theoretical occupancy {_pct(occ.theoretical_occupancy_pct)} vs ncu "
+                               f"{_pct(launch.theoretical_occupancy_pct)}")
+    for ncu_key, our_key in NCU_LIMITS:
+        ours, theirs = getattr(occ, our_key), getattr(launch, ncu_key)
+        row[f"ncu_{ncu_key}"], row[ncu_key] = theirs, ours
+        if theirs is not None and ours is not None and ours != theirs:
+            differences.append(f"{ncu_key} {ours} vs ncu {theirs}")
+    if exact_registers is not None and exact_registers != launch.registers_per_thread:
+        exact = occupancy(device, launch.block_size, exact_registers, launch.static_smem_bytes or 0,
+                          launch.dynamic_smem_bytes or 0, smem_config_bytes=launch.smem_config_bytes)
+        row["registers_note"] = (f"the cubin uses {exact_registers} registers, ncu shows the "
+                                 f"{launch.registers_per_thread} allocated per thread"
+                                 + ("" if exact.blocks_per_sm == occ.blocks_per_sm else
+                                    f"; occupancy with {exact_registers}: {_pct(exact.theoretical_occupancy_pct)}"))
+    w = waves(launch.grid_size or 0, occ.blocks_per_sm, launch.sm_count or 0)
+    row["waves"] = w.waves if w else None
+    row["ncu_waves_per_sm"] = launch.waves_per_sm
+    if w and launch.waves_per_sm is not None and abs(w.waves - launch.waves_per_sm) > 0.006:
+        differences.append(f"waves {w.waves:.2f} vs ncu {launch.waves_per_sm:.2f}")
+    row["agrees"] = not differences
+    row["differences"] = "; ".join(differences)
+    return row
+
+
 def with_device(device: DeviceLimits, **changes: Any) -> DeviceLimits:
     """A copy of ``device`` with fields replaced (None values ignored)."""
     return replace(device, **{k: v for k, v in changes.items() if v is not None})
@@ -534,6 +621,6 @@ def with_device(device: DeviceLimits, **changes: Any) -> DeviceLimits:
 
 __all__ = [
     "ARCH_DEFAULTS", "DeviceLimits", "Occupancy", "Step", "Waves", "advice", "block_size_table",
-    "carveout_steps", "device_limits", "occupancy", "occupancy_row", "parse_arch", "register_steps",
+    "carveout_steps", "compare_ncu", "device_from_info", "device_limits", "occupancy", "occupancy_row", "parse_arch", "register_steps",
     "shared_memory_step", "trace_occupancy", "waves", "with_device",
 ]

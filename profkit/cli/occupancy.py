@@ -1,0 +1,136 @@
+"""`profkit occupancy`: theoretical occupancy, directly, per kernel of a trace, or next to ncu."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import click
+
+from profkit.errors import ProfkitError
+from profkit.output import Column, emit_rows, format_option
+
+SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(k|kb|kib|m|mb|mib|b)?\s*$", re.IGNORECASE)
+
+DIRECT_COLUMNS = [
+    Column("block_size", "Block", "int"), Column("blocks_per_sm", "Blocks/SM", "int"),
+    Column("active_warps_per_sm", "Warps/SM", "int"), Column("theoretical_occupancy_pct", "Occupancy %", "pct"),
+    Column("limiter", "Limiter"), Column("block_limit_registers", "Lim regs", "int"),
+    Column("block_limit_shared_mem", "Lim smem", "int"), Column("block_limit_warps", "Lim warps", "int"),
+    Column("block_limit_blocks", "Lim blocks", "int"),
+]
+TRACE_COLUMNS = [
+    Column("name", "Kernel"), Column("launches", "Launches", "int"), Column("total_time_ns", "GPU time (ns)", "ns"),
+    Column("grid_size", "Grid", "int"), Column("block_size", "Block", "int"),
+    Column("registers_per_thread", "Regs", "int"), Column("shared_mem_bytes", "Smem", "bytes"),
+    Column("local_mem_per_thread", "Local B/thr", "int"), Column("blocks_per_sm", "Blocks/SM", "int"),
+    Column("theoretical_occupancy_pct", "Occupancy %", "pct"), Column("limiter", "Limiter"),
+    Column("waves", "Waves", "float"), Column("tail_effect", "Tail"), Column("advice", "Advice"),
+]
+NCU_COLUMNS = [
+    Column("id", "ID", "int"), Column("name", "Kernel"), Column("block_size", "Block", "int"),
+    Column("grid_size", "Grid", "int"), Column("registers_per_thread", "Regs", "int"),
+    Column("shared_mem_bytes", "Smem", "bytes"), Column("smem_config_bytes", "Carveout", "bytes"),
+    Column("ncu_achieved_occupancy_pct", "ncu achieved %", "pct"),
+    Column("ncu_theoretical_occupancy_pct", "ncu theor. %", "pct"),
+    Column("theoretical_occupancy_pct", "profkit %", "pct"), Column("limiter", "Limiter"),
+    Column("block_limit_registers", "Lim regs", "int"), Column("ncu_block_limit_registers", "ncu", "int"),
+    Column("block_limit_shared_mem", "Lim smem", "int"), Column("ncu_block_limit_shared_mem", "ncu", "int"),
+    Column("block_limit_warps", "Lim warps", "int"), Column("ncu_block_limit_warps", "ncu", "int"),
+    Column("block_limit_sm", "Lim SM", "int"), Column("ncu_block_limit_sm", "ncu", "int"),
+    Column("differences", "Differences"),
+]
+
+
+def parse_size(text: str | None) -> int:
+    """'48K' / '48KiB' / '1.5M' / '49152' -> bytes (K = 1024)."""
+    if text is None or text == "":
+        return 0
+    m = SIZE.match(text)
+    if not m:
+        raise ProfkitError(f"cannot read size {text!r}", "write bytes or e.g. 48K, 100KiB")
+    unit = (m.group(2) or "b").lower()
+    factor = 1024 if unit.startswith("k") else 1024 * 1024 if unit.startswith("m") else 1
+    return int(float(m.group(1)) * factor)
+
+
+@click.command()
+@click.argument("export", required=False, type=click.Path(dir_okay=False))
+@click.option("--arch", help="GPU architecture for the direct form: sm_90, 9.0, 90 (or overrides the export's).")
+@click.option("--block", type=int, help="Threads per block.")
+@click.option("--regs", type=int, help="Registers per thread.")
+@click.option("--smem", default="0", help="Static shared memory per block (bytes, or 48K).")
+@click.option("--dyn-smem", default="0", help="Dynamic shared memory per block (bytes, or 48K).")
+@click.option("--carveout", type=click.IntRange(-1, 100), default=-1, show_default=True,
+              help="Preferred shared-memory carveout in percent; -1 leaves it to the driver.")
+@click.option("--grid", type=int, help="Blocks per grid, for waves (direct form).")
+@click.option("--sms", type=int, help="SM count, for waves (default: the architecture's flagship).")
+@click.option("--ncu", "ncu_csv", type=click.Path(dir_okay=False),
+              help="ncu CSV (details or raw page): show ncu's occupancy and block limits next to profkit's.")
+@format_option()
+def occupancy(export: str | None, arch: str | None, block: int | None, regs: int | None, smem: str,
+              dyn_smem: str, carveout: int, grid: int | None, sms: int | None, ncu_csv: str | None,
+              fmt: str) -> None:
+    """Theoretical occupancy, its limiter, and the next step.
+
+    \b
+      profkit occupancy --arch sm_90 --block 256 --regs 72 --smem 48K
+      profkit occupancy run.sqlite                   every kernel of a trace
+      profkit occupancy --ncu report.csv             next to ncu's figures
+    """
+    from profkit.analysis import occupancy as occ
+
+    if ncu_csv:
+        from profkit.ncu import read_ncu_csv
+
+        rows = [occ.compare_ncu(launch) for launch in read_ncu_csv(ncu_csv)]
+        emit_rows(rows, NCU_COLUMNS, fmt, title=f"Occupancy: profkit vs ncu ({ncu_csv})")
+        return
+    if export:
+        from profkit.nsys import open_export
+
+        with open_export(export) as ex:
+            rows = occ.trace_occupancy(ex, device=occ.device_limits(arch, sm_count=sms) if arch else None)
+        emit_rows(rows, TRACE_COLUMNS, fmt, title="Occupancy and registers")
+        return
+    if block is None or regs is None or arch is None:
+        raise ProfkitError("give an export, --ncu FILE, or --arch, --block and --regs",
+                           "e.g. profkit occupancy --arch sm_90 --block 256 --regs 64")
+    _direct(occ, arch, block, regs, parse_size(smem), parse_size(dyn_smem), carveout, grid, sms, fmt)
+
+
+# Flagship SM counts, for waves when --sms is not given.
+FLAGSHIP_SMS = {(8, 0): 108, (8, 6): 84, (8, 9): 128, (9, 0): 132, (10, 0): 148, (12, 0): 170}
+
+
+def _direct(occ, arch: str, block: int, regs: int, static: int, dynamic: int, carveout: int,
+            grid: int | None, sms: int | None, fmt: str) -> None:
+    major_minor = occ.parse_arch(arch)
+    device = occ.device_limits(major_minor, sm_count=sms or FLAGSHIP_SMS.get(major_minor))
+    launch = {"carveout": carveout}
+    result = occ.occupancy(device, block, regs, static, dynamic, **launch)
+    table = occ.block_size_table(device, regs, static, dynamic, **launch)
+    step, headroom = occ.register_steps(result, device, **launch)
+    summary = result.as_dict()
+    summary.update(grid_size=grid, sm_count=device.sm_count, registers_headroom=headroom,
+                   registers_next_step=step.value if step else None,
+                   advice=occ.advice(result, device, **launch))
+    w = occ.waves(grid, result.blocks_per_sm, device.sm_count or 0) if grid else None
+    summary.update(waves=w.waves if w else None, tail_effect=bool(w and w.tail_effect))
+    rows = [t.as_dict() for t in table]
+    if fmt == "json":
+        summary["table"] = rows
+        click.echo(json.dumps(summary, indent=2))
+        return
+    if fmt == "table":
+        click.echo(f"{device.arch}: {block} threads, {regs} registers, {static + dynamic:,} B shared memory "
+                   f"-> {result.blocks_per_sm} blocks/SM, {result.active_warps_per_sm}/{device.max_warps_per_sm} "
+                   f"warps, {result.theoretical_occupancy_pct:.1f}% ({result.limiter or 'no limit'})")
+        for line in summary["advice"]:
+            click.echo(f"  {line}")
+        if headroom > regs:
+            click.echo(f"  up to {headroom} registers per thread keep this occupancy")
+        if w:
+            click.echo(f"  {w.waves:.2f} waves on {device.sm_count} SMs" + (
+                f", last wave {w.last_wave_fill_pct:.0f}% full (tail effect)" if w.tail_effect else ""))
+    emit_rows(rows, DIRECT_COLUMNS, fmt, title="Occupancy over block sizes")

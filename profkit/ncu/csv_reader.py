@@ -1,0 +1,175 @@
+"""Read ncu's CSV output, both pages, from a live run or ``ncu --import``.
+
+Quirks of the real format handled here:
+
+* a live run (``ncu --csv ... app > out.csv 2>&1``) writes ``==PROF==`` and
+  ``==WARNING==`` lines and the program's own output before (and sometimes
+  between) the CSV lines: the table starts at the first line that parses as
+  the ``"ID",...,"Kernel Name"`` header, and later lines are kept only when
+  they look like records of it;
+* ``--page details`` is long: one row per (launch, section, metric) plus rule
+  rows; with rule columns in the header ("Rule Name", "Estimated Speedup"),
+  metric rows may stop after "Metric Value" (ragged rows);
+* ``--page raw`` is wide: a header of metric names, a row of units, then one
+  row per launch;
+* kernel names contain commas and template brackets (quoted in the CSV).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from profkit.errors import ProfkitError
+
+# The leading columns both pages share; the header must start with "ID".
+IDENTITY_COLUMNS = ("ID", "Process ID", "Process Name", "Host Name", "Kernel Name")
+DETAILS_COLUMNS = ("Section Name", "Metric Name", "Metric Unit", "Metric Value")
+TOOL_PREFIXES = ("==PROF==", "==WARNING==", "==ERROR==", "==INFO==")
+
+
+@dataclass
+class MetricRow:
+    section: str
+    name: str
+    unit: str
+    value: str
+
+
+@dataclass
+class RuleRow:
+    section: str
+    name: str
+    type: str
+    description: str
+    speedup_type: str = ""
+    speedup: str = ""
+
+
+@dataclass
+class RawLaunch:
+    """One kernel launch as the CSV gave it: identity columns and metric cells."""
+
+    identity: dict[str, str]
+    metrics: dict[str, MetricRow] = field(default_factory=dict)  # key: "Section/Name" (details) or metric id (raw)
+    rules: list[RuleRow] = field(default_factory=list)
+
+
+@dataclass
+class NcuCsv:
+    page: str  # "details" | "raw"
+    launches: list[RawLaunch]
+    skipped_lines: int  # tool and program lines that were not part of the table
+
+
+def read_csv_file(path: str | os.PathLike[str]) -> NcuCsv:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        raise ProfkitError(f"{p}: no such file") from None
+    except IsADirectoryError:
+        raise ProfkitError(f"{p} is a directory, not an ncu CSV file") from None
+    except OSError as exc:
+        raise ProfkitError(f"{p}: cannot read ({exc.strerror or exc})") from None
+    if text.startswith("NVIDIA Nsight Compute") or p.suffix == ".ncu-rep" or "\x00" in text[:4096]:
+        raise ProfkitError(f"{p} is an ncu report, not CSV",
+                           hint=f"convert it: ncu --import {p.name} --csv --page details > {p.stem}.csv")
+    try:
+        return parse_csv_text(text)
+    except ProfkitError as exc:
+        raise ProfkitError(f"{p.name}: {exc.message}", hint=exc.hint) from None
+
+
+def parse_csv_text(text: str) -> NcuCsv:
+    lines = text.splitlines()
+    start = _find_header(lines)
+    if start is None:
+        if any(line.startswith("==PROF==") for line in lines) and "No kernels were profiled" in text:
+            raise ProfkitError("ncu profiled no kernels", hint="check the --kernel-name/-c filters")
+        raise ProfkitError("no ncu CSV table found (no \"ID\",...,\"Kernel Name\" header)",
+                           hint="make it with ncu --csv --page details (or --page raw)")
+    header = _split(lines[start])
+    body = [line for line in lines[start + 1:] if line.strip() and not line.startswith(TOOL_PREFIXES)]
+    skipped = start + (len(lines) - start - 1 - len(body))
+    if all(c in header for c in DETAILS_COLUMNS):
+        launches, dropped = _details(header, body)
+        return NcuCsv("details", launches, skipped + dropped)
+    launches, dropped = _raw(header, body)
+    return NcuCsv("raw", launches, skipped + dropped)
+
+
+def _split(line: str) -> list[str]:
+    rows = list(csv.reader(io.StringIO(line)))
+    return rows[0] if rows else []
+
+
+def _find_header(lines: list[str]) -> int | None:
+    for i, line in enumerate(lines):
+        if line.startswith('"ID"') or line.startswith("ID,"):
+            fields = _split(line)
+            if fields[:1] == ["ID"] and "Kernel Name" in fields:
+                return i
+    return None
+
+
+def _records(header: list[str], body: Iterable[str]) -> Iterator[list[str] | None]:
+    """CSV records of the table; None for a line that is not one (program output)."""
+    for line in body:
+        fields = _split(line)
+        yield fields if fields and fields[0].strip().isdigit() else None
+
+
+def _details(header: list[str], body: list[str]) -> tuple[list[RawLaunch], int]:
+    col = {name: i for i, name in enumerate(header)}
+    identity_cols = header[: col["Section Name"]]
+    by_id: dict[str, RawLaunch] = {}
+    dropped = 0
+    for fields in _records(header, body):
+        if fields is None:
+            dropped += 1
+            continue
+        if len(fields) < len(header):  # ragged: metric rows end at "Metric Value"
+            fields = fields + [""] * (len(header) - len(fields))
+
+        def get(name: str) -> str:
+            return fields[col[name]] if name in col else ""
+
+        launch_id = fields[0]
+        launch = by_id.get(launch_id)
+        if launch is None:
+            launch = by_id[launch_id] = RawLaunch({c: fields[i] for i, c in enumerate(identity_cols)})
+        section = get("Section Name")
+        if get("Metric Name"):
+            launch.metrics.setdefault(f"{section}/{get('Metric Name')}",
+                                      MetricRow(section, get("Metric Name"), get("Metric Unit"), get("Metric Value")))
+        elif get("Rule Name"):
+            launch.rules.append(RuleRow(section, get("Rule Name"), get("Rule Type"), get("Rule Description"),
+                                        get("Estimated Speedup Type"), get("Estimated Speedup")))
+    return list(by_id.values()), dropped
+
+
+def _raw(header: list[str], body: list[str]) -> tuple[list[RawLaunch], int]:
+    # Identity columns end where metric ids (which contain "__") begin.
+    first_metric = next((i for i, name in enumerate(header) if "__" in name), len(header))
+    units: list[str] = [""] * len(header)
+    launches: list[RawLaunch] = []
+    dropped = 0
+    for line in body:
+        fields = _split(line)
+        if not launches and fields and not fields[0].strip() and len(fields) >= first_metric:
+            units = fields + [""] * (len(header) - len(fields))  # the units row
+            continue
+        if not fields or not fields[0].strip().isdigit():
+            dropped += 1
+            continue
+        fields = fields + [""] * (len(header) - len(fields))
+        launch = RawLaunch({header[i]: fields[i] for i in range(first_metric)})
+        for i in range(first_metric, len(header)):
+            launch.metrics[header[i]] = MetricRow("", header[i], units[i], fields[i])
+        launches.append(launch)
+    return launches, dropped
