@@ -1,0 +1,140 @@
+"""`profkit kernels|api|nvtx|info EXPORT`: the summary tables of an nsys export.
+
+Thin commands: open the export, call profkit.analysis.summaries, render with
+profkit.output.  The figures equal `nsys stats` (cuda_gpu_kern_sum,
+cuda_api_sum, nvtx_sum) on the same file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+
+from profkit.analysis import summaries
+from profkit.nsys import open_export
+from profkit.output import Column, emit_rows, format_option
+
+_TIME_COLUMNS = [
+    Column("time_pct", "Time %", "pct"),
+    Column("total_ns", "Total (ns)", "ns"),
+    Column("instances", "Instances", "int"),
+    Column("avg_ns", "Avg (ns)", "float"),
+    Column("med_ns", "Med (ns)", "float"),
+    Column("min_ns", "Min (ns)", "ns"),
+    Column("max_ns", "Max (ns)", "ns"),
+    Column("stddev_ns", "StdDev (ns)", "float"),
+]
+KERNEL_COLUMNS = [*_TIME_COLUMNS, Column("name", "Kernel")]
+API_COLUMNS = [*_TIME_COLUMNS, Column("name", "API function")]
+NVTX_COLUMNS = [*_TIME_COLUMNS, Column("style", "Style"), Column("name", "Range")]
+INFO_COLUMNS = [Column("field", "Field"), Column("value", "Value")]
+
+# click.Path without exists=True: open_export reports a missing or bad file
+# as one line, the same way for every problem.
+_EXPORT_ARG = click.argument("export", metavar="EXPORT.sqlite", type=click.Path(path_type=Path))
+_TOP_OPTION = click.option(
+    "--top", type=click.IntRange(min=1), default=None, metavar="N",
+    help="Show the N rows with the most time and sum the rest into one '(other K)' row.",
+)
+
+
+def _summary_command(summarize: Callable, columns: list[Column], title: str) -> Callable:
+    def run(export: Path, top: int | None, fmt: str) -> None:
+        with open_export(export) as ex:
+            rows = summarize(ex)
+        if top is not None:
+            rows = summaries.top_n(rows, top)
+        emit_rows(rows, columns, fmt, title=title)
+
+    return run
+
+
+@click.command()
+@_EXPORT_ARG
+@_TOP_OPTION
+@format_option()
+def kernels(export: Path, top: int | None, fmt: str) -> None:
+    """CUDA kernel summary: time per kernel name (= nsys stats cuda_gpu_kern_sum).
+
+    \b
+    Examples:
+      profkit kernels run.sqlite
+      profkit kernels run.sqlite --top 10 --format md
+      profkit kernels run.sqlite --format json | jq '.[0]'
+
+    JSON rows have the keys name, time_pct, total_ns, instances, avg_ns,
+    med_ns, min_ns, max_ns, stddev_ns (times in ns; avg/med/stddev rounded
+    to 0.1 ns as nsys rounds them).  EXPORT.sqlite comes from
+    `nsys profile -t cuda ... --export sqlite` or `nsys export --type sqlite`.
+    """
+    _summary_command(summaries.kernel_summary, KERNEL_COLUMNS, "CUDA kernels")(export, top, fmt)
+
+
+@click.command()
+@_EXPORT_ARG
+@_TOP_OPTION
+@format_option()
+def api(export: Path, top: int | None, fmt: str) -> None:
+    """CUDA API summary: time per runtime/driver call (= nsys stats cuda_api_sum).
+
+    \b
+    Examples:
+      profkit api run.sqlite
+      profkit api run.sqlite --top 5 --format csv
+
+    Version suffixes are dropped from names as nsys does
+    (cudaLaunchKernel_v7000 -> cudaLaunchKernel).  Needs `nsys profile -t cuda`.
+    """
+    _summary_command(summaries.api_summary, API_COLUMNS, "CUDA API")(export, top, fmt)
+
+
+@click.command()
+@_EXPORT_ARG
+@_TOP_OPTION
+@format_option()
+def nvtx(export: Path, top: int | None, fmt: str) -> None:
+    """NVTX range summary: time per range text and style (= nsys stats nvtx_sum).
+
+    \b
+    Examples:
+      profkit nvtx run.sqlite
+      profkit nvtx run.sqlite --format json
+
+    Push/pop and start/end ranges are listed separately (key "style").
+    Ranges in a named domain show as "domain:text"; a range that never
+    ended lasts until the last NVTX event.  Needs `nsys profile -t nvtx`.
+    """
+    _summary_command(summaries.nvtx_summary, NVTX_COLUMNS, "NVTX ranges")(export, top, fmt)
+
+
+@click.command()
+@_EXPORT_ARG
+@format_option()
+def info(export: Path, fmt: str) -> None:
+    """The capture: nsys and schema versions, GPU, span, GPU busy %.
+
+    \b
+    Examples:
+      profkit info run.sqlite
+      profkit info run.sqlite --format json
+
+    Never shows the profiled process's environment (it can hold secrets).
+    """
+    with open_export(export) as ex:
+        details = summaries.capture_info(ex)
+    if fmt == "json":
+        click.echo(json.dumps(details, indent=2))
+        return
+    rows = [{"field": key, "value": _show(value)} for key, value in details.items()]
+    emit_rows(rows, INFO_COLUMNS, fmt, title="Capture")
+
+
+def _show(value: object) -> str:
+    if isinstance(value, list):
+        return "; ".join(_show(v) for v in value)
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_show(v)}" for k, v in value.items() if v is not None)
+    return "" if value is None else str(value)

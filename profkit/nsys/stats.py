@@ -1,0 +1,223 @@
+"""Grouped duration statistics that equal nsys's summary reports to the nanosecond.
+
+nsys's reports compute, per group, ``sum, count, avg, median, min, max,
+stdev`` in SQLite and round avg/median/stdev with SQLite's ``round(x, 1)``.
+profkit computes the same figures, with the same definitions:
+
+- ``avg``: total / count as a double (SQLite's ``avg`` of integers);
+- ``median``: the middle value, or the mean of the two middle values for an
+  even count (nsys's ``median`` aggregate);
+- ``stddev``: the *sample* standard deviation (n - 1), 0.0 for one value;
+- rounding: SQLite's own ``round(x, 1)`` (half away from zero on the decimal
+  form, unlike Python's ``round``), so the values are rounded by the same
+  code nsys uses.
+
+Speed: SQLite has no hash aggregation, so ``GROUP BY`` on an unindexed
+column sorts every row, and the export is read-only (no index can be added).
+``GROUP BY`` with median/stdev as Python aggregates took 1.4 s for 1M
+kernels.  Instead one table scan streams only the group key and the value
+out of SQLite (as ``group_concat`` text parsed by numpy, see
+``collect_columns``) into two int64 arrays, 16 bytes per row (40 MB for 2.5M
+rows), and numpy groups them: 0.35 s for the same 1M kernels.  Memory is
+proportional to the two columns, never to the table.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from profkit.nsys.reader import NsysExport
+
+_collector_ids = itertools.count()
+
+
+@dataclass(frozen=True)
+class GroupStats:
+    """Statistics of one group, as nsys prints them (avg/med/stddev rounded to 0.1)."""
+
+    key: tuple[Any, ...]
+    count: int
+    total: int
+    avg: float
+    med: float
+    min: int
+    max: int
+    stddev: float
+
+
+@dataclass(frozen=True)
+class ColumnsQuery:
+    """A scan that yields aligned columns: integer expressions and object (text) expressions.
+
+    ``source`` is the FROM clause (a table, maybe with joins), ``table`` the
+    driving table whose ``rowid`` (spelled ``rowid``) chunks the scan, and
+    ``with_clause`` optional CTEs the source refers to.
+    """
+
+    table: str
+    source: str
+    int_columns: tuple[str, ...]
+    text_columns: tuple[str, ...] = ()
+    where: str = "1"
+    rowid: str = "rowid"
+    with_clause: str = ""
+
+
+# Stands for NULL in integer columns (group_concat skips NULLs, which would
+# misalign the columns).
+NULL_INT = -(1 << 63)
+
+CHUNK_ROWS = 1_000_000
+
+
+def collect_columns(export: NsysExport, query: ColumnsQuery) -> tuple[list[np.ndarray], list[list[Any]]]:
+    """Run a ``ColumnsQuery`` and return its integer columns as int64 arrays
+    and its text columns as lists, row-aligned.
+
+    Integer columns leave SQLite as one ``group_concat`` string per chunk of
+    rows and are parsed by numpy in C: about 8x faster than fetching rows as
+    Python tuples.  All aggregates of one SELECT see the same rows in the same
+    order, so the columns line up.  Text columns are appended by aggregate
+    functions whose ``step`` is ``list.append`` (no Python frame per row).
+    The scan is chunked by rowid so no single string grows past ~20 bytes x
+    CHUNK_ROWS per column.
+    """
+    bounds = export.rows(f'SELECT min(rowid), max(rowid) FROM "{query.table}"')
+    lo, hi = bounds[0] if bounds else (None, None)
+    ints: list[list[np.ndarray]] = [[] for _ in query.int_columns]
+    texts: list[list[Any]] = [[] for _ in query.text_columns]
+    if lo is None:
+        return [np.zeros(0, dtype=np.int64) for _ in query.int_columns], texts
+    tag = next(_collector_ids)
+    sink_names = [f"_profkit_text{tag}_{i}" for i in range(len(query.text_columns))]
+    for name, target in zip(sink_names, texts):
+        export.conn.create_aggregate(name, 1, _list_sink(target))
+    selects = [f"group_concat(coalesce(({expr}), {NULL_INT}))" for expr in query.int_columns]
+    selects += [f"{name}(({expr}))" for name, expr in zip(sink_names, query.text_columns)]
+    sql = (f"{query.with_clause} SELECT {', '.join(selects)} FROM {query.source} "
+           f"WHERE ({query.where}) AND {query.rowid} >= ? AND {query.rowid} < ?")
+    try:
+        for start in range(lo, hi + 1, CHUNK_ROWS):
+            row = export.rows(sql, (start, start + CHUNK_ROWS))[0]
+            for i, text in enumerate(row[: len(query.int_columns)]):
+                if text:
+                    ints[i].append(np.fromstring(text, dtype=np.int64, sep=","))
+    finally:
+        for name in sink_names:
+            export.conn.create_aggregate(name, 1, None)
+    columns = [np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64) for parts in ints]
+    if len({len(c) for c in columns} | {len(t) for t in texts}) > 1:
+        raise RuntimeError(f"misaligned columns reading {query.table}")  # a bug, not a user error
+    return columns, texts
+
+
+def _list_sink(target: list[Any]) -> type:
+    class Sink:
+        def __init__(self) -> None:
+            self.step = target.append
+
+        def finalize(self) -> None:
+            return None
+
+    return Sink
+
+
+def grouped_stats(export: NsysExport, query: ColumnsQuery) -> list[GroupStats]:
+    """nsys-equal statistics of a query's last integer column, grouped by all
+    its other columns (text columns first, then the other integer columns)."""
+    ints, texts = collect_columns(export, query)
+    keys: list[Sequence[Any]] = [*texts, *ints[:-1]]
+    return stats_from_columns(keys, ints[-1])
+
+
+def stats_from_columns(keys: Sequence[Sequence[Any]], values: np.ndarray) -> list[GroupStats]:
+    if len(values) == 0:
+        return []
+    codes, unique_keys = _encode_keys(keys)
+    sorted_codes, sorted_values = _sort_by_group_then_value(codes, values)
+    starts = np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]])
+    counts = np.diff(np.r_[starts, len(sorted_values)])
+    totals = np.add.reduceat(sorted_values, starts)
+    mins = sorted_values[starts]
+    maxs = sorted_values[starts + counts - 1]
+    lo = sorted_values[starts + (counts - 1) // 2]
+    hi = sorted_values[starts + counts // 2]
+    means = totals / counts
+    deviations = sorted_values - np.repeat(means, counts)
+    squares = np.add.reduceat(deviations * deviations, starts)
+    stddevs = np.where(counts > 1, np.sqrt(squares / np.maximum(counts - 1, 1)), 0.0)
+
+    results = []
+    group_codes = sorted_codes[starts]
+    medians = [
+        int(a) if c % 2 else (int(a) + int(b)) / 2 for a, b, c in zip(lo.tolist(), hi.tolist(), counts.tolist())
+    ]
+    avgs = [int(t) / int(c) for t, c in zip(totals.tolist(), counts.tolist())]
+    rounded = sqlite_round([*avgs, *medians, *stddevs.tolist()], 1)
+    n = len(starts)
+    for i in range(n):
+        results.append(GroupStats(
+            key=unique_keys[int(group_codes[i])],
+            count=int(counts[i]),
+            total=int(totals[i]),
+            avg=rounded[i],
+            med=rounded[n + i],
+            min=int(mins[i]),
+            max=int(maxs[i]),
+            stddev=rounded[2 * n + i],
+        ))
+    return results
+
+
+def _encode_keys(keys: Sequence[Sequence[Any]]) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
+    """Dense integer codes for the key tuples, and the key tuple of each code."""
+    if len(keys) == 1 and isinstance(keys[0], np.ndarray):
+        uniq, codes = np.unique(keys[0], return_inverse=True)
+        return codes.astype(np.int64, copy=False), [(_none_if_null(u),) for u in uniq.tolist()]
+    index: dict[tuple[Any, ...], int] = {}
+    columns = [k.tolist() if isinstance(k, np.ndarray) else k for k in keys]
+    codes_list = [index.setdefault(k, len(index)) for k in zip(*columns)]
+    return np.asarray(codes_list, dtype=np.int64), [tuple(_none_if_null(v) for v in k) for k in index]
+
+
+def _none_if_null(value: Any) -> Any:
+    return None if value == NULL_INT else value
+
+
+_VALUE_BITS = 40
+
+
+def _sort_by_group_then_value(codes: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Codes and values, both ordered by (group code, value)."""
+    n_codes = int(codes.max()) + 1
+    if values.min() >= 0 and values.max() < (1 << _VALUE_BITS) and n_codes < (1 << (62 - _VALUE_BITS)):
+        # Pack (code, value) into one int64 and sort that: several times
+        # faster than a two-key lexsort plus two gathers.
+        packed = (codes << _VALUE_BITS) | values
+        packed.sort()
+        return packed >> _VALUE_BITS, packed & ((1 << _VALUE_BITS) - 1)
+    order = np.lexsort((values, codes))
+    return codes[order], values[order]
+
+
+_ROUNDER = sqlite3.connect(":memory:", check_same_thread=False)
+
+
+def sqlite_round(values: Sequence[float | int], digits: int) -> list[float]:
+    """Round with SQLite's ``round()``: the function nsys's reports use.
+
+    Python's ``round`` differs (``round(1.25, 1)`` is 1.2 in Python, 1.3 in
+    SQLite), so the values go through SQLite, 500 per statement.
+    """
+    out: list[float] = []
+    for start in range(0, len(values), 500):
+        chunk = values[start : start + 500]
+        sql = "SELECT " + ", ".join(f"round(?, {int(digits)})" for _ in chunk)
+        out.extend(_ROUNDER.execute(sql, [float(v) for v in chunk]).fetchone())
+    return out
