@@ -5,6 +5,7 @@
 #
 #   bash scripts/make_fixtures.sh nsys OUTDIR   # nsys 2025.3 + 2023.4 exports, nsys stats oracles
 #   bash scripts/make_fixtures.sh ncu OUTDIR    # ncu CSVs, cudaOccupancy* values
+#   bash scripts/make_fixtures.sh nvtx OUTDIR   # every NVTX flavour, both nsys versions
 #
 # Each part leaves one tar.xz in OUTDIR to unpack into tests/data/.
 set -uo pipefail
@@ -69,6 +70,23 @@ if [ "$PART" = nsys ]; then
   ls -la
   for db in *.sqlite; do xz -T0 -9 "$db"; done
   tar cf "$DEST/nsys_fixtures.tar" ./*.sqlite.xz ./*.csv ./*.stdout versions.txt
+fi
+
+if [ "$PART" = nvtx ]; then
+  mkdir -p /tmp/nsys2023 && tar xJf "$ROOT/.tools-carry/nsys-2023.4-cli.tar.xz" -C /tmp/nsys2023
+  NSYS23=/tmp/nsys2023/nsys/target-linux-x64/nsys
+  nsys25 nsys2025_nvtx python3 "$ROOT/scripts/nvtx_probe.py"
+  echo "== nsys 2023: nsys2023_nvtx"
+  $NSYS23 profile "${NSYS_FLAGS[@]}" -o nsys2023_nvtx python3 "$ROOT/scripts/nvtx_probe.py" > nsys2023_nvtx.stdout 2>&1 || echo "  exit $?"
+  rm -f ./*.qdstrm
+  stats nsys nsys2025_nvtx.sqlite
+  stats "$NSYS23" nsys2023_nvtx.sqlite
+  for db in *.sqlite; do
+    python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); print(sys.argv[1], c.execute('select eventType, count(*) from NVTX_EVENTS group by 1').fetchall())" "$db"
+  done
+  ls -la
+  for db in *.sqlite; do xz -T0 -9 "$db"; done
+  tar cf "$DEST/nvtx_fixtures.tar" ./*.sqlite.xz ./*.csv ./*.stdout
 fi
 
 if [ "$PART" = ncu ]; then
