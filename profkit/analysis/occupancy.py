@@ -280,6 +280,11 @@ def occupancy(
               BARRIERS: UNLIMITED if limit_barriers is None else limit_barriers}
     blocks = min(limits.values())
     limiters = [name for name, value in limits.items() if value == blocks]
+    if (SHARED_MEMORY in limiters and len(limiters) > 1 and smem_config_bytes is not None
+            and 0 < smem_allocated and d.smem_per_sm // smem_allocated > blocks):
+        # The driver sized the carveout to what the other limits allow (32 KiB
+        # for 32 blocks of 1 KiB): shared memory ties, but it is not the cause.
+        limiters.remove(SHARED_MEMORY)
 
     active_warps = blocks * warps_per_block
     return Occupancy(
@@ -390,9 +395,13 @@ def advice(occ: Occupancy, device: DeviceLimits, **launch: Any) -> list[str]:
     if occ.blocks_per_sm == 0:
         return [f"this launch cannot run: {occ.limiter} allow no block on an SM"]
     if REGISTERS in occ.limiters:
-        step, _ = register_steps(occ, device, **launch)
+        step, headroom = register_steps(occ, device, **launch)
         if step:
             lines.append(step.text)
+        elif headroom == occ.registers_per_thread and headroom < 255:
+            worse = _again(occ, device, registers_per_thread=headroom + 1, **launch)
+            lines.append(f"{headroom} registers is the most that keeps {_pct(occ.theoretical_occupancy_pct)}; "
+                         f"at {headroom + 1} it would be {_pct(worse.theoretical_occupancy_pct)}")
     if SHARED_MEMORY in occ.limiters:
         step = shared_memory_step(occ, device, **launch)
         if step:
@@ -435,24 +444,33 @@ def block_size_table(device: DeviceLimits, registers_per_thread: int, static_sme
 # Waves: how many rounds of resident blocks a grid takes.
 
 
+# A tail is flagged when the last wave is at most half full and the idle
+# share of the wave time is at least this large (so 3 waves + a sliver is a
+# tail, 60 waves + a sliver is not: the sliver costs under 1%).
+TAIL_MIN_IDLE_PCT = 5.0
+
+
 @dataclass(frozen=True)
 class Waves:
     waves: float  # grid blocks / (SMs x blocks per SM)
     full_waves: int
     last_wave_fill_pct: float  # how full the last wave is (100 when the grid divides evenly)
     efficiency_pct: float  # waves / ceil(waves): the share of wave time that does work
-    tail_effect: bool  # more than one wave and the last one is at most half full
+    tail_effect: bool
 
 
 def waves(grid_blocks: int, blocks_per_sm: int, sm_count: int) -> Waves | None:
+    """Wave quantization of a grid: how many rounds of resident blocks it takes."""
     if blocks_per_sm <= 0 or sm_count <= 0 or grid_blocks <= 0:
         return None
     per_wave = blocks_per_sm * sm_count
     w = grid_blocks / per_wave
     rounds = math.ceil(w)
     fill = 100.0 * (grid_blocks - (rounds - 1) * per_wave) / per_wave
+    efficiency = 100.0 * w / rounds
+    tail = rounds >= 2 and fill <= 50.0 and 100.0 - efficiency >= TAIL_MIN_IDLE_PCT
     return Waves(waves=w, full_waves=grid_blocks // per_wave, last_wave_fill_pct=fill,
-                 efficiency_pct=100.0 * w / rounds, tail_effect=rounds >= 2 and fill <= 50.0)
+                 efficiency_pct=efficiency, tail_effect=tail)
 
 
 # ---------------------------------------------------------------------------

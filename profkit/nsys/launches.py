@@ -133,7 +133,6 @@ def launch_configs(export: Any) -> list[dict[str, Any]]:
 
 # Device properties: output key -> column names across schema versions and tables.
 GPU_COLUMNS: dict[str, tuple[str, ...]] = {
-    "device_id": ("cuDevice", "cudaId", "cudaDeviceId", "deviceId", "id"),
     "name": ("name", "deviceName"),
     "cc_major": ("computeMajor", "computeCapabilityMajor", "ccMajor"),
     "cc_minor": ("computeMinor", "computeCapabilityMinor", "ccMinor"),
@@ -150,7 +149,10 @@ GPU_COLUMNS: dict[str, tuple[str, ...]] = {
     "smem_per_sm": ("maxShmemPerSm",),
     "reserved_smem_per_block": ("reservedShmemPerBlock", "reservedSharedMemPerBlock"),
 }
-GPU_TABLES = ("TARGET_INFO_GPU", "TARGET_INFO_CUDA_DEVICE")
+# table -> the column kernels' deviceId refers to (nsys's cuda_gpu_trace.py joins gpu.id == kern.deviceId).
+# Schema 3.7 and 3.20 both keep the limits in TARGET_INFO_GPU; 3.20's
+# TARGET_INFO_CUDA_DEVICE only maps (gpuId, cudaId, pid) and holds no limits.
+GPU_TABLES = {"TARGET_INFO_GPU": ("id", "cuDevice")}
 
 
 def gpu_info(export: Any) -> dict[int, dict[str, Any]]:
@@ -158,14 +160,16 @@ def gpu_info(export: Any) -> dict[int, dict[str, Any]]:
     (values missing from the export are absent from the dict)."""
     db = _db(export)
     devices: dict[int, dict[str, Any]] = {}
-    for table in GPU_TABLES:
+    for table, id_columns in GPU_TABLES.items():
         cols = db.columns(table)
-        if not cols:
+        id_column = next((c for c in id_columns if c in cols), None)
+        if id_column is None:
             continue
-        picked = {key: next((c for c in names if c in cols), None) for key, names in GPU_COLUMNS.items()}
-        picked = {k: c for k, c in picked.items() if c}
-        if "device_id" not in picked:
-            continue
+        picked = {"device_id": id_column}
+        for key, names in GPU_COLUMNS.items():
+            found = next((c for c in names if c in cols), None)
+            if found:
+                picked[key] = found
         select = ", ".join(f'"{c}"' for c in picked.values())
         for values in db.rows(f'SELECT {select} FROM "{table}"'):
             row = {k: v for k, v in zip(picked, values) if v is not None and v != ""}
