@@ -22,7 +22,7 @@ from typing import Any
 
 from profkit.nsys import queries
 from profkit.nsys.reader import NsysExport, normalize_api_name
-from profkit.nsys.stats import GroupStats, grouped_stats, sqlite_round
+from profkit.nsys.stats import GroupStats, grouped_stats, round_like_nsys
 
 SUMMARY_KEYS = ("name", "time_pct", "total_ns", "instances", "avg_ns", "med_ns", "min_ns", "max_ns", "stddev_ns")
 
@@ -33,7 +33,7 @@ def kernel_summary(export: NsysExport) -> list[Row]:
     """One row per kernel name (demangled), like cuda_gpu_kern_sum."""
     groups = grouped_stats(export, queries.kernel_durations(export))
     names = export.strings([g.key[0] for g in groups])
-    rows = _summary_rows(groups, lambda g: {"name": names.get(g.key[0], f"<string {g.key[0]}>")})
+    rows = _summary_rows(export, groups, lambda g: {"name": names.get(g.key[0], f"<string {g.key[0]}>")})
     # cuda_gpu_kern_sum: ORDER BY total DESC, instances, name.
     rows.sort(key=lambda r: (-r["total_ns"], r["instances"], r["name"]))
     return rows
@@ -54,7 +54,7 @@ def api_summary(export: NsysExport) -> list[Row]:
 def nvtx_summary(export: NsysExport) -> list[Row]:
     """One row per NVTX range text and style (PushPop / StartEnd), like nvtx_sum."""
     groups = grouped_stats(export, queries.nvtx_durations(export))
-    rows = _summary_rows(groups, lambda g: {"name": g.key[0], "style": g.key[1]})
+    rows = _summary_rows(export, groups, lambda g: {"name": g.key[0], "style": g.key[1]})
     rows.sort(key=lambda r: (-r["total_ns"], r["instances"], str(r["name"]), r["style"]))
     return rows
 
@@ -70,7 +70,7 @@ def memory_summary(export: NsysExport) -> list[Row]:
     for time_query, size_query in queries.memory_ops(export):
         by_time += grouped_stats(export, time_query)
         by_size.update((g.key, g) for g in grouped_stats(export, size_query))
-    rows = _summary_rows(by_time, lambda g: {"name": g.key[0], "direction": _direction(g.key[0])})
+    rows = _summary_rows(export, by_time, lambda g: {"name": g.key[0], "direction": _direction(g.key[0])})
     for row in rows:
         size = by_size[(row["name"],)]
         row.update(
@@ -91,10 +91,11 @@ def _direction(operation: str) -> str:
     return inner[len("CUDA memcpy "):] if inner.startswith("CUDA memcpy ") else inner.replace("CUDA ", "")
 
 
-def _summary_rows(groups: Sequence[GroupStats], label) -> list[Row]:  # noqa: ANN001
+def _summary_rows(export: NsysExport, groups: Sequence[GroupStats], label) -> list[Row]:  # noqa: ANN001
     grand_total = sum(g.total for g in groups)
-    # nsys: round(total * 100.0 / grand_total, 1), rounded by SQLite.
-    pcts = sqlite_round([g.total * 100.0 / grand_total if grand_total else 0.0 for g in groups], 1)
+    # nsys: round(total * 100.0 / grand_total, 1), rounded by its SQLite.
+    pcts = round_like_nsys([g.total * 100.0 / grand_total if grand_total else 0.0 for g in groups], 1,
+                           export.rounding_mode)
     rows = []
     for g, pct in zip(groups, pcts):
         row: Row = label(g)

@@ -91,13 +91,27 @@ class NsysExport:
         self.tables = tables
         self._columns: dict[str, set[str]] = {}
         meta = self.meta_table("META_DATA_EXPORT")
-        capture = self.meta_table("META_DATA_CAPTURE")
         self.export_meta: dict[str, str] = meta
-        self.capture_meta: dict[str, str] = capture
         self.schema_version: str | None = meta.get("EXPORT_SCHEMA_VERSION") or _joined_version(meta)
-        self.nsys_version: str | None = _first(
-            capture, "NSYS_VERSION", "CAPTURE_NSYS_VERSION", "CLI_VERSION", "NSYS_BUILD_VERSION"
-        ) or _first(meta, "EXPORT_NSYS_VERSION", "EXPORT_VERSION", "NSYS_VERSION")
+        self.nsys_version: str | None = _first(meta, "EXPORT_PRODUCT_VERSION")
+        # Summaries round avg/med/stddev like the `nsys stats` of this nsys
+        # release; set it to match another release (stats.ROUNDING_MODES).
+        self.rounding_mode: str = self._default_rounding_mode()
+
+    def _default_rounding_mode(self) -> str:
+        """nsys up to 2023.x ships SQLite < 3.43 (legacy printf rounding); 2024
+        and later round the exact value half up.  Without a product version,
+        schema 3.7 and older count as 2023.
+        """
+        from profkit.nsys.stats import DECIMAL_HALF_UP, SQLITE_LEGACY
+
+        year = _leading_int(self.nsys_version)
+        if year is not None:
+            return SQLITE_LEGACY if year < 2024 else DECIMAL_HALF_UP
+        schema = tuple(_leading_ints(self.schema_version))
+        if schema and schema <= (3, 7):
+            return SQLITE_LEGACY
+        return DECIMAL_HALF_UP
 
     # -- context manager -------------------------------------------------
     def __enter__(self) -> NsysExport:
@@ -219,6 +233,20 @@ class NsysExport:
             )
         return ProfkitError(f"{self.path.name} is damaged or truncated ({exc})",
                             hint="export it again: nsys export --type sqlite REPORT.nsys-rep")
+
+
+def _leading_ints(version: str | None) -> list[int]:
+    out = []
+    for part in (version or "").split("."):
+        if not part.isdigit():
+            break
+        out.append(int(part))
+    return out
+
+
+def _leading_int(version: str | None) -> int | None:
+    parts = _leading_ints(version)
+    return parts[0] if parts else None
 
 
 def _first(d: dict[str, str], *keys: str) -> str | None:

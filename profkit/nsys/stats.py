@@ -25,7 +25,9 @@ proportional to the two columns, never to the table.
 from __future__ import annotations
 
 import itertools
-import sqlite3
+import math
+from decimal import ROUND_HALF_UP, Decimal
+from fractions import Fraction
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +37,20 @@ import numpy as np
 from profkit.nsys.reader import NsysExport
 
 _collector_ids = itertools.count()
+
+
+# How nsys rounds avg/median/stddev/percent to one decimal depends on the
+# SQLite inside the nsys that runs the report:
+# - SQLITE_LEGACY: SQLite before 3.43 (nsys 2023.4 ships 3.42).  round() prints
+#   with "%.1f", whose rounder adds 0.05 plus a fudge of x * 3e-16, so a value
+#   just below a tie (13065.65 is 13065.6499999999996 as a double) rounds up.
+# - DECIMAL_HALF_UP: newer SQLite (nsys 2025.3) rounds the exact binary value
+#   half away from zero: 13065.6499999999996 -> 13065.6, 70180.25 -> 70180.3.
+# Both are computed here exactly (fractions), so the result does not depend
+# on the SQLite that Python happens to link.
+SQLITE_LEGACY = "sqlite-legacy"
+DECIMAL_HALF_UP = "decimal-half-up"
+ROUNDING_MODES = (SQLITE_LEGACY, DECIMAL_HALF_UP)
 
 
 @dataclass(frozen=True)
@@ -133,10 +149,11 @@ def grouped_stats(export: NsysExport, query: ColumnsQuery) -> list[GroupStats]:
     its other columns (text columns first, then the other integer columns)."""
     ints, texts = collect_columns(export, query)
     keys: list[Sequence[Any]] = [*texts, *ints[:-1]]
-    return stats_from_columns(keys, ints[-1])
+    return stats_from_columns(keys, ints[-1], export.rounding_mode)
 
 
-def stats_from_columns(keys: Sequence[Sequence[Any]], values: np.ndarray) -> list[GroupStats]:
+def stats_from_columns(keys: Sequence[Sequence[Any]], values: np.ndarray,
+                       rounding: str = DECIMAL_HALF_UP) -> list[GroupStats]:
     if len(values) == 0:
         return []
     codes, unique_keys = _encode_keys(keys)
@@ -159,7 +176,7 @@ def stats_from_columns(keys: Sequence[Sequence[Any]], values: np.ndarray) -> lis
         int(a) if c % 2 else (int(a) + int(b)) / 2 for a, b, c in zip(lo.tolist(), hi.tolist(), counts.tolist())
     ]
     avgs = [int(t) / int(c) for t, c in zip(totals.tolist(), counts.tolist())]
-    rounded = sqlite_round([*avgs, *medians, *stddevs.tolist()], 1)
+    rounded = round_like_nsys([*avgs, *medians, *stddevs.tolist()], 1, rounding)
     n = len(starts)
     for i in range(n):
         results.append(GroupStats(
@@ -206,18 +223,41 @@ def _sort_by_group_then_value(codes: np.ndarray, values: np.ndarray) -> tuple[np
     return codes[order], values[order]
 
 
-_ROUNDER = sqlite3.connect(":memory:", check_same_thread=False)
+def round_like_nsys(values: Sequence[float | int], digits: int = 1,
+                    mode: str = DECIMAL_HALF_UP) -> list[float]:
+    """Round each value to ``digits`` decimals the way nsys's reports do (see ROUNDING_MODES)."""
+    if mode == SQLITE_LEGACY:
+        return [_round_sqlite_legacy(float(v), digits) for v in values]
+    if mode == DECIMAL_HALF_UP:
+        quantum = Decimal(1).scaleb(-digits)
+        return [float(Decimal(float(v)).quantize(quantum, rounding=ROUND_HALF_UP))
+                if math.isfinite(v) else float(v) for v in values]
+    raise ValueError(f"unknown rounding mode {mode!r}")
+
+
+def _round_sqlite_legacy(x: float, digits: int) -> float:
+    """SQLite 3.42's round(x, digits) for digits >= 1 (func.c roundFunc + printf.c etFLOAT).
+
+    printf adds ``rounder = 0.5 * 10**-digits`` and, when
+    ``digits + exponent2/3 < 15``, also ``x * 3e-16``; then it truncates to
+    ``digits`` decimals.  Values beyond 2**52 have no fraction to round.
+    """
+    if not math.isfinite(x) or x == 0 or abs(x) > 4503599627370496.0:
+        return x
+    # Not modelled: printf's 16-significant-digit cap, which changes results
+    # only from 1e15 up (11 days in ns; percentages never get there).
+    magnitude = abs(x)
+    exponent2 = math.frexp(magnitude)[1] - 1  # IEEE unbiased exponent
+    # C's int division truncates toward zero.
+    fudge = digits + int(exponent2 / 3) < 15
+    value = Fraction(magnitude) + Fraction(5, 10 ** (digits + 1))
+    if fudge:
+        value += Fraction(magnitude) * Fraction(3e-16)
+    scaled = math.floor(value * 10**digits)
+    result = float(Fraction(scaled, 10**digits))
+    return -result if x < 0 else result
 
 
 def sqlite_round(values: Sequence[float | int], digits: int) -> list[float]:
-    """Round with SQLite's ``round()``: the function nsys's reports use.
-
-    Python's ``round`` differs (``round(1.25, 1)`` is 1.2 in Python, 1.3 in
-    SQLite), so the values go through SQLite, 500 per statement.
-    """
-    out: list[float] = []
-    for start in range(0, len(values), 500):
-        chunk = values[start : start + 500]
-        sql = "SELECT " + ", ".join(f"round(?, {int(digits)})" for _ in chunk)
-        out.extend(_ROUNDER.execute(sql, [float(v) for v in chunk]).fetchone())
-    return out
+    """SQLite-3.42 ``round()`` (nsys 2023.4); kept for callers of the old name."""
+    return round_like_nsys(values, digits, SQLITE_LEGACY)

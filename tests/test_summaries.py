@@ -1,0 +1,217 @@
+"""Summaries equal `nsys stats` on every committed real export.
+
+The oracle CSVs beside each fixture were written by `nsys stats --format csv
+--timeunit nsec` (nsys 2025.3 for nsys2025_*, 2023.4 for nsys2023_*).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from profkit.analysis import summaries
+from profkit.cli import cli
+from profkit.nsys import open_export
+from profkit.nsys.stats import sqlite_round, stats_from_columns
+from tests.conftest import nsys_fixture, nsys_fixture_names, oracle_csv
+
+FIXTURES = nsys_fixture_names()
+NSYS_SQLITE3 = Path(__file__).parents[1] / ".tools/nsys/target-linux-x64/sqlite3"
+
+
+# -- oracle CSVs ---------------------------------------------------------------
+def read_oracle(export_name: str, report: str) -> list[dict[str, str]]:
+    """Rows of an oracle CSV; ``[]`` when nsys wrote no table (no such data)."""
+    path = oracle_csv(export_name, report)
+    if not path.exists():
+        pytest.skip(f"no oracle {path.name}")
+    lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
+    header_at = next((i for i, ln in enumerate(lines) if ln.startswith(("Time", "Total"))), None)
+    if header_at is None:
+        return []
+    header = next(csv.reader([lines[header_at]]))
+    rows = []
+    for line in lines[header_at + 1 :]:
+        # nsys quotes a name that holds commas but does not double the quotes
+        # inside it, so csv cannot parse it; every column before the last
+        # (the name) is a plain number or word.
+        fields = line.split(",", len(header) - 1)
+        last = fields[-1]
+        if len(last) >= 2 and last[0] == '"' and last[-1] == '"':
+            last = last[1:-1]
+        rows.append(dict(zip(header, [*fields[:-1], last])))
+    return rows
+
+
+def _num(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def _column(row: dict[str, str], *prefixes: str) -> str:
+    for key, value in row.items():
+        if key and any(key.startswith(p) for p in prefixes):
+            return value
+    raise KeyError(f"none of {prefixes} in {list(row)}")
+
+
+def assert_rows_equal(mine: list[dict], oracle: list[dict[str, str]], key) -> None:  # noqa: ANN001
+    """Same set of names, and every figure equal to nsys's, to 0.1 ns."""
+    assert len(mine) == len(oracle), (len(mine), len(oracle))
+    by_key = {key(r): r for r in mine}
+    assert len(by_key) == len(mine), "duplicate names in profkit's rows"
+    for want in oracle:
+        k = key(want)
+        assert k in by_key, f"{k!r} missing from profkit rows"
+        got = by_key[k]
+        assert got["total_ns"] == int(_num(_column(want, "Total Time"))), k
+        assert got["instances"] == int(_num(_column(want, "Instances", "Num Calls", "Count"))), k
+        assert got["avg_ns"] == _num(_column(want, "Avg")), k
+        assert got["med_ns"] == _num(_column(want, "Med")), k
+        assert got["min_ns"] == int(_num(_column(want, "Min"))), k
+        assert got["max_ns"] == int(_num(_column(want, "Max"))), k
+        assert got["stddev_ns"] == _num(_column(want, "StdDev")), k
+        assert got["time_pct"] == _num(_column(want, "Time")), k
+    totals = [r["total_ns"] for r in mine]
+    assert totals == sorted(totals, reverse=True)
+
+
+def test_fixtures_present() -> None:
+    assert any(n.startswith("nsys2025_") for n in FIXTURES), "no nsys 2025.3 fixtures"
+    assert any(n.startswith("nsys2023_") for n in FIXTURES), "no nsys 2023.4 fixtures"
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_kernel_summary_equals_cuda_gpu_kern_sum(name: str) -> None:
+    oracle = read_oracle(name, "cuda_gpu_kern_sum")
+    with open_export(nsys_fixture(name)) as export:
+        rows = summaries.kernel_summary(export)
+    assert rows, "fixture has kernels"
+    assert_rows_equal(rows, oracle, key=lambda r: r["name"] if "name" in r else r["Name"])
+    assert list(rows[0]) == list(summaries.SUMMARY_KEYS)
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_api_summary_equals_cuda_api_sum(name: str) -> None:
+    oracle = read_oracle(name, "cuda_api_sum")
+    with open_export(nsys_fixture(name)) as export:
+        rows = summaries.api_summary(export)
+    assert_rows_equal(rows, oracle, key=lambda r: r["name"] if "name" in r else r["Name"])
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_nvtx_summary_equals_nvtx_sum(name: str) -> None:
+    oracle = read_oracle(name, "nvtx_sum")
+    with open_export(nsys_fixture(name)) as export:
+        if not oracle and not export.has_table("NVTX_EVENTS"):
+            return
+        rows = summaries.nvtx_summary(export)
+    assert_rows_equal(rows, oracle, key=lambda r: (r["name"], r["style"]) if "name" in r else (r["Range"], r["Style"]))
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_memory_summary_equals_mem_time_and_size_sums(name: str) -> None:
+    time_oracle = read_oracle(name, "cuda_gpu_mem_time_sum")
+    size_oracle = read_oracle(name, "cuda_gpu_mem_size_sum")
+    with open_export(nsys_fixture(name)) as export:
+        rows = summaries.memory_summary(export)
+    assert_rows_equal(rows, time_oracle, key=lambda r: r["name"] if "name" in r else r["Operation"])
+    by_name = {r["name"]: r for r in rows}
+    assert len(size_oracle) == len(rows)
+    for want in size_oracle:
+        got = by_name[want["Operation"]]
+        assert got["instances"] == int(_num(want["Count"]))
+        total_key = next(k for k in want if k.startswith("Total"))
+        scale = _bytes_per_unit(total_key)
+        assert got["total_bytes"] == pytest.approx(_num(want[total_key]) * scale, abs=scale * 0.0005 + 0.5)
+        assert got["min_bytes"] == pytest.approx(_num(_column(want, "Min")) * scale, abs=scale * 0.0005 + 0.5)
+        assert got["max_bytes"] == pytest.approx(_num(_column(want, "Max")) * scale, abs=scale * 0.0005 + 0.5)
+
+
+def _bytes_per_unit(header: str) -> float:
+    unit = header[header.find("(") + 1 : header.find(")")] if "(" in header else "B"
+    return {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3}[unit]
+
+
+# -- the statistics engine -------------------------------------------------
+def _nsys_sqlite_stats(groups: dict[int, list[int]]) -> dict[int, tuple]:
+    """The figures nsys's own SQLite build computes (median/stdev are its C functions)."""
+    rows = ",".join(f"({k},{v})" for k, vs in groups.items() for v in vs)
+    sql = (f"CREATE TABLE t(k, v); INSERT INTO t VALUES {rows};"
+           "SELECT k, count(*), sum(v), round(avg(v),1), round(median(v),1), min(v), max(v),"
+           " round(stdev(v),1) FROM t GROUP BY k;")
+    out = subprocess.run([str(NSYS_SQLITE3), ":memory:"], input=sql, capture_output=True, text=True,
+                         check=True).stdout
+    result = {}
+    for line in out.split():
+        f = line.split("|")
+        result[int(f[0])] = (int(f[1]), int(f[2]), float(f[3]), float(f[4]), int(f[5]), int(f[6]), float(f[7]))
+    return result
+
+
+def _random_groups(seed: int) -> dict[int, list[int]]:
+    rng = random.Random(seed)
+    groups: dict[int, list[int]] = {}
+    for key in range(3000):
+        n = rng.choice([1, 2, 3, 4, 5, 8, 64])
+        small = rng.random() < 0.5  # small values hit x.x5 rounding boundaries often
+        groups[key] = [rng.randint(0, 20) if small else rng.randint(0, 10**10) for _ in range(n)]
+    return groups
+
+
+@pytest.mark.skipif(not NSYS_SQLITE3.exists(), reason="nsys 2023.4 kit not unpacked in .tools/")
+@pytest.mark.parametrize("seed", [1, 2])
+def test_engine_equals_nsys_sqlite_functions(seed: int) -> None:
+    groups = _random_groups(seed)
+    expected = _nsys_sqlite_stats(groups)
+    keys = np.array([k for k, vs in groups.items() for _ in vs], dtype=np.int64)
+    values = np.array([v for vs in groups.values() for v in vs], dtype=np.int64)
+    order = np.random.default_rng(seed).permutation(len(values))  # the engine must not rely on order
+    got = {s.key[0]: (s.count, s.total, s.avg, s.med, s.min, s.max, s.stddev)
+           for s in stats_from_columns([keys[order]], values[order])}
+    assert got == expected
+
+
+def test_engine_definitions_by_hand() -> None:
+    # median of an even count is the mean of the middle two; stddev is the
+    # sample one (n - 1); one value has stddev 0; avg 1.25 rounds to 1.3 as
+    # SQLite rounds (Python's round gives 1.2).
+    keys = [np.array([7, 7, 7, 7, 9, 3, 3], dtype=np.int64)]
+    values = np.array([1, 2, 4, 10, 5, 1, 1], dtype=np.int64)
+    by_key = {s.key[0]: s for s in stats_from_columns(keys, values)}
+    a = by_key[7]
+    assert (a.count, a.total, a.avg, a.med, a.min, a.max) == (4, 17, 4.3, 3.0, 1, 10)
+    assert a.stddev == 4.0  # sqrt(((1-4.25)^2+(2-4.25)^2+(4-4.25)^2+(10-4.25)^2)/3) = 4.031
+    assert by_key[9].stddev == 0.0 and by_key[9].med == 5.0
+    assert by_key[3].avg == 1.0
+    assert sqlite_round([1.25, 0.35, -1.25], 1) == [1.3, 0.4, -1.3]
+    keys = [np.array([1, 1, 1, 1], dtype=np.int64)]
+    assert stats_from_columns(keys, np.array([1, 1, 1, 2], dtype=np.int64))[0].avg == 1.3
+
+
+# -- top_n -------------------------------------------------------------------
+def _row(name: str, total: int, n: int, lo: int, hi: int) -> dict:
+    return {"name": name, "time_pct": 0.0, "total_ns": total, "instances": n, "avg_ns": total / n,
+            "med_ns": 1.0, "min_ns": lo, "max_ns": hi, "stddev_ns": 1.0}
+
+
+def test_top_n_sums_the_rest_into_one_row() -> None:
+    rows = [_row("a", 500, 5, 10, 200), _row("b", 300, 3, 50, 150), _row("c", 150, 10, 1, 30),
+            _row("d", 50, 2, 20, 30)]
+    cut = summaries.top_n(rows, 2)
+    assert [r["name"] for r in cut] == ["a", "b", "(other 2)"]
+    other = cut[-1]
+    assert other["total_ns"] == 200 and other["instances"] == 12
+    assert other["min_ns"] == 1 and other["max_ns"] == 30
+    assert other["avg_ns"] == round(200 / 12, 1)
+    assert other["med_ns"] is None and other["stddev_ns"] is None
+    assert other["time_pct"] == 20.0
+    assert summaries.top_n(rows, 3) == rows  # "(other 1)" would hide a row for nothing
+    assert summaries.top_n(rows, 10) == rows
