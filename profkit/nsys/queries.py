@@ -139,3 +139,100 @@ def memory_ops(export: NsysExport) -> list[tuple[ColumnsQuery, ColumnsQuery]]:
             ColumnsQuery(MEMSET.table, MEMSET.table, ("bytes",), name),
         ))
     return pairs
+
+
+# -- the capture (for `profkit info` and the report header) -------------------
+# Needs nothing; reads whichever of these exist:
+#   META_DATA_EXPORT, TARGET_INFO_GPU, ANALYSIS_DETAILS, TARGET_INFO_SESSION_START_TIME,
+#   PROCESSES, META_DATA_CAPTURE (only PROCESS_<n>:COMMAND/ARGUMENT_<k> and
+#   CAPTURE_EVENT_TYPE rows: the same table holds PROCESS_<n>:ENVIRONMENT_VARIABLE
+#   rows with the profiled process's environment), StringIds (library paths).
+# Never TARGET_INFO_SYSTEM_ENV: it holds the profiled process's environment.
+GPU_COLUMNS = {
+    "id": "id", "name": "name", "chip": "chipName", "sm_count": "smCount",
+    "memory_bandwidth": "memoryBandwidth", "total_memory": "totalMemory", "clock_rate": "clockRate",
+    "l2_cache_size": "l2CacheSize", "compute_major": "computeMajor", "compute_minor": "computeMinor",
+    "bus_location": "busLocation", "max_warps_per_sm": "maxWarpsPerSm",
+}
+
+
+def gpus(export: NsysExport) -> list[dict]:
+    if not export.has_table("TARGET_INFO_GPU"):
+        return []
+    present = {key: col for key, col in GPU_COLUMNS.items() if export.has_column("TARGET_INFO_GPU", col)}
+    if not present:
+        return []
+    cols = ", ".join(f'"{col}"' for col in present.values())
+    return [dict(zip(present, row)) for row in export.rows(f"SELECT {cols} FROM TARGET_INFO_GPU ORDER BY id")]
+
+
+def analysis_window(export: NsysExport) -> tuple[int, int, int] | None:
+    """(start, stop, duration) of the capture in ns, from ANALYSIS_DETAILS."""
+    if not export.has_table("ANALYSIS_DETAILS") or not {"startTime", "stopTime", "duration"} <= export.columns(
+        "ANALYSIS_DETAILS"
+    ):
+        return None
+    row = export.rows("SELECT min(startTime), max(stopTime), max(duration) FROM ANALYSIS_DETAILS")
+    return row[0] if row and row[0][0] is not None else None
+
+
+def session_start_utc(export: NsysExport) -> str | None:
+    if not export.has_column("TARGET_INFO_SESSION_START_TIME", "utcTime"):
+        return None
+    return export.scalar("SELECT utcTime FROM TARGET_INFO_SESSION_START_TIME LIMIT 1")
+
+
+_SAFE_CAPTURE_KEY = r"""(name = 'CAPTURE_EVENT_TYPE' OR name GLOB 'PROCESS_[0-9]*:COMMAND'
+    OR name GLOB 'PROCESS_[0-9]*:ARGUMENT_[0-9]*')"""
+
+
+def capture_settings(export: NsysExport) -> list[tuple[str, str]]:
+    """Traced event types and launched command lines; never the environment rows."""
+    if not {"name", "value"} <= export.columns("META_DATA_CAPTURE"):
+        return []
+    return export.rows(f"SELECT name, value FROM META_DATA_CAPTURE WHERE {_SAFE_CAPTURE_KEY} ORDER BY rowid")
+
+
+def processes(export: NsysExport, global_pids: list[int]) -> dict[int, str]:
+    """Process names by globalPid, for the given processes."""
+    if not {"globalPid", "name"} <= export.columns("PROCESSES") or not global_pids:
+        return {}
+    marks = ",".join("?" * len(global_pids))
+    return dict(export.rows(f"SELECT globalPid, name FROM PROCESSES WHERE globalPid IN ({marks})", global_pids))
+
+
+def library_paths(export: NsysExport) -> list[str]:
+    """Loaded libcuda/libcudart paths that backtraces recorded in StringIds (carry versions)."""
+    if not export.has_table("StringIds"):
+        return []
+    return [r[0] for r in export.rows(
+        "SELECT value FROM StringIds WHERE value GLOB '*/libcuda.so.*' OR value GLOB '*/libcudart.so.*' LIMIT 50")]
+
+
+def gpu_activity(export: NsysExport) -> list[ColumnsQuery]:
+    """(deviceId, start, end) of every kernel, memcpy and memset."""
+    out = []
+    for req in (KERNELS, MEMCPY, MEMSET):
+        if export.has_table(req.table) and {"start", "end"} <= export.columns(req.table):
+            device = "deviceId" if export.has_column(req.table, "deviceId") else "0"
+            out.append(ColumnsQuery(req.table, req.table, (device, "start", '"end"')))
+    return out
+
+
+def activity_counts(export: NsysExport) -> dict[str, int]:
+    tables = {"kernels": KERNELS.table, "memcpys": MEMCPY.table, "memsets": MEMSET.table,
+              "api_calls": RUNTIME.table}
+    counts = {key: export.scalar(f'SELECT count(*) FROM "{t}"') if export.has_table(t) else 0
+              for key, t in tables.items()}
+    if export.has_column(NVTX.table, "eventType"):
+        counts["nvtx_ranges"] = export.scalar(
+            f"SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN ({', '.join(map(str, NVTX_RANGE_TYPES))})")
+    else:
+        counts["nvtx_ranges"] = 0
+    return counts
+
+
+def kernel_processes(export: NsysExport) -> list[int]:
+    if not export.has_column(KERNELS.table, "globalPid"):
+        return []
+    return [r[0] for r in export.rows("SELECT DISTINCT globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL")]
