@@ -16,7 +16,7 @@
     fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e)); return 1; } } while (0)
 
 template <int ACC, int STATIC_SMEM_FLOATS>
-__global__ void probe_kernel(const float* __restrict__ in, float* __restrict__ out, int n) {
+__global__ void probe_kernel(const float* __restrict__ in, float* __restrict__ out, int n, int dyn_floats) {
     extern __shared__ float dyn[];
     __shared__ float fixed[STATIC_SMEM_FLOATS > 0 ? STATIC_SMEM_FLOATS : 1];
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -32,7 +32,8 @@ __global__ void probe_kernel(const float* __restrict__ in, float* __restrict__ o
 #pragma unroll
     for (int k = 0; k < ACC; ++k) s += acc[k];
     fixed[threadIdx.x % (STATIC_SMEM_FLOATS > 0 ? STATIC_SMEM_FLOATS : 1)] = s;
-    dyn[threadIdx.x] = s;  // every launch has >= blockDim floats of dynamic smem or 0 (then unused)
+    // launches without dynamic shared memory must not touch it (illegal address)
+    if (dyn_floats > 0) dyn[threadIdx.x % dyn_floats] = s;
     __syncthreads();
     if (i < n) out[i] = s + fixed[(threadIdx.x + 1) % (STATIC_SMEM_FLOATS > 0 ? STATIC_SMEM_FLOATS : 1)];
 }
@@ -78,7 +79,8 @@ int main(int argc, char** argv) {
                         // a thinned grid for ncu: every register variant, a spread of shapes
                         if (blocks <= 0 || (bs % 96 != 0 && bs != 128 && bs != 1024) ||
                             (smem != 0 && smem != 49152 && smem != 102400 && smem != 232448)) continue;
-                        void* args[] = {&in, &out, &n};
+                        int dyn_floats = smem / (int)sizeof(float);
+                        void* args[] = {&in, &out, &n, &dyn_floats};
                         CHECK(cudaLaunchKernel(v.fn, dim3(prop.multiProcessorCount * 3 + 7), dim3(bs), args, smem, 0));
                         ++launched;
                         continue;
