@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -17,20 +18,54 @@ import torch
 CSRC = Path(__file__).parent / "csrc"
 
 
-@contextlib.contextmanager
-def nvtx_range(name: str):
-    """An NVTX push/pop range; the nvtx package when present, else torch's."""
+NVTX_DOMAIN = "samples"
+
+
+def _nvtx_domain(name: str):
+    """The nvtx package's domain; None without the package.
+
+    nvtx >= 0.2.11 returns a do-nothing DummyDomain when the attached tool
+    answers nvtxDomainIsEnabled() with 0, which Nsight Systems 2023.4 does
+    while recording domain ranges fine: then build the real Domain past the
+    check (the same workaround as profkit/capture/sync_hook.py).
+    """
     try:
         import nvtx
-
-        with nvtx.annotate(name, domain="samples"):
-            yield
     except ImportError:
-        torch.cuda.nvtx.range_push(name)
+        return None
+    domain = nvtx.get_domain(name)
+    if type(domain).__name__ == "DummyDomain" and os.environ.get("NVTX_INJECTION64_PATH"):
+        from nvtx._lib import lib
+
+        real = object.__new__(lib.Domain)
+        real.handle = lib.DomainHandle(name)
+        real.__init__(name)
+        return real
+    return domain
+
+
+_domain = None
+
+
+@contextlib.contextmanager
+def nvtx_range(name: str):
+    """An NVTX push/pop range in the "samples" domain (torch's default-domain
+    ranges when the nvtx package is missing)."""
+    global _domain
+    if _domain is None:
+        _domain = _nvtx_domain(NVTX_DOMAIN) or False
+    if _domain:
+        _domain.push_range(_domain.get_event_attributes(message=name))
         try:
             yield
         finally:
-            torch.cuda.nvtx.range_pop()
+            _domain.pop_range()
+        return
+    torch.cuda.nvtx.range_push(name)
+    try:
+        yield
+    finally:
+        torch.cuda.nvtx.range_pop()
 
 
 @dataclass
@@ -48,7 +83,11 @@ class Timing:
 
 def benchmark(name: str, fn: Callable[[], object], warmup: int = 3, trials: int = 10) -> Timing:
     """Time fn on the GPU: warm-up (compiles, caches), then `trials` timed calls,
-    each bracketed by torch.cuda.synchronize so the wall time covers the kernels."""
+    each bracketed by torch.cuda.synchronize so the wall time covers the kernels.
+
+    NVTX: "<name>/warmup" around the warm-up, "<name>" around the trials, and
+    "<name>/call" around each trial, so a trace gives the number of calls and
+    the time of each (scripts/samples_table.py reads them)."""
     with nvtx_range(f"{name}/warmup"):
         for _ in range(warmup):
             fn()
@@ -56,10 +95,11 @@ def benchmark(name: str, fn: Callable[[], object], warmup: int = 3, trials: int 
     times = []
     with nvtx_range(name):
         for _ in range(trials):
-            start = time.perf_counter()
-            fn()
-            torch.cuda.synchronize()
-            times.append((time.perf_counter() - start) * 1e3)
+            with nvtx_range(f"{name}/call"):
+                start = time.perf_counter()
+                fn()
+                torch.cuda.synchronize()
+                times.append((time.perf_counter() - start) * 1e3)
     return Timing(name, statistics.median(times), min(times), max(times), trials)
 
 

@@ -1,0 +1,297 @@
+"""Run a program under `nsys profile` and export SQLite.
+
+Why the command line looks the way it does:
+- ``-t cuda,nvtx,osrt``: kernels and memcpys, the user's (and the sync
+  hook's) NVTX ranges, and OS runtime calls for CPU-side stalls;
+- ``--sample=none --cpuctxsw=none``: CPU sampling needs perf_event access
+  and makes exports much bigger, and no profkit analysis reads it;
+- ``--export sqlite``: the export profkit reads, made in the same run;
+- the output goes to a temporary folder and TMPDIR points there too: nsys
+  writes its multi-GB ``.qdstrm`` capture into TMPDIR (2023.4 and 2025.3
+  both print "Generating '$TMPDIR/nsys-report-XXXX.qdstrm'"), so a crashed
+  import never leaves gigabytes behind in the user's folders.
+- with ``--nvtx-only RANGE``: ``--capture-range=nvtx --nvtx-capture=RANGE@*``
+  (any domain, unless RANGE names one) and ``--capture-range-end=stop`` so
+  the program runs to its end instead of being shut down (nsys's default);
+  NSYS_NVTX_PROFILER_REGISTER_ONLY=0 lets unregistered NVTX strings (most
+  Python code) start the capture.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import subprocess
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from profkit.errors import ProfkitError
+
+TRACE_APIS = "cuda,nvtx,osrt"
+
+# nsys options profkit sets itself; a user's --nsys-args replacing one of
+# them wins, so ours is dropped.  Short forms map to the long ones.
+_SHORT_OPTIONS = {"-t": "--trace", "-s": "--sample", "-c": "--capture-range", "-p": "--nvtx-capture",
+                  "-f": "--force-overwrite", "-o": "--output"}
+_PROFKIT_SET = ("--trace", "--sample", "--cpuctxsw", "--export", "--force-overwrite",
+                "--capture-range", "--nvtx-capture", "--capture-range-end")
+# Options that would move or rename the files profkit has to find afterwards.
+_FORBIDDEN = {"--output": "use `profkit trace -o DIR` to choose the run folder"}
+
+
+@dataclass(frozen=True)
+class ProfileRequest:
+    """What to profile and how."""
+
+    program: Sequence[str]  # full argv of the program to run under nsys
+    output_base: Path  # <dir>/<name> without extension; nsys adds .nsys-rep / .sqlite
+    nvtx_range: str | None = None
+    extra_args: Sequence[str] = ()  # passed through from --nsys-args
+
+
+def option_names(args: Sequence[str]) -> set[str]:
+    """Long option names present in an nsys argument list (``-t x`` and ``--trace=x`` -> --trace)."""
+    names = set()
+    for arg in args:
+        if not arg.startswith("-"):
+            continue
+        name = arg.split("=", 1)[0]
+        names.add(_SHORT_OPTIONS.get(name, name))
+    return names
+
+
+def nvtx_capture_spec(range_name: str) -> str:
+    """nsys's ``--nvtx-capture`` value: ``range@domain`` as given, else ``range@*`` (any domain)."""
+    if re.search(r"(?<!\\)@", range_name):
+        return range_name
+    return f"{range_name}@*"
+
+
+def build_profile_command(nsys: Path | str, request: ProfileRequest) -> list[str]:
+    """The full ``nsys profile ...`` argv."""
+    user = list(request.extra_args)
+    user_names = option_names(user)
+    for name, why in _FORBIDDEN.items():
+        if name in user_names:
+            raise ProfkitError(f"--nsys-args may not set {name}", hint=why)
+    ours: list[tuple[str, ...]] = [
+        ("--trace", f"--trace={TRACE_APIS}"),
+        ("--sample", "--sample=none"),
+        ("--cpuctxsw", "--cpuctxsw=none"),
+        ("--export", "--export=sqlite"),
+        ("--force-overwrite", "--force-overwrite=true"),
+    ]
+    if request.nvtx_range:
+        ours += [
+            ("--capture-range", "--capture-range=nvtx"),
+            ("--nvtx-capture", f"--nvtx-capture={nvtx_capture_spec(request.nvtx_range)}"),
+            ("--capture-range-end", "--capture-range-end=stop"),
+        ]
+    cmd = [str(nsys), "profile"]
+    for name, arg in ours:
+        if name not in user_names:
+            cmd.append(arg)
+    cmd += [f"--output={request.output_base}", *user, *request.program]
+    return cmd
+
+
+def build_export_command(nsys: Path | str, report: Path, sqlite: Path) -> list[str]:
+    """``nsys export`` for a report whose SQLite export is missing."""
+    return [str(nsys), "export", "--type=sqlite", "--force-overwrite=true", f"--output={sqlite}", str(report)]
+
+
+def profile_environment(base: Mapping[str, str], temp_dir: Path, *, nvtx_range: str | None,
+                        sync_sites: bool) -> dict[str, str]:
+    """Environment for nsys and the program under it."""
+    env = dict(base)
+    original_tmp = env.get("TMPDIR") or "/tmp"
+    env["TMPDIR"] = str(temp_dir)
+    # TMPDIR also moves torch.compile's cache (inductor keeps it under
+    # gettempdir()); pin it to where it would be without us so compiled
+    # kernels are reused instead of rebuilt inside the profile.
+    if "TORCHINDUCTOR_CACHE_DIR" not in env:
+        env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(original_tmp, f"torchinductor_{_user_name(env)}")
+    env.setdefault("PYTHONUNBUFFERED", "1")  # program output arrives as it is printed
+    env["PROFKIT_SYNC_SITES"] = "1" if sync_sites else "0"
+    if nvtx_range:
+        env.setdefault("NSYS_NVTX_PROFILER_REGISTER_ONLY", "0")
+    return env
+
+
+def _user_name(env: Mapping[str, str]) -> str:
+    # torch._inductor.runtime.cache_dir_utils: getpass.getuser() with \/:*?"<>| replaced by _
+    import getpass
+
+    try:
+        name = getpass.getuser()
+    except (KeyError, OSError):
+        name = env.get("USER", "unknown")
+    return re.sub(r'[\\/:*?"<>|]', "_", name)
+
+
+# -- watching nsys's output --------------------------------------------------
+
+# "[1/2] [=====95%  ] trace.nsys-rep": nsys's import/export progress bars.
+_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\] \[[= ]*(\d+)%[= ]*\] (\S+)\s*$")
+_GENERATING = re.compile(r"^Generating '.*\.qdstrm'\s*$")
+_CHATTER = re.compile(r"^(Collecting data\.\.\.|Generated:|Processing events\.\.\.|"
+                      r"Capture range (started|ended).*)\s*$")
+_GENERATED_PATH = re.compile(r"^\s+/\S+\.(nsys-rep|qdrep|sqlite|qdstrm)\s*$")
+
+
+@dataclass
+class NsysEvent:
+    """What a segment of nsys's stdout means: a stage change, progress, or program output."""
+
+    kind: str  # stage | progress | chatter | output
+    stage: str | None = None  # profiling | importing | exporting
+    percent: int | None = None
+    text: str = ""
+
+
+def classify(segment: str) -> NsysEvent:
+    """Tell nsys's own messages from the program's output (one line or \\r-segment)."""
+    match = _PROGRESS.match(segment)
+    if match:
+        target = match.group(4)
+        stage = "exporting" if target.endswith(".sqlite") else "importing"
+        return NsysEvent("progress", stage, int(match.group(3)), segment)
+    if _GENERATING.match(segment):
+        return NsysEvent("stage", "importing", None, segment)
+    if _CHATTER.match(segment) or _GENERATED_PATH.match(segment):
+        return NsysEvent("chatter", None, None, segment)
+    return NsysEvent("output", None, None, segment)
+
+
+class Reporter:
+    """Callbacks from ``run_nsys``; the CLI shows them, tests record them."""
+
+    def stage(self, name: str, detail: str = "") -> None: ...
+
+    def progress(self, percent: int) -> None: ...
+
+    def output(self, text: str, stream: str) -> None: ...
+
+
+@dataclass
+class ProcessResult:
+    returncode: int
+    interrupted: bool = False
+    tail: list[str] = field(default_factory=list)  # last nsys/program lines, for error messages
+
+
+def run_streaming(cmd: Sequence[str], *, env: Mapping[str, str], cwd: Path | None, log_path: Path,
+                  reporter: Reporter, classify_stdout: Callable[[str], NsysEvent] = classify) -> ProcessResult:
+    """Run cmd, copying its output to log_path and to the reporter as it arrives.
+
+    stdout segments are classified (nsys's stage messages become stage and
+    progress calls, the rest is program output); stderr is program output.
+    Ctrl-C is passed to the child once and then waited out, because nsys
+    answers SIGINT by stopping the capture and still writing the report.
+    """
+    try:
+        proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL)
+    except OSError as exc:
+        raise ProfkitError(f"cannot run {cmd[0]}: {exc.strerror or exc}") from None
+    chunks: queue.Queue[tuple[str, bytes]] = queue.Queue()
+    readers = [threading.Thread(target=_pump, args=(pipe, name, chunks), daemon=True)
+               for pipe, name in ((proc.stdout, "stdout"), (proc.stderr, "stderr"))]
+    for reader in readers:
+        reader.start()
+    pending = {"stdout": "", "stderr": ""}
+    tail: list[str] = []
+    interrupted = False
+    open_streams = 2
+    with open(log_path, "ab") as log:
+        while open_streams:
+            try:
+                stream, data = chunks.get()
+            except KeyboardInterrupt:
+                if interrupted:
+                    proc.kill()
+                    raise
+                interrupted = True
+                _forward_sigint(proc)
+                reporter.stage("interrupted", "waiting for nsys to write what it captured (Ctrl-C again to abort)")
+                continue
+            if not data:
+                open_streams -= 1
+                if pending[stream]:
+                    _handle(pending[stream], "", stream, reporter, classify_stdout, tail)
+                    pending[stream] = ""
+                continue
+            log.write(data)
+            log.flush()
+            text = pending[stream] + data.decode("utf-8", errors="replace")
+            pieces = re.split(r"(\r\n|\r|\n)", text)
+            # pieces alternate text, separator; the last text has no separator yet
+            for i in range(0, len(pieces) - 1, 2):
+                _handle(pieces[i], pieces[i + 1], stream, reporter, classify_stdout, tail)
+            pending[stream] = pieces[-1]
+        while True:
+            try:
+                returncode = proc.wait()
+                break
+            except KeyboardInterrupt:
+                if interrupted:
+                    proc.kill()
+                    raise
+                interrupted = True
+                _forward_sigint(proc)
+    return ProcessResult(returncode, interrupted, tail[-20:])
+
+
+def _pump(pipe, name: str, chunks: queue.Queue) -> None:
+    fd = pipe.fileno()
+    while True:
+        try:
+            data = os.read(fd, 65536)
+        except OSError:
+            data = b""
+        chunks.put((name, data))
+        if not data:
+            pipe.close()
+            return
+
+
+def _handle(segment: str, separator: str, stream: str, reporter: Reporter,
+            classify_stdout: Callable[[str], NsysEvent], tail: list[str]) -> None:
+    if not segment and separator == "\r":
+        return  # the start of a progress bar redraw, not a blank line
+    if segment.strip():
+        tail.append(segment)
+        del tail[:-40]
+    if stream == "stderr":
+        reporter.output(segment + ("\n" if separator else ""), stream)
+        return
+    event = classify_stdout(segment)
+    if event.kind == "output":
+        # keep the program's own line structure; a bare \r (progress bars) becomes a newline
+        reporter.output(segment + ("\n" if separator else ""), stream)
+    elif event.kind == "stage":
+        reporter.stage(event.stage or "importing")
+    elif event.kind == "progress":
+        reporter.stage(event.stage or "importing")
+        if event.percent is not None:
+            reporter.progress(event.percent)
+
+
+def _forward_sigint(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        try:
+            proc.send_signal(signal.SIGINT)
+        except OSError:
+            pass
+
+
+def run_export(nsys: Path | str, report: Path, sqlite: Path, *, env: Mapping[str, str], log_path: Path,
+               reporter: Reporter) -> ProcessResult:
+    """``nsys export`` a report whose SQLite nsys did not write itself."""
+    reporter.stage("exporting")
+    return run_streaming(build_export_command(nsys, report, sqlite), env=env, cwd=None, log_path=log_path,
+                         reporter=reporter)

@@ -1,0 +1,321 @@
+"""`profkit trace` as a library call: profile a program, optionally ncu its top
+kernels, and write the report into a run folder.
+
+    result = run_trace(TraceOptions(target="train.py", args=["--steps", "20"]), reporter)
+
+Failure policy (the CLI turns it into exit codes):
+- no nsys, no GPU, no such script: ProfkitError before anything runs;
+- the program fails or is interrupted: whatever nsys captured is kept, the
+  report is built from it and marked partial, and ``result.exit_code`` is
+  the program's exit status;
+- nsys captures nothing: ProfkitError carrying the program's exit status.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, is_dataclass
+from pathlib import Path
+from typing import Any
+
+import profkit
+from profkit.capture import ncu as ncu_mod
+from profkit.capture import nsys as nsys_mod
+from profkit.capture.gpu import detect_gpus
+from profkit.capture.nsys import ProfileRequest, Reporter
+from profkit.capture.run import (
+    DEFAULT_RUNS_DIR,
+    LOG,
+    NCU_CSV,
+    NSYS_REP,
+    SQLITE,
+    TRACE_BASENAME,
+    RunRecord,
+    Stopwatch,
+    create_run_dir,
+)
+from profkit.capture.tools import FoundTool, nsys_layout_problem, require_tool, tool_version
+from profkit.errors import ProfkitError
+
+LAUNCH_MODULE = "profkit.capture.launch"
+
+
+@dataclass
+class TraceOptions:
+    target: str  # script.py, a module name (module=True), or an executable
+    args: Sequence[str] = ()
+    module: bool = False
+    output: Path | None = None  # the run folder; default profkit-runs/<script>-<time>/
+    runs_dir: Path = DEFAULT_RUNS_DIR
+    ncu_top: int = 0
+    nvtx_range: str | None = None
+    sync_sites: bool = True
+    nsys_args: Sequence[str] = ()
+    python: str = sys.executable
+    temp_root: Path | None = None  # where the .qdstrm goes; default: the system temp folder
+    check_gpu: bool = True
+    top: int = 10  # kernels kept for the terminal summary
+
+
+@dataclass
+class TraceResult:
+    run_dir: Path
+    record: RunRecord
+    export: Path
+    report: Any  # profkit.report.ReportPaths
+    kernels: list[dict[str, Any]] = field(default_factory=list)  # busiest first
+    total_gpu_ns: int = 0
+    exit_code: int = 0
+
+
+class ProgramFailed(ProfkitError):
+    """nsys captured nothing; exits with the program's status when it failed."""
+
+    def __init__(self, message: str, exit_code: int, hint: str | None = None) -> None:
+        super().__init__(message, hint)
+        self.exit_code = exit_code if exit_code else ProfkitError.exit_code
+
+
+def program_argv(options: TraceOptions) -> list[str]:
+    """The argv run under nsys: through the sync-site launcher, or as given."""
+    target, args = options.target, list(options.args)
+    if options.module:
+        entry = ["-m", target]
+    elif target.endswith(".py") or not _is_native_executable(target):
+        if not Path(target).is_file():
+            raise ProfkitError(f"{target}: no such script")
+        entry = [target]
+    else:
+        return [str(Path(target).resolve()) if os.sep in target else target, *args]
+    if options.sync_sites:
+        return [options.python, "-m", LAUNCH_MODULE, *entry, *args]
+    return [options.python, *entry, *args]
+
+
+def _is_native_executable(target: str) -> bool:
+    path = Path(target)
+    if path.is_file():
+        if not os.access(path, os.X_OK):
+            return False
+        with open(path, "rb") as fh:
+            return fh.read(4) == b"\x7fELF"
+    return shutil.which(target) is not None and not target.endswith(".py")
+
+
+def launcher_env(env: Mapping[str, str]) -> dict[str, str]:
+    """Make ``python -m profkit.capture.launch`` importable in the child.
+
+    A source checkout (the GPU host runs ``PYTHONPATH=$PWD python3 -m
+    profkit``) needs its root on PYTHONPATH; an installed profkit is already
+    importable, and putting site-packages on PYTHONPATH would leak this
+    environment's packages into the program's.
+    """
+    out = dict(env)
+    root = Path(profkit.__file__).resolve().parent.parent
+    if root.name in ("site-packages", "dist-packages"):
+        return out
+    paths = [p for p in out.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if str(root) not in paths:
+        out["PYTHONPATH"] = os.pathsep.join([str(root), *paths])
+    return out
+
+
+def run_trace(options: TraceOptions, reporter: Reporter, *, env: Mapping[str, str] | None = None,
+              root: Path = Path("/")) -> TraceResult:
+    base_env = dict(os.environ if env is None else env)
+    nsys = require_tool("nsys", env=base_env, root=root)
+    layout = nsys_layout_problem(nsys.path)
+    if layout:
+        raise ProfkitError(layout, hint="install Nsight Systems, or on the GPU host `source .gpu-kit/setup.sh`")
+    ncu = require_tool("ncu", env=base_env, root=root) if options.ncu_top > 0 else None
+    if options.check_gpu:
+        problem = detect_gpus(root / "dev", base_env).problem()
+        if problem:
+            raise ProfkitError(problem, hint="run on a machine with an NVIDIA GPU and driver "
+                                             "(--no-gpu-check traces anyway)")
+    program = program_argv(options)
+
+    run_dir = create_run_dir(options.target, options.output, options.runs_dir)
+    record = RunRecord(command=[options.target, *options.args], cwd=os.getcwd(), run_dir=str(run_dir))
+    if options.module:
+        record.command = ["-m", *record.command]
+    record.tools["nsys"] = _tool_info(nsys)
+    if ncu is not None:
+        record.tools["ncu"] = _tool_info(ncu)
+    record.write(run_dir)
+    clock = Stopwatch(record)
+
+    temp_dir = Path(tempfile.mkdtemp(prefix="profkit-trace-", dir=options.temp_root))
+    try:
+        export, returncode, interrupted = _profile(options, nsys, program, run_dir, temp_dir, base_env,
+                                                   record, clock, reporter)
+    finally:
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+    record.exit_code = returncode
+    if interrupted:
+        record.partial, record.partial_reason = True, "interrupted (Ctrl-C)"
+    elif returncode != 0:
+        record.partial, record.partial_reason = True, f"the program exited with status {returncode}"
+    record.write(run_dir)
+
+    with clock("summary"):
+        kernels, total_ns = kernel_rows(export)
+
+    ncu_csv = None
+    if ncu is not None:
+        if record.partial:
+            record.warnings.append("ncu skipped: the program did not finish cleanly")
+        elif not kernels:
+            record.warnings.append("ncu skipped: the trace has no kernels")
+        else:
+            with clock("ncu"):
+                ncu_csv = _run_ncu(options, ncu, kernels, run_dir, base_env, record, reporter)
+
+    reporter.stage("report")
+    try:
+        with clock("report"):
+            report = _write_report(export, run_dir, ncu_csv, record)
+    except ProfkitError as exc:
+        record.warnings.append(f"report: {exc.one_line()}")
+        record.finish("failed")
+        record.write(run_dir)
+        raise ProgramFailed(f"the trace is in {run_dir}, but the report failed: {exc.message}",
+                            returncode, exc.hint) from None
+    record.files.update({"report_html": Path(report.html).name, "report_md": Path(report.md).name,
+                         "report_json": Path(report.json).name})
+    record.finish("partial" if record.partial else "ok")
+    record.write(run_dir)
+    reporter.stage("done")
+    exit_code = 130 if interrupted and returncode == 0 else returncode
+    return TraceResult(run_dir, record, export, report, kernels[: options.top], total_ns, exit_code)
+
+
+def _profile(options: TraceOptions, nsys: FoundTool, program: list[str], run_dir: Path, temp_dir: Path,
+             base_env: dict[str, str], record: RunRecord, clock: Stopwatch,
+             reporter: Reporter) -> tuple[Path, int, bool]:
+    """Run nsys, make sure there is an SQLite export, move the files into run_dir."""
+    request = ProfileRequest(program=program, output_base=temp_dir / TRACE_BASENAME,
+                             nvtx_range=options.nvtx_range, extra_args=list(options.nsys_args))
+    cmd = nsys_mod.build_profile_command(nsys.path, request)
+    record.nsys_command = cmd
+    record.write(run_dir)
+    env = nsys_mod.profile_environment(base_env, temp_dir, nvtx_range=options.nvtx_range,
+                                       sync_sites=options.sync_sites)
+    if program[1:3] == ["-m", LAUNCH_MODULE]:
+        env = launcher_env(env)
+    log_path = run_dir / LOG
+    reporter.stage("profiling", " ".join([options.target, *options.args]))
+    with clock("nsys"):
+        result = nsys_mod.run_streaming(cmd, env=env, cwd=None, log_path=log_path, reporter=reporter)
+    report = temp_dir / f"{TRACE_BASENAME}.nsys-rep"
+    sqlite = temp_dir / f"{TRACE_BASENAME}.sqlite"
+    if report.exists() and not sqlite.exists():
+        with clock("export"):
+            nsys_mod.run_export(nsys.path, report, sqlite, env=env, log_path=log_path, reporter=reporter)
+    if not sqlite.exists():
+        record.exit_code = result.returncode
+        record.finish("failed")
+        record.write(run_dir)
+        last = next((line for line in reversed(result.tail) if line.strip()), "no output")
+        why = f"nsys wrote no report (exit status {result.returncode}; last output: {last.strip()})"
+        hint = f"see {log_path}"
+        if options.nvtx_range:
+            hint = f"did the NVTX range {options.nvtx_range!r} ever start? see {log_path}"
+        raise ProgramFailed(why, result.returncode, hint)
+    for src, name in ((report, NSYS_REP), (sqlite, SQLITE)):
+        if src.exists():
+            shutil.move(str(src), run_dir / name)
+            record.files["nsys_rep" if name == NSYS_REP else "sqlite"] = name
+    record.files["log"] = LOG
+    return run_dir / SQLITE, result.returncode, result.interrupted
+
+
+def kernel_rows(export: Path) -> tuple[list[dict[str, Any]], int]:
+    """Kernel summary rows (dicts, busiest first) and the total kernel time in ns."""
+    from profkit.analysis.summaries import kernel_summary
+    from profkit.nsys import open_export
+
+    from profkit.capture.ncu import mangled_names
+
+    with open_export(export) as trace:
+        if not trace.has_table("CUPTI_ACTIVITY_KIND_KERNEL"):
+            return [], 0
+        rows = [_as_dict(row) for row in kernel_summary(trace)]
+        mangled = mangled_names(trace)
+    for row in rows:
+        row.setdefault("mangled", mangled.get(row.get("name")))
+    rows.sort(key=lambda r: -int(r.get("total_ns") or 0))
+    return rows, sum(int(r.get("total_ns") or 0) for r in rows)
+
+
+def _as_dict(row: Any) -> dict[str, Any]:
+    if isinstance(row, dict):
+        return row
+    if is_dataclass(row):
+        return asdict(row)
+    if hasattr(row, "_asdict"):
+        return row._asdict()
+    return dict(row)
+
+
+def _run_ncu(options: TraceOptions, ncu: FoundTool, kernels: list[dict[str, Any]], run_dir: Path,
+             base_env: dict[str, str], record: RunRecord, reporter: Reporter) -> Path | None:
+    """Profile the top kernels; ncu.csv in run_dir, or None if every kernel failed."""
+    program = program_argv(TraceOptions(**{**options.__dict__, "sync_sites": False}))
+    env = ncu_mod.ncu_environment(base_env)
+    targets = ncu_mod.pick_targets(kernels, options.ncu_top)
+    ncu_mod.remove_stale(run_dir)
+    texts, done, errors = [], [], []
+    for target in targets:
+        reporter.stage("ncu", f"{target.rank}/{len(targets)} {target.name[:80]}")
+        base = ncu_mod.report_base(run_dir, target)
+        cmd = ncu_mod.build_ncu_command(ncu.path, target, base, program)
+        record.ncu_commands.append(cmd)
+        result = nsys_mod.run_streaming(cmd, env=env, cwd=None, log_path=run_dir / "ncu.log",
+                                        reporter=_Quiet(), classify_stdout=_all_chatter)
+        rep = ncu_mod.report_path(run_dir, target)
+        if not rep.exists():
+            errors.append(f"{target.name}: {ncu_mod.first_error(chr(10).join(result.tail))}")
+            continue
+        try:
+            texts.append(ncu_mod.import_csv(ncu.path, rep, env))
+        except ProfkitError as exc:
+            errors.append(f"{target.name}: {exc.one_line()}")
+            continue
+        done.append({"rank": target.rank, "kernel": target.name, "report": rep.name, "match": target.match,
+                     "name_base": target.name_base})
+    record.ncu = {"kernels": done, "errors": errors, "sections": list(ncu_mod.SECTIONS),
+                  "metrics": list(ncu_mod.METRICS)}
+    record.warnings += [f"ncu: {e}" for e in errors]
+    if not texts:
+        return None
+    csv_path = run_dir / NCU_CSV
+    csv_path.write_text(ncu_mod.merge_details_csv(texts))
+    record.files["ncu_csv"] = NCU_CSV
+    record.files["ncu_log"] = "ncu.log"
+    return csv_path
+
+
+class _Quiet(Reporter):
+    """ncu re-runs the program: its output is already in the trace log."""
+
+
+def _all_chatter(segment: str) -> nsys_mod.NsysEvent:
+    return nsys_mod.NsysEvent("chatter", text=segment)
+
+
+def _write_report(export: Path, run_dir: Path, ncu_csv: Path | None, record: RunRecord) -> Any:
+    try:
+        from profkit.report import write_report
+    except ImportError as exc:
+        raise ProfkitError(f"the report writer is not available ({exc})") from None
+    return write_report(export, run_dir, ncu_csv=ncu_csv, partial=record.partial, run_info=record.report_info())
+
+
+def _tool_info(tool: FoundTool) -> dict[str, str | None]:
+    return {"path": str(tool.path), "source": tool.source, "version": tool_version(tool.path)}

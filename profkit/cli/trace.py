@@ -1,0 +1,71 @@
+"""`profkit trace`: run a program under nsys (and ncu), then write the report."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+import click
+
+from profkit.errors import ProfkitError
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("-m", "module", metavar="MODULE", help="Profile `python -m MODULE` instead of a script.")
+@click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path),
+              help="Run folder [default: profkit-runs/<script>-<time>/].")
+@click.option("--ncu-top", type=click.IntRange(min=0), default=0, show_default=True, metavar="N",
+              help="Afterwards, profile the N kernels with the most GPU time with ncu.")
+@click.option("--nvtx-only", "nvtx_range", metavar="RANGE",
+              help="Capture only inside the NVTX range RANGE (any domain, or RANGE@DOMAIN).")
+@click.option("--python-sync-sites/--no-python-sync-sites", "sync_sites", default=True, show_default=True,
+              help="Record the Python line of every synchronizing call (Tensor.item, .cpu, print ...).")
+@click.option("--nsys-args", default="", metavar='"ARGS"', help='Extra nsys profile flags, e.g. "--cuda-memory-usage=true".')
+@click.option("--python", "python", default=sys.executable, show_default="this Python",
+              help="Python interpreter that runs the script.")
+@click.option("--tmp-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Where nsys writes its (multi-GB) capture before import [default: system temp].")
+@click.option("--gpu-check/--no-gpu-check", default=True, show_default=True,
+              help="Stop early when no NVIDIA GPU is visible.")
+@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Kernels in the terminal summary.")
+@click.argument("target_and_args", nargs=-1, type=click.UNPROCESSED, metavar="SCRIPT.py [-- ARGS...]")
+@click.pass_context
+def trace(ctx: click.Context, module: str | None, output: Path | None, ncu_top: int, nvtx_range: str | None,
+          sync_sites: bool, nsys_args: str, python: str, tmp_dir: Path | None, gpu_check: bool, top: int,
+          target_and_args: tuple[str, ...]) -> None:
+    """Profile a program with Nsight Systems and write profkit's report.
+
+    \b
+      profkit trace train.py -- --steps 20
+      profkit trace --ncu-top 3 sample_kernels/gelu.py --n 8192
+      profkit trace -m my_pkg.bench -- --size 4096
+    """
+    from profkit.capture.progress import make_reporter
+    from profkit.capture.summary import print_summary
+    from profkit.capture.trace import TraceOptions, run_trace
+
+    args = list(target_and_args)
+    if module is None:
+        if not args:
+            raise click.UsageError("give a script to profile (or -m MODULE)")
+        target, args = args[0], args[1:]
+    else:
+        target = module
+    if args[:1] == ["--"]:
+        args = args[1:]
+    try:
+        extra = shlex.split(nsys_args)
+    except ValueError as exc:
+        raise ProfkitError(f"--nsys-args cannot be parsed ({exc})") from None
+    options = TraceOptions(target=target, args=args, module=module is not None, output=output, ncu_top=ncu_top,
+                           nvtx_range=nvtx_range, sync_sites=sync_sites, nsys_args=extra, python=python,
+                           temp_root=tmp_dir, check_gpu=gpu_check, top=top)
+    reporter = make_reporter()
+    try:
+        result = run_trace(options, reporter)
+    finally:
+        reporter.close()
+    print_summary(result)
+    ctx.exit(result.exit_code)
