@@ -26,7 +26,8 @@ import numpy as np
 
 from profkit.nsys import queries
 from profkit.nsys.reader import NsysExport, decode_global_tid, normalize_api_name
-from profkit.nsys.stats import GroupStats, collect_columns, grouped_stats, round_like_nsys
+from profkit.nsys.nvtx_projection import kernel_range_pairs
+from profkit.nsys.stats import NULL_INT, GroupStats, collect_columns, grouped_stats, round_like_nsys, stats_from_columns
 
 SUMMARY_KEYS = ("name", "time_pct", "total_ns", "instances", "avg_ns", "med_ns", "min_ns", "max_ns", "stddev_ns")
 
@@ -66,14 +67,17 @@ def nvtx_summary(export: NsysExport) -> list[Row]:
 def memory_summary(export: NsysExport) -> list[Row]:
     """memcpy/memset totals per operation ("[CUDA memcpy Host-to-Device]", "[CUDA memset]").
 
-    Time columns equal cuda_gpu_mem_time_sum, byte columns
-    cuda_gpu_mem_size_sum.  Empty when the export has no memory operations.
+    Time columns equal cuda_gpu_mem_time_sum; byte columns (total_bytes,
+    avg_bytes, med_bytes, min_bytes, max_bytes, stddev_bytes) equal
+    cuda_gpu_mem_size_sum, which does not round them.  ``direction`` is the
+    copy kind ("Host-to-Device", ...) or "memset".  Empty when the export
+    has no memory operations.
     """
     by_time: list[GroupStats] = []
     by_size: dict[tuple, GroupStats] = {}
     for time_query, size_query in queries.memory_ops(export):
         by_time += grouped_stats(export, time_query)
-        by_size.update((g.key, g) for g in grouped_stats(export, size_query))
+        by_size.update((g.key, g) for g in grouped_stats(export, size_query, rounded=False))
     rows = _summary_rows(export, by_time, lambda g: {"name": g.key[0], "direction": _direction(g.key[0])})
     for row in rows:
         size = by_size[(row["name"],)]
@@ -306,3 +310,86 @@ def _processes(export: NsysExport, settings: list[tuple[str, str]]) -> list[dict
     for command in launched:
         out.append({"pid": None, "name": None, "command_line": command, "launched": True})
     return out
+
+
+# -- kernels per NVTX range ---------------------------------------------------------
+NVTX_KERNEL_KEYS = ("range", "style", "pid", "tid", "nvtx_instances", "instances", "total_ns", "avg_ns",
+                    "med_ns", "min_ns", "max_ns", "stddev_ns", "name")
+
+
+def nvtx_kernel_summary(export: NsysExport) -> list[Row]:
+    """Kernels grouped by the NVTX range enclosing their launch, like nvtx_kern_sum.
+
+    One row per (range text, style, pid, tid, kernel name).  A kernel counts
+    in every range that encloses its launch (nested ranges included);
+    kernels launched outside any range have ``range = None``.
+    ``nvtx_instances`` counts range instances, ``instances`` kernel
+    instances; the time figures are over the kernels of the row.  Ordered as
+    nsys orders it: range, pid, tid, total time descending.
+    """
+    pairs = kernel_range_pairs(export)
+    if len(pairs.duration) == 0:
+        return []
+    pid = np.where(pairs.global_tid == NULL_INT, -1, (pairs.global_tid >> 24) & 0xFFFFFF)
+    tid = np.where(pairs.global_tid == NULL_INT, -1, pairs.global_tid & 0xFFFFFF)
+    group, group_keys = _group_codes([pairs.range_label, pid, tid, pairs.kernel_name_id])
+    stats = stats_from_columns([group], pairs.duration, export.rounding_mode)
+    nvtx_instances = _distinct_per_group(group, pairs.range_row, ignore=-1)
+    kernel_instances = _distinct_per_group(group, pairs.kernel_row)
+    names = export.strings(np.unique(pairs.kernel_name_id).tolist())
+    rows = []
+    for s in stats:
+        code = s.key[0]
+        label, p, t, name_id = group_keys[code]
+        text, style = pairs.range_labels[label] if label >= 0 else (None, None)
+        rows.append({
+            "range": text, "style": style, "pid": p if p >= 0 else None, "tid": t if t >= 0 else None,
+            "nvtx_instances": int(nvtx_instances[code]), "instances": int(kernel_instances[code]),
+            "total_ns": s.total, "avg_ns": s.avg, "med_ns": s.med, "min_ns": s.min, "max_ns": s.max,
+            "stddev_ns": s.stddev, "name": names.get(name_id, f"<string {name_id}>"),
+        })
+    rows.sort(key=lambda r: (r["range"] is not None, r["range"] or "", r["pid"] is not None, r["pid"] or 0,
+                             r["tid"] or 0, -r["total_ns"]))
+    return rows
+
+
+def nvtx_range_gpu_time(rows: Sequence[Row], total_kernel_ns: int | None = None) -> list[Row]:
+    """Kernel time per NVTX range: ``nvtx_kernel_summary`` rows summed over kernels and threads.
+
+    Keys: range, style, instances (kernel instances), total_ns, kernels
+    (distinct kernel names) and, when ``total_kernel_ns`` (all kernel time,
+    e.g. the sum of ``kernel_summary`` totals) is given, time_pct.  Nested
+    ranges contain the same kernels, so shares can add up to more than 100 %.
+    Kernels launched outside any range form the row with ``range = None``.
+    Sorted by total time, descending.
+    """
+    grouped: dict[tuple, Row] = {}
+    names: dict[tuple, set] = {}
+    for r in rows:
+        key = (r["range"], r["style"])
+        g = grouped.setdefault(key, {"range": r["range"], "style": r["style"], "instances": 0, "total_ns": 0})
+        g["instances"] += r["instances"]
+        g["total_ns"] += r["total_ns"]
+        names.setdefault(key, set()).add(r["name"])
+    out = []
+    for key, g in grouped.items():
+        g["kernels"] = len(names[key])
+        if total_kernel_ns:
+            g["time_pct"] = round(100.0 * g["total_ns"] / total_kernel_ns, 1)
+        out.append(g)
+    out.sort(key=lambda r: (-r["total_ns"], str(r["range"])))
+    return out
+
+
+def _group_codes(columns: Sequence[np.ndarray]) -> tuple[np.ndarray, list[tuple[int, ...]]]:
+    """Dense group codes for rows of several int64 columns, and each code's key tuple."""
+    stacked = np.stack(columns, axis=1)
+    unique_rows, codes = np.unique(stacked, axis=0, return_inverse=True)
+    return codes.reshape(-1).astype(np.int64), [tuple(int(v) for v in row) for row in unique_rows]
+
+
+def _distinct_per_group(group: np.ndarray, ids: np.ndarray, ignore: int | None = None) -> np.ndarray:
+    """Number of distinct ``ids`` per group code (``ignore`` not counted, like SQL's NULL)."""
+    keep = ids != ignore if ignore is not None else np.ones(len(ids), dtype=bool)
+    pairs = np.unique(np.stack([group[keep], ids[keep]], axis=1), axis=0)
+    return np.bincount(pairs[:, 0], minlength=int(group.max()) + 1 if len(group) else 0)

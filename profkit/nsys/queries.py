@@ -88,6 +88,29 @@ def nvtx_durations(export: NsysExport) -> ColumnsQuery:
     )
 
 
+# -- nvtx_kern_sum: the ranges kernels are projected onto -----------------------
+# Needs: NVTX_EVENTS(start, end, eventType, globalTid, endGlobalTid, text|textId,
+# domainId), StringIds.  As in nvtx_kern_sum.py, an open range ends at the last
+# range timestamp, and ranges ended on another thread are skipped.
+def nvtx_ranges(export: NsysExport) -> ColumnsQuery:
+    check(export, NVTX, STRINGS)
+    export.require_columns(NVTX.table, ("start", "end", "eventType", "globalTid"), "NVTX projection")
+    types = ", ".join(map(str, NVTX_RANGE_TYPES))
+    same_thread = "AND ne.endGlobalTid IS NULL" if export.has_column(NVTX.table, "endGlobalTid") else ""
+    return ColumnsQuery(
+        table=NVTX.table,
+        with_clause=f"""WITH
+            domains AS ({_nvtx_domains_sql(export)}),
+            maxts AS (SELECT max(max(start), max("end")) AS m FROM NVTX_EVENTS WHERE eventType IN ({types}))""",
+        source=f"""NVTX_EVENTS AS ne LEFT JOIN domains AS d
+            ON ne.domainId = d.id AND {_pid_bits('ne.globalTid')} = {_pid_bits('d.globalTid')}""",
+        int_columns=("ne.rowid", "ne.globalTid", "ne.start", 'coalesce(ne."end", (SELECT m FROM maxts))'),
+        text_columns=(_nvtx_tag_sql(export, "ne", "d"), _nvtx_style_sql("ne")),
+        where=f"ne.eventType IN ({types}) {same_thread}",
+        rowid="ne.rowid",
+    )
+
+
 def _pid_bits(column: str) -> str:
     # nvtx_sum.py matches domains to events of the same process this way.
     return f"({column} & 0x0000FFFFFF000000)"

@@ -223,16 +223,25 @@ class NsysExport:
         except sqlite3.DatabaseError as exc:
             raise self._damage(exc) from None
 
-    def _damage(self, exc: sqlite3.DatabaseError) -> ProfkitError:
-        if isinstance(exc, sqlite3.OperationalError) and "no such" in str(exc):
-            # A query asked for a table or column this schema lacks: a bug or an
-            # unsupported schema, reported with the version so it can be fixed.
+    def _damage(self, exc: sqlite3.DatabaseError) -> Exception:
+        """A ProfkitError for a damaged file or an unsupported schema; any other
+        SQLite error is a bug in profkit's SQL and stays a real exception."""
+        text = str(exc)
+        if isinstance(exc, sqlite3.OperationalError) and text.startswith("no such"):
+            # A table or column this schema lacks that no requirement check
+            # caught: report it with the schema version so it can be fixed.
             return ProfkitError(
-                f"{self.path.name}: unsupported nsys export schema {self.schema_version or '?'} ({exc})",
+                f"{self.path.name}: unsupported nsys export schema {self.schema_version or '?'} ({text})",
                 hint="please report it with the nsys version that made the file",
             )
-        return ProfkitError(f"{self.path.name} is damaged or truncated ({exc})",
-                            hint="export it again: nsys export --type sqlite REPORT.nsys-rep")
+        if any(marker in text for marker in _DAMAGE_MARKERS):
+            return ProfkitError(f"{self.path.name} is damaged or truncated ({text})",
+                                hint="export it again: nsys export --type sqlite REPORT.nsys-rep")
+        return exc
+
+
+# sqlite3 messages that mean the file's bytes are bad, not the query.
+_DAMAGE_MARKERS = ("malformed", "not a database", "disk I/O error", "corrupt", "short read", "database or disk is full")
 
 
 def _leading_ints(version: str | None) -> list[int]:

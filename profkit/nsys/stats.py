@@ -144,16 +144,16 @@ def _list_sink(target: list[Any]) -> type:
     return Sink
 
 
-def grouped_stats(export: NsysExport, query: ColumnsQuery) -> list[GroupStats]:
+def grouped_stats(export: NsysExport, query: ColumnsQuery, rounded: bool = True) -> list[GroupStats]:
     """nsys-equal statistics of a query's last integer column, grouped by all
     its other columns (text columns first, then the other integer columns)."""
     ints, texts = collect_columns(export, query)
     keys: list[Sequence[Any]] = [*texts, *ints[:-1]]
-    return stats_from_columns(keys, ints[-1], export.rounding_mode)
+    return stats_from_columns(keys, ints[-1], export.rounding_mode if rounded else None)
 
 
 def stats_from_columns(keys: Sequence[Sequence[Any]], values: np.ndarray,
-                       rounding: str = DECIMAL_HALF_UP) -> list[GroupStats]:
+                       rounding: str | None = DECIMAL_HALF_UP) -> list[GroupStats]:
     if len(values) == 0:
         return []
     codes, unique_keys = _encode_keys(keys)
@@ -176,7 +176,9 @@ def stats_from_columns(keys: Sequence[Sequence[Any]], values: np.ndarray,
         int(a) if c % 2 else (int(a) + int(b)) / 2 for a, b, c in zip(lo.tolist(), hi.tolist(), counts.tolist())
     ]
     avgs = [int(t) / int(c) for t, c in zip(totals.tolist(), counts.tolist())]
-    rounded = round_like_nsys([*avgs, *medians, *stddevs.tolist()], 1, rounding)
+    figures = [*avgs, *medians, *stddevs.tolist()]
+    # rounding=None keeps the raw doubles (nsys does not round byte sizes).
+    rounded = round_like_nsys(figures, 1, rounding) if rounding else figures
     n = len(starts)
     for i in range(n):
         results.append(GroupStats(
