@@ -117,7 +117,8 @@ def package_checks(importer: Callable[[str], object] = importlib.import_module) 
             checks.append(Check("python", dist, WARN, f"import failed: {type(exc).__name__}: {_first_line(exc)}",
                                 f"reinstall: {how}"))
             continue
-        version = getattr(mod, "__version__", None) or _dist_version(dist)
+        # distribution metadata first: click 8.2+ deprecates __version__
+        version = _dist_version(dist) or getattr(mod, "__version__", None)
         detail = str(version or "version unknown")
         if dist == "torch":
             detail += _torch_detail(mod)

@@ -90,12 +90,14 @@ def _user_frame(depth: int = 4):
 
 
 def _site_label(filename: str) -> str:
+    """Relative to the working folder when the file is under it, else absolute."""
     if filename.startswith("<"):
         return filename
     try:
-        return os.path.relpath(filename)
+        relative = os.path.relpath(filename)
     except ValueError:
         return filename
+    return filename if relative.startswith(os.pardir + os.sep) else relative
 
 
 def _push(kind: str) -> bool:

@@ -1,0 +1,161 @@
+"""The nsys profile command line, its environment, and reading nsys's output as it runs."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from profkit.capture import nsys
+from profkit.errors import ProfkitError
+
+PROGRAM = ["/usr/bin/python3", "-m", "profkit.capture.launch", "train.py", "--steps", "20"]
+
+
+def build(**kwargs) -> list[str]:
+    request = nsys.ProfileRequest(program=PROGRAM, output_base=Path("/tmp/pk/trace"), **kwargs)
+    return nsys.build_profile_command("/opt/nsys/bin/nsys", request)
+
+
+def test_default_command_line():
+    assert build() == [
+        "/opt/nsys/bin/nsys", "profile",
+        "--trace=cuda,nvtx,osrt", "--sample=none", "--cpuctxsw=none", "--export=sqlite",
+        "--force-overwrite=true", "--output=/tmp/pk/trace",
+        *PROGRAM,
+    ]
+
+
+def test_program_arguments_stay_last_and_untouched():
+    cmd = build(extra_args=["--cuda-memory-usage=true"])
+    assert cmd[-len(PROGRAM):] == PROGRAM
+    assert cmd.index("--cuda-memory-usage=true") < cmd.index(PROGRAM[0])
+
+
+def test_nvtx_only_captures_the_range_in_any_domain_and_lets_the_program_finish():
+    cmd = build(nvtx_range="gelu/triton")
+    assert "--capture-range=nvtx" in cmd
+    assert "--nvtx-capture=gelu/triton@*" in cmd
+    assert "--capture-range-end=stop" in cmd  # nsys's default, stop-shutdown, kills the program
+
+
+def test_nvtx_range_with_a_domain_is_kept():
+    assert "--nvtx-capture=gelu/triton@samples" in build(nvtx_range="gelu/triton@samples")
+    assert nsys.nvtx_capture_spec(r"a\@b") == r"a\@b@*"  # an escaped @ is part of the name
+
+
+@pytest.mark.parametrize("user_args, dropped, kept", [
+    (["-t", "cuda,nvtx"], "--trace=cuda,nvtx,osrt", "-t"),
+    (["--trace=cuda,cublas"], "--trace=cuda,nvtx,osrt", "--trace=cuda,cublas"),
+    (["--sample=process-tree"], "--sample=none", "--sample=process-tree"),
+    (["--capture-range-end=repeat:3"], "--capture-range-end=stop", "--capture-range-end=repeat:3"),
+])
+def test_user_flags_replace_ours(user_args, dropped, kept):
+    cmd = build(nvtx_range="step", extra_args=user_args)
+    assert dropped not in cmd
+    assert kept in cmd
+
+
+def test_nsys_args_may_not_move_the_output():
+    for args in (["-o", "x"], ["--output=x"]):
+        with pytest.raises(ProfkitError, match="may not set --output"):
+            build(extra_args=args)
+
+
+def test_export_command():
+    assert nsys.build_export_command("nsys", Path("/t/trace.nsys-rep"), Path("/t/trace.sqlite")) == [
+        "nsys", "export", "--type=sqlite", "--force-overwrite=true", "--output=/t/trace.sqlite", "/t/trace.nsys-rep"]
+
+
+def test_environment(tmp_path):
+    env = nsys.profile_environment({"PATH": "/bin", "TMPDIR": "/scratch"}, tmp_path, nvtx_range=None,
+                                   sync_sites=True)
+    assert env["TMPDIR"] == str(tmp_path)  # where nsys puts the .qdstrm
+    # torch.compile's cache stays where it would be without profkit
+    assert env["TORCHINDUCTOR_CACHE_DIR"].startswith("/scratch/torchinductor_")
+    assert env["PROFKIT_SYNC_SITES"] == "1"
+    assert env["PYTHONUNBUFFERED"] == "1"
+    assert "NSYS_NVTX_PROFILER_REGISTER_ONLY" not in env
+    assert env["PATH"] == "/bin"
+
+
+def test_environment_respects_the_users_settings(tmp_path):
+    env = nsys.profile_environment({"TORCHINDUCTOR_CACHE_DIR": "/mine", "PYTHONUNBUFFERED": "0"}, tmp_path,
+                                   nvtx_range="step", sync_sites=False)
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == "/mine"
+    assert env["PYTHONUNBUFFERED"] == "0"
+    assert env["PROFKIT_SYNC_SITES"] == "0"
+    assert env["NSYS_NVTX_PROFILER_REGISTER_ONLY"] == "0"
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == "/mine"
+    assert nsys.profile_environment({}, tmp_path, nvtx_range=None, sync_sites=True)[
+        "TORCHINDUCTOR_CACHE_DIR"].startswith("/tmp/torchinductor_")
+
+
+# Lines as nsys 2023.4 and 2025.3 print them (see tests/data/nsys/*.stdout)
+@pytest.mark.parametrize("segment, kind, stage, percent", [
+    ("Collecting data...", "chatter", None, None),
+    ("Generating '/tmp/nsys-report-c1c8.qdstrm'", "stage", "importing", None),
+    ("[1/2] [11%                         ] nsys2025_gelu.nsys-rep", "progress", "importing", 11),
+    ("[1/2] [========================100%] nsys2025_gelu.nsys-rep", "progress", "importing", 100),
+    ("[2/2] [=15%                        ] nsys2025_gelu.sqlite", "progress", "exporting", 15),
+    ("Generated:", "chatter", None, None),
+    ("\t/tmp/fixtures/nsys/nsys2025_gelu.sqlite", "chatter", None, None),
+    ("    /tmp/nsystry/out/trace.nsys-rep", "chatter", None, None),
+    ("gelu/manual                  median    0.327 ms  [0.325 .. 0.344]  n=5", "output", None, None),
+    ("[1/2] done", "output", None, None),
+    ("Generating data for step 3", "output", None, None),
+])
+def test_classify(segment, kind, stage, percent):
+    event = nsys.classify(segment)
+    assert (event.kind, event.stage, event.percent) == (kind, stage, percent)
+
+
+class Recorder(nsys.Reporter):
+    def __init__(self) -> None:
+        self.stages: list[str] = []
+        self.percents: list[int] = []
+        self.out: list[tuple[str, str]] = []
+
+    def stage(self, name: str, detail: str = "") -> None:
+        if not self.stages or self.stages[-1] != name:
+            self.stages.append(name)
+
+    def progress(self, percent: int) -> None:
+        self.percents.append(percent)
+
+    def output(self, text: str, stream: str) -> None:
+        self.out.append((stream, text))
+
+
+def test_run_streaming_separates_nsys_from_the_program(tmp_path):
+    fixture_stdout = Path(__file__).parent / "data/nsys/nsys2025_gelu.stdout"
+    if not fixture_stdout.exists():
+        pytest.skip("nsys fixtures not unpacked")
+    # replay a real nsys 2025.3 stdout (program lines, \r progress bars, Generated:) and a stderr line
+    script = ("import sys; sys.stdout.buffer.write(open(sys.argv[1], 'rb').read()); sys.stdout.flush();"
+              "sys.stderr.write('a warning\\n'); sys.exit(7)")
+    log = tmp_path / "trace.log"
+    rec = Recorder()
+    result = nsys.run_streaming([sys.executable, "-c", script, str(fixture_stdout)], env={}, cwd=None,
+                                log_path=log, reporter=rec)
+    assert result.returncode == 7 and not result.interrupted
+    assert rec.stages == ["importing", "exporting"]
+    assert rec.percents[-1] == 100 and 11 in rec.percents
+    program_lines = [text for stream, text in rec.out if stream == "stdout"]
+    assert program_lines == [line + "\n" for line in fixture_stdout.read_text().splitlines()[:5]]
+    assert ("stderr", "a warning\n") in rec.out
+    assert log.read_bytes() == fixture_stdout.read_bytes() + b"a warning\n"
+
+
+def test_run_streaming_keeps_partial_last_lines_and_blank_lines(tmp_path):
+    rec = Recorder()
+    script = "import sys; sys.stdout.write('one\\n\\ntwo'); sys.stdout.flush()"
+    nsys.run_streaming([sys.executable, "-c", script], env={}, cwd=None, log_path=tmp_path / "log", reporter=rec)
+    assert rec.out == [("stdout", "one\n"), ("stdout", "\n"), ("stdout", "two")]
+
+
+def test_run_streaming_missing_program_is_a_profkit_error(tmp_path):
+    with pytest.raises(ProfkitError, match="cannot run"):
+        nsys.run_streaming([str(tmp_path / "no-such-nsys")], env={}, cwd=None, log_path=tmp_path / "log",
+                           reporter=Recorder())
