@@ -1,0 +1,52 @@
+"""``--rev REV``: the same target as it was at a git revision."""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import shutil
+import subprocess
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+from profkit.errors import ProfkitError
+from profkit.ptx.cache import Cache
+from profkit.ptx.targets import Target
+
+
+def _git(args: list[str], cwd: Path) -> bytes:
+    try:
+        result = subprocess.run(["git", *args], cwd=cwd, capture_output=True, timeout=60)
+    except FileNotFoundError:
+        raise ProfkitError("--rev needs git, and git is not installed") from None
+    if result.returncode != 0:
+        message = result.stderr.decode(errors="replace").strip().splitlines()
+        raise ProfkitError(f"git {' '.join(args)}: {message[0] if message else 'failed'}")
+    return result.stdout
+
+
+def target_at_revision(target: Target, rev: str, cache: Cache) -> Target:
+    """A copy of the target's source file as of ``rev``.
+
+    The copy lives at a path named by its content, so compiling the same
+    revision twice hits the compile cache.  Imports and ``#include "..."``
+    that the old file makes still resolve next to the original (working tree).
+    """
+    path = target.path
+    top = Path(_git(["rev-parse", "--show-toplevel"], path.parent).decode().strip())
+    relative = path.resolve().relative_to(top.resolve()).as_posix()
+    blob = _git(["show", f"{rev}:{relative}"], top)
+    digest = hashlib.sha256(blob).hexdigest()[:16]
+    if cache.enabled:
+        directory = cache.root / "revisions" / digest
+    else:
+        directory = Path(tempfile.mkdtemp(prefix="profkit-rev-"))
+        atexit.register(shutil.rmtree, directory, True)
+    directory.mkdir(parents=True, exist_ok=True)
+    copy = directory / path.name
+    if not copy.exists():
+        staging = directory / f".{path.name}.tmp"
+        staging.write_bytes(blob)
+        staging.replace(copy)
+    return replace(target, path=copy, label=f"{target.label}@{rev}", search_dirs=(path.parent, *target.search_dirs))
