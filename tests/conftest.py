@@ -37,6 +37,21 @@ def nsys_fixture_names(prefix: str = "") -> list[str]:
     return sorted(p.name[: -len(".sqlite.xz")] for p in NSYS_DATA.glob(f"{prefix}*.sqlite.xz"))
 
 
+def ncu_fixture(name: str) -> Path:
+    """Path to ``tests/data/ncu/<name>``; big files are committed as ``<name>.xz``
+    and decompressed once next to it (ignored by git)."""
+    plain = NCU_DATA / name
+    packed = NCU_DATA / f"{name}.xz"
+    if packed.exists() and (not plain.exists() or plain.stat().st_mtime < packed.stat().st_mtime):
+        tmp = plain.with_name(f"{plain.name}.tmp{os.getpid()}")
+        with lzma.open(packed) as src, open(tmp, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        tmp.replace(plain)
+    if not plain.exists():
+        raise FileNotFoundError(f"no fixture {plain}")
+    return plain
+
+
 def oracle_csv(export_name: str, report: str) -> Path:
     """The `nsys stats --report <report>` CSV made on the GPU host for an export."""
     return NSYS_DATA / f"{export_name}__{report}.csv"
