@@ -49,3 +49,15 @@ def test_run_record_round_trip(tmp_path):
     assert not list(tmp_path.glob("*.tmp"))
     info = record.report_info()
     assert info["partial"] is True and info["exit_code"] == 3 and info["command"] == record.command
+
+
+def test_short_kernel_names_for_the_terminal():
+    from profkit.capture.summary import short_kernel_name
+
+    assert short_kernel_name("void at::native::vectorized_elementwise_kernel<(int)4, at::native::FillFunctor<int>, "
+                             "std::array<char *, (unsigned long)1>>(int, T2, T3)") == \
+        "vectorized_elementwise_kernel<4, FillFunctor<int>>"
+    assert short_kernel_name("gelu_kernel(const float *, float *, int)") == "gelu_kernel(const float *, float *, int)"
+    assert short_kernel_name("triton_poi_fused_add_mul_pow_tanh_0") == "triton_poi_fused_add_mul_pow_tanh_0"
+    long = short_kernel_name("void f<" + "x" * 200 + ">(int)", width=40)
+    assert len(long) == 40 and long.endswith("…")

@@ -4,18 +4,31 @@ time, partial-run warning, where the report is."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
-from profkit.output import Column, rows_to_rich_table
+from profkit.output import format_value
 
-KERNEL_COLUMNS = (
-    Column("time_pct", "Time %", "pct"),
-    Column("total_ns", "Total (ns)", "ns"),
-    Column("instances", "Launches", "int"),
-    Column("avg_ns", "Avg (ns)", "ns"),
-    Column("name", "Kernel"),
+_NOISE = (
+    (re.compile(r"^void "), ""),
+    (re.compile(r"\b(at::native::|at::|std::|c10::|cutlass::|binary_internal::)|<unnamed>::"), ""),
+    (re.compile(r"\((int|unsigned int|long|unsigned long|bool)\)(?=-?\d)"), ""),  # "(int)4" -> "4"
+    (re.compile(r", array<char \*, \d+>"), ""),  # torch's elementwise kernels' pointer pack
 )
+
+
+def short_kernel_name(name: str, width: int = 90) -> str:
+    """A demangled name made readable in a terminal: no "void ", no common
+    namespaces, integer casts or parameter list of a template kernel, cut
+    at ``width``."""
+    text = name
+    for pattern, replacement in _NOISE:
+        text = pattern.sub(replacement, text)
+    close = text.rfind(">")
+    if close != -1 and text.endswith(")") and text.find("(", close) != -1:
+        text = text[: text.find("(", close)]  # "kernel<...>(int, T2, T3)" -> "kernel<...>"
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def summary_rows(kernels: list[dict[str, Any]], total_ns: int) -> list[dict[str, Any]]:
@@ -24,7 +37,7 @@ def summary_rows(kernels: list[dict[str, Any]], total_ns: int) -> list[dict[str,
         total = int(k.get("total_ns") or 0)
         instances = int(k.get("instances") or 0)
         rows.append({
-            "name": k.get("name"),
+            "name": str(k.get("name")),
             "total_ns": total,
             "instances": instances,
             "avg_ns": total / instances if instances else None,
@@ -35,29 +48,38 @@ def summary_rows(kernels: list[dict[str, Any]], total_ns: int) -> list[dict[str,
 
 def _shown(path: Path) -> str:
     try:
-        return os.path.relpath(path)
+        relative = os.path.relpath(path)
     except ValueError:
         return str(path)
+    return str(path) if relative.startswith(os.pardir) else relative
 
 
 def print_summary(result: Any, console: Any = None) -> None:
     """Render a TraceResult on stdout."""
     from rich.console import Console
+    from rich.table import Table
 
-    console = console or Console(highlight=False)
+    # markup off: kernel names such as "[lambda() (instance 1)]" must print verbatim
+    console = console or Console(markup=False, highlight=False)
     record = result.record
     if result.kernels:
-        table = rows_to_rich_table(summary_rows(result.kernels, result.total_gpu_ns), KERNEL_COLUMNS,
-                                   title="Top kernels by GPU time")
+        table = Table(title="Top kernels by GPU time", header_style="bold")
+        for title in ("Time %", "Total (ns)", "Launches", "Avg (ns)"):
+            table.add_column(title, justify="right", no_wrap=True)
+        table.add_column("Kernel", overflow="ellipsis", no_wrap=True, min_width=30)
+        for row in summary_rows(result.kernels, result.total_gpu_ns):
+            table.add_row(format_value(row["time_pct"], "pct"), format_value(row["total_ns"], "ns"),
+                          format_value(row["instances"], "int"), format_value(row["avg_ns"], "ns"),
+                          short_kernel_name(row["name"]))
         console.print(table)
-        console.print(f"Total GPU kernel time: {result.total_gpu_ns / 1e6:,.3f} ms", markup=False)
+        console.print(f"Total GPU kernel time: {result.total_gpu_ns / 1e6:,.3f} ms")
     else:
-        console.print("No CUDA kernels in the trace.", markup=False)
+        console.print("No CUDA kernels in the trace.")
     for warning in record.warnings:
-        console.print(f"warning: {warning}", markup=False, style="yellow")
+        console.print(f"warning: {warning}", style="yellow")
     if record.partial:
         console.print(f"PARTIAL: {record.partial_reason}; the report shows what nsys captured.",
-                      markup=False, style="bold yellow")
-    console.print(f"Run folder: {_shown(result.run_dir)}", markup=False)
+                      style="bold yellow")
+    console.print(f"Run folder: {_shown(result.run_dir)}")
     if result.report is not None:
-        console.print(f"Report: {_shown(Path(result.report.html))}", markup=False, style="bold")
+        console.print(f"Report: {_shown(Path(result.report.html))}", style="bold")

@@ -149,7 +149,7 @@ def run_trace(options: TraceOptions, reporter: Reporter, *, env: Mapping[str, st
     record.write(run_dir)
     clock = Stopwatch(record)
 
-    temp_dir = Path(tempfile.mkdtemp(prefix="profkit-trace-", dir=options.temp_root))
+    temp_dir = Path(tempfile.mkdtemp(prefix="profkit-trace-", dir=options.temp_root)).resolve()
     try:
         export, returncode, interrupted = _profile(options, nsys, program, run_dir, temp_dir, base_env,
                                                    record, clock, reporter)
