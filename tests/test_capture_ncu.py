@@ -11,7 +11,7 @@ import pytest
 from profkit.capture import ncu
 from profkit.errors import ProfkitError
 from profkit.nsys import open_export
-from tests.conftest import NCU_DATA, nsys_fixture
+from tests.conftest import ncu_fixture, nsys_fixture
 
 
 def gelu_rows():
@@ -72,10 +72,10 @@ def test_import_command():
 
 
 def details_fixture() -> str:
-    path = NCU_DATA / "probe_details_import.csv"
-    if not path.exists():
+    try:
+        return ncu_fixture("probe_details_import.csv").read_text()
+    except FileNotFoundError:
         pytest.skip("ncu fixtures not unpacked")
-    return path.read_text()
 
 
 def test_merge_renumbers_launch_ids():

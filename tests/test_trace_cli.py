@@ -22,7 +22,7 @@ from profkit.capture import tools
 from profkit.capture.trace import TraceOptions, run_trace
 from profkit.cli import cli
 from profkit.errors import ProfkitError
-from tests.conftest import NCU_DATA, nsys_fixture, oracle_csv
+from tests.conftest import ncu_fixture, nsys_fixture, oracle_csv
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_TOOLS = Path(__file__).parent / "fake_tools"
@@ -248,17 +248,16 @@ def test_cli_without_gpu_check_on_a_cpu_machine(workdir):
     assert result.output.strip().splitlines()[-1].startswith("profkit: error: no NVIDIA GPU")
 
 
-def ncu_fixtures() -> tuple[Path, Path]:
-    csv_path, reports = NCU_DATA / "probe_details_import.csv", sorted(NCU_DATA.glob("*.ncu-rep"))
-    if not csv_path.exists() or not reports:
+def ncu_details_csv() -> Path:
+    """A real `ncu --import R --csv --page details` output (what profkit asks ncu for)."""
+    try:
+        return ncu_fixture("probe_details_import.csv")
+    except FileNotFoundError:
         pytest.skip("ncu fixtures not unpacked")
-    return csv_path, reports[0]
 
 
 def test_ncu_top_profiles_the_busiest_kernels(workdir, monkeypatch):
-    csv_path, report = ncu_fixtures()
-    monkeypatch.setenv("FAKE_NCU_CSV", str(csv_path))
-    monkeypatch.setenv("FAKE_NCU_REPORT", str(report))
+    monkeypatch.setenv("FAKE_NCU_CSV", str(ncu_details_csv()))
     monkeypatch.setenv("FAKE_NCU_LOG", str(workdir / "ncu-calls.jsonl"))
     result = trace("--ncu-top", "2", "prog.py")
     assert result.exit_code == 0, result.output
@@ -266,7 +265,8 @@ def test_ncu_top_profiles_the_busiest_kernels(workdir, monkeypatch):
     assert (run_dir / "ncu-1.ncu-rep").is_file() and (run_dir / "ncu-2.ncu-rep").is_file()
     assert (run_dir / "ncu.csv").is_file()
     calls = [json.loads(line)["argv"] for line in (workdir / "ncu-calls.jsonl").read_text().splitlines()]
-    profiled = [argv[argv.index("--kernel-name") + 1] for argv in calls if "--kernel-name" in argv]
+    calls = [argv for argv in calls if "--kernel-name" in argv]  # not --version or --import
+    profiled = [argv[argv.index("--kernel-name") + 1] for argv in calls]
     oracle = oracle_kernels()
     assert profiled[0] == "triton_poi_fused_add_mul_pow_tanh_0" == oracle[0]["Name"]
     assert profiled[1].startswith("_ZN2at6native29vectorized_elementwise_kernel")  # FillFunctor, mangled
@@ -278,9 +278,7 @@ def test_ncu_top_profiles_the_busiest_kernels(workdir, monkeypatch):
 
 
 def test_ncu_without_permission_keeps_the_trace_and_warns(workdir, monkeypatch):
-    csv_path, report = ncu_fixtures()
-    monkeypatch.setenv("FAKE_NCU_CSV", str(csv_path))
-    monkeypatch.setenv("FAKE_NCU_REPORT", str(report))
+    monkeypatch.setenv("FAKE_NCU_CSV", str(ncu_details_csv()))
     monkeypatch.setenv("FAKE_NCU_MODE", "perm")
     result = trace("--ncu-top", "1", "prog.py")
     assert result.exit_code == 0, result.output
