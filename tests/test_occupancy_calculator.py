@@ -125,9 +125,13 @@ def test_barriers_limit_on_blackwell_consumer_parts():
     occ = occupancy(device_limits("sm_120"), 32, 16)
     assert occ.blocks_per_sm == 24
     assert occ.limiters == ("blocks", "barriers")
-    # sm_90: 2 barriers per block slot -> 64, never the limiter with one barrier per block
-    assert occupancy(H100, 32, 16).block_limit_barriers == 64
-    assert occupancy(H100, 32, 16, block_barriers=3).blocks_per_sm == 21  # 64 // 3
+    # sm_90: 2 barriers per block slot -> 64, never the limiter with one barrier per block;
+    # shown capped at the block limit, as ncu shows it ("Block Limit Barriers 32")
+    occ = occupancy(H100, 32, 16)
+    assert occ.block_limit_barriers == 32 and "barriers" not in occ.limiters
+    occ = occupancy(H100, 32, 16, block_barriers=3)  # 64 // 3
+    assert (occ.blocks_per_sm, occ.block_limit_barriers, occ.limiters) == (21, 21, ("barriers",))
+    assert occupancy(H100, 32, 16, block_barriers=0).block_limit_barriers == 32
     assert occupancy(device_limits("sm_80"), 32, 16).block_limit_barriers is None  # before Hopper: none
 
 

@@ -273,11 +273,11 @@ def occupancy(
     else:
         limit_smem = UNLIMITED
 
-    limit_barriers: int | None = None
+    limit_barriers = UNLIMITED
     if d.cc_major >= 9 and block_barriers > 0:  # Hopper onwards: block barriers are a resource too
         limit_barriers = limit_blocks * _barriers_per_block_slot(d) // block_barriers
     limits = {WARPS: limit_warps, REGISTERS: limit_regs, SHARED_MEMORY: limit_smem, BLOCKS: limit_blocks,
-              BARRIERS: UNLIMITED if limit_barriers is None else limit_barriers}
+              BARRIERS: limit_barriers}
     blocks = min(limits.values())
     limiters = [name for name, value in limits.items() if value == blocks]
     if (SHARED_MEMORY in limiters and len(limiters) > 1 and smem_config_bytes is not None
@@ -297,7 +297,8 @@ def occupancy(
         block_limit_registers=None if limit_regs == UNLIMITED else limit_regs,
         block_limit_shared_mem=None if limit_smem == UNLIMITED else limit_smem,
         block_limit_warps=limit_warps, block_limit_blocks=limit_blocks,
-        block_limit_barriers=limit_barriers,
+        # shown as ncu does: never above the block limit (64 barriers for 32 blocks reads "32")
+        block_limit_barriers=min(limit_barriers, limit_blocks) if d.cc_major >= 9 else None,
         allocated_registers_per_block=regs_per_block, allocated_smem_per_block=smem_allocated,
         smem_per_sm_bytes=smem_per_sm,
     )
@@ -484,6 +485,18 @@ def trace_occupancy(export: Any, device: DeviceLimits | None = None) -> list[dic
     ``export`` is an opened export (``profkit.nsys.open_export``), a sqlite3
     connection to one, or rows of ``profkit.nsys.launches.launch_configs``
     (then ``device`` must be given).  ``device`` overrides the export's GPU.
+
+    Each row has the launch_configs keys (name, short_name, device_id,
+    grid_x/y/z, block_x/y/z, grid_size, block_size, registers_per_thread,
+    static_smem_bytes, dynamic_smem_bytes, local_mem_per_thread,
+    smem_config_bytes, launches, total_time_ns, ...) plus: arch,
+    shared_mem_bytes, blocks_per_sm, active_warps_per_sm,
+    theoretical_occupancy_pct, limiter ("registers", "warps, registers", ...),
+    block_limit_{registers,shared_mem,warps,blocks}, registers_next_step and
+    occupancy_next_step_pct (None when fewer registers would not help),
+    registers_headroom (most registers that keep the occupancy), spills
+    (local memory in use), waves, last_wave_fill_pct, wave_efficiency_pct,
+    tail_effect, time_pct, advice (sentences joined by "; ", "" if none).
     """
     from profkit.nsys import launches as nsys_launches
 
@@ -579,24 +592,29 @@ NCU_LIMITS = (("block_limit_sm", "block_limit_blocks"), ("block_limit_registers"
 
 
 def compare_ncu(launch: Any, exact_registers: int | None = None) -> dict[str, Any]:
-    """profkit's occupancy for one ncu launch (``profkit.ncu.NcuLaunch``), from
-    the launch's own inputs and the carveout ncu saw, next to ncu's figures.
+    """profkit's occupancy for one ncu launch (``profkit.ncu.NcuLaunch``),
+    computed from the launch's inputs (block, registers, shared memory, the
+    carveout the driver chose, barriers), next to ncu's own figures.
 
-    ``differences`` lists every figure where the two disagree.  ncu reports
-    registers per thread as allocated; ``exact_registers`` (from the cubin,
-    e.g. ptxas -v) is shown next to it when given.
+    ``differences`` names every figure where the two disagree.  The details
+    page does not carry the barrier count: one barrier per block is assumed
+    there (as cudaOccupancy* does), and the barrier limit is not compared.
+    ``exact_registers`` (e.g. from ptxas -v) is shown next to ncu's count.
     """
     if not launch.cc or launch.block_size is None or launch.registers_per_thread is None:
         raise ProfkitError(f"ncu launch {launch.id} lacks the launch statistics occupancy needs",
                            "profile with --section LaunchStats --section Occupancy")
-    device = device_limits(launch.cc, sm_count=launch.sm_count,
-                           reserved_smem_per_block=launch.driver_smem_bytes)
+    device = device_limits(launch.cc, sm_count=launch.sm_count, reserved_smem_per_block=launch.driver_smem_bytes)
+    barriers = 1 if launch.barrier_count is None else launch.barrier_count
     occ = occupancy(device, launch.block_size, launch.registers_per_thread, launch.static_smem_bytes or 0,
-                    launch.dynamic_smem_bytes or 0, smem_config_bytes=launch.smem_config_bytes)
+                    launch.dynamic_smem_bytes or 0, smem_config_bytes=launch.smem_config_bytes,
+                    block_barriers=barriers)
+    registers_allocated = occ.allocated_registers_per_block // (occ.warps_per_block * device.warp_size)
     row: dict[str, Any] = {
         "id": launch.id, "name": launch.kernel_name, "block_size": launch.block_size,
         "grid_size": launch.grid_size, "registers_per_thread": launch.registers_per_thread,
-        "registers_exact": exact_registers, "shared_mem_bytes": occ.shared_mem_bytes,
+        "registers_allocated": registers_allocated, "registers_exact": exact_registers,
+        "shared_mem_bytes": occ.shared_mem_bytes, "smem_allocated_bytes": occ.allocated_smem_per_block,
         "smem_config_bytes": launch.smem_config_bytes, "blocks_per_sm": occ.blocks_per_sm,
         "theoretical_occupancy_pct": occ.theoretical_occupancy_pct,
         "ncu_theoretical_occupancy_pct": launch.theoretical_occupancy_pct,
@@ -606,22 +624,32 @@ def compare_ncu(launch: Any, exact_registers: int | None = None) -> dict[str, An
     differences = []
     if launch.theoretical_occupancy_pct is not None:
         row["occupancy_diff_pct"] = occ.theoretical_occupancy_pct - launch.theoretical_occupancy_pct
-        # ncu prints two decimals at most: 100 * 21/64 is "32.81"
-        if abs(row["occupancy_diff_pct"]) > 0.006:
+        if abs(row["occupancy_diff_pct"]) > 0.006:  # ncu prints two decimals: 100 * 21/64 is "32.81"
             differences.append(f"theoretical occupancy {_pct(occ.theoretical_occupancy_pct)} vs ncu "
                                f"{_pct(launch.theoretical_occupancy_pct)}")
     for ncu_key, our_key in NCU_LIMITS:
         ours, theirs = getattr(occ, our_key), getattr(launch, ncu_key)
         row[f"ncu_{ncu_key}"], row[ncu_key] = theirs, ours
-        if theirs is not None and ours is not None and ours != theirs:
+        if ncu_key == "block_limit_barriers" and launch.barrier_count is None:
+            continue
+        if theirs is not None and ours != theirs:
             differences.append(f"{ncu_key} {ours} vs ncu {theirs}")
+    for key, ours in (("registers_allocated", registers_allocated),
+                      ("smem_allocated_bytes", occ.allocated_smem_per_block)):
+        theirs = getattr(launch, key)
+        row[f"ncu_{key}"] = theirs
+        if theirs is not None and ours != theirs:
+            differences.append(f"{key} {ours} vs ncu {theirs}")
+    notes = []
+    if registers_allocated != launch.registers_per_thread:
+        notes.append(f"{launch.registers_per_thread} registers per thread are allocated as {registers_allocated}")
     if exact_registers is not None and exact_registers != launch.registers_per_thread:
         exact = occupancy(device, launch.block_size, exact_registers, launch.static_smem_bytes or 0,
-                          launch.dynamic_smem_bytes or 0, smem_config_bytes=launch.smem_config_bytes)
-        row["registers_note"] = (f"the cubin uses {exact_registers} registers, ncu shows the "
-                                 f"{launch.registers_per_thread} allocated per thread"
-                                 + ("" if exact.blocks_per_sm == occ.blocks_per_sm else
-                                    f"; occupancy with {exact_registers}: {_pct(exact.theoretical_occupancy_pct)}"))
+                          launch.dynamic_smem_bytes or 0, smem_config_bytes=launch.smem_config_bytes,
+                          block_barriers=barriers)
+        notes.append(f"the cubin uses {exact_registers} registers, ncu shows {launch.registers_per_thread}"
+                     + ("" if exact.blocks_per_sm == occ.blocks_per_sm else
+                        f"; with {exact_registers} occupancy would be {_pct(exact.theoretical_occupancy_pct)}"))
     w = waves(launch.grid_size or 0, occ.blocks_per_sm, launch.sm_count or 0)
     row["waves"] = w.waves if w else None
     row["ncu_waves_per_sm"] = launch.waves_per_sm
@@ -629,6 +657,7 @@ def compare_ncu(launch: Any, exact_registers: int | None = None) -> dict[str, An
         differences.append(f"waves {w.waves:.2f} vs ncu {launch.waves_per_sm:.2f}")
     row["agrees"] = not differences
     row["differences"] = "; ".join(differences)
+    row["notes"] = "; ".join(notes)
     return row
 
 

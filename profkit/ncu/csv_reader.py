@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import io
+import lzma
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -69,14 +70,20 @@ class NcuCsv:
 def read_csv_file(path: str | os.PathLike[str]) -> NcuCsv:
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8", errors="replace")
+        if p.suffix == ".xz":  # captures are committed compressed
+            with lzma.open(p, "rt", encoding="utf-8", errors="replace") as fh:
+                text = fh.read()
+        else:
+            text = p.read_text(encoding="utf-8", errors="replace")
+    except lzma.LZMAError as exc:
+        raise ProfkitError(f"{p}: not a valid .xz file ({exc})") from None
     except FileNotFoundError:
         raise ProfkitError(f"{p}: no such file") from None
     except IsADirectoryError:
         raise ProfkitError(f"{p} is a directory, not an ncu CSV file") from None
     except OSError as exc:
         raise ProfkitError(f"{p}: cannot read ({exc.strerror or exc})") from None
-    if text.startswith("NVIDIA Nsight Compute") or p.suffix == ".ncu-rep" or "\x00" in text[:4096]:
+    if text.startswith("NVIDIA Nsight Compute") or ".ncu-rep" in p.suffixes or "\x00" in text[:4096]:
         raise ProfkitError(f"{p} is an ncu report, not CSV",
                            hint=f"convert it: ncu --import {p.name} --csv --page details > {p.stem}.csv")
     try:

@@ -15,7 +15,8 @@ from typing import Any
 from profkit.ncu.csv_reader import NcuCsv, RawLaunch, RuleRow, read_csv_file
 from profkit.ncu.units import Quantity, exact_bytes, parse_value
 
-# field -> (details display names, raw metric ids, kind); kind: int | bytes | float
+# field -> (details display names, raw metric ids, kind); kind: int | float | size
+# ("size": a shared-memory size, snapped back to whole bytes from a rounded print)
 FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
     "duration_ns": (("Duration",), ("gpu__time_duration.sum",), "float"),
     "dram_throughput_pct": (("DRAM Throughput",),
@@ -24,16 +25,19 @@ FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
                               ("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",), "float"),
     "compute_throughput_pct": (("Compute (SM) Throughput",),
                                ("sm__throughput.avg.pct_of_peak_sustained_elapsed",), "float"),
-    "dram_bytes_read": (("dram__bytes_read.sum",), ("dram__bytes_read.sum",), "bytes"),
-    "dram_bytes_write": (("dram__bytes_write.sum",), ("dram__bytes_write.sum",), "bytes"),
+    "dram_bytes_read": (("dram__bytes_read.sum",), ("dram__bytes_read.sum",), "int"),
+    "dram_bytes_write": (("dram__bytes_write.sum",), ("dram__bytes_write.sum",), "int"),
     "block_size": (("Block Size",), ("launch__block_size",), "int"),
     "grid_size": (("Grid Size",), ("launch__grid_size",), "int"),
     "threads": (("Threads",), ("launch__thread_count",), "int"),
     "registers_per_thread": (("Registers Per Thread",), ("launch__registers_per_thread",), "int"),
-    "static_smem_bytes": (("Static Shared Memory Per Block",), ("launch__shared_mem_per_block_static",), "bytes"),
-    "dynamic_smem_bytes": (("Dynamic Shared Memory Per Block",), ("launch__shared_mem_per_block_dynamic",), "bytes"),
-    "driver_smem_bytes": (("Driver Shared Memory Per Block",), ("launch__shared_mem_per_block_driver",), "bytes"),
-    "smem_config_bytes": (("Shared Memory Configuration Size",), ("launch__shared_mem_config_size",), "bytes"),
+    "registers_allocated": ((), ("launch__registers_per_thread_allocated",), "int"),
+    "barrier_count": ((), ("launch__barrier_count",), "int"),
+    "smem_allocated_bytes": ((), ("launch__shared_mem_per_block_allocated",), "size"),
+    "static_smem_bytes": (("Static Shared Memory Per Block",), ("launch__shared_mem_per_block_static",), "size"),
+    "dynamic_smem_bytes": (("Dynamic Shared Memory Per Block",), ("launch__shared_mem_per_block_dynamic",), "size"),
+    "driver_smem_bytes": (("Driver Shared Memory Per Block",), ("launch__shared_mem_per_block_driver",), "size"),
+    "smem_config_bytes": (("Shared Memory Configuration Size",), ("launch__shared_mem_config_size",), "size"),
     "sm_count": (("# SMs",), ("launch__sm_count", "device__attribute_multiprocessor_count"), "int"),
     "waves_per_sm": (("Waves Per SM",), ("launch__waves_per_multiprocessor",), "float"),
     "cluster_size": (("Cluster Size",), ("launch__cluster_size",), "int"),
@@ -75,7 +79,10 @@ class NcuLaunch:
     block_size: int | None = None
     grid_size: int | None = None
     threads: int | None = None
-    registers_per_thread: int | None = None
+    registers_per_thread: int | None = None  # the cubin's count (ptxas -v says the same)
+    registers_allocated: int | None = None  # rounded up to the allocation unit (raw page only)
+    barrier_count: int | None = None  # barriers per block (raw page only)
+    smem_allocated_bytes: int | None = None  # per block, with the driver's reserve, rounded (raw page only)
     static_smem_bytes: int | None = None
     dynamic_smem_bytes: int | None = None
     driver_smem_bytes: int | None = None
@@ -155,7 +162,7 @@ def _launch(raw: RawLaunch, page: str) -> NcuLaunch:
 
 
 def _convert(q: Quantity, kind: str) -> int | float | None:
-    if kind == "bytes":
+    if kind == "size":
         return exact_bytes(q)
     if kind == "int":
         return q.as_int()
