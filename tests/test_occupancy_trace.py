@@ -135,3 +135,29 @@ def test_export_without_kernels_is_a_one_line_error(tmp_path):
     result = CliRunner().invoke(cli, ["occupancy", str(path)])
     assert result.exit_code == 2 and result.output.startswith("profkit: error:")
     assert "-t cuda" in result.output
+
+
+def test_trace_rows_with_ncu_achieved_occupancy():
+    """nsys and ncu runs of the same program: ncu's launches find their trace rows
+    despite the two tools spelling kernel names differently."""
+    from profkit.analysis.occupancy import attach_ncu, kernel_key
+    from profkit.ncu import read_ncu_csv
+    from tests.conftest import NCU_DATA
+
+    ncu_path = NCU_DATA / "bad_live_raw.csv"
+    if not ncu_path.exists():
+        pytest.skip("ncu fixtures not unpacked")
+    launches = read_ncu_csv(ncu_path)
+    assert kernel_key("void at::native::vectorized_elementwise_kernel<(int)4, at::native::AbsFunctor<float>, "
+                      "std::array<char *, (unsigned long)2>>(int, T2, T3)") == kernel_key(
+        "void at::vectorized_elementwise_kernel<4, at::AbsFunctor<float>, std::array<char *, 2>>(int, T2, T3)")
+    rows = attach_ncu(trace_rows("nsys2025_bad"), launches)
+    assert sum(r["ncu_launches"] for r in rows) == len(launches) == 20  # every ncu launch found its row
+    for r in rows:
+        if r["ncu_launches"]:
+            assert r["ncu_theoretical_occupancy_pct"] == r["theoretical_occupancy_pct"]
+            assert 0 < r["ncu_achieved_occupancy_pct"] <= r["theoretical_occupancy_pct"]
+    result = CliRunner().invoke(cli, ["occupancy", str(nsys_fixture("nsys2025_bad")), "--ncu", str(ncu_path),
+                                      "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert sum(r["ncu_launches"] for r in json.loads(result.output)) == 20

@@ -661,13 +661,45 @@ def compare_ncu(launch: Any, exact_registers: int | None = None) -> dict[str, An
     return row
 
 
+_CAST = re.compile(r"\((?:unsigned |signed )?(?:int|long|long long|short|char|bool)\)")
+_QUALIFIER = re.compile(r"(?:\(anonymous namespace\)|<unnamed>|unnamed>|[A-Za-z_]\w*)::")
+
+
+def kernel_key(name: str) -> str:
+    """A kernel name with namespaces, C casts and spaces removed, so that nsys's
+    "void at::native::k<(int)4, at::native::F<float>>" and ncu's
+    "void at::k<4, at::F<float>>" compare equal."""
+    return "".join(_QUALIFIER.sub("", _CAST.sub("", name)).split())
+
+
+def attach_ncu(rows: Sequence[dict[str, Any]], launches: Sequence[Any]) -> list[dict[str, Any]]:
+    """Trace rows (``trace_occupancy``) with ncu's achieved and theoretical
+    occupancy added where ncu profiled the same kernel with the same block
+    size and registers (ncu_launches = how many of its launches matched)."""
+    groups: dict[tuple, list[Any]] = {}
+    for launch in launches:
+        groups.setdefault((kernel_key(launch.kernel_name), launch.block_size, launch.registers_per_thread),
+                          []).append(launch)
+    out = []
+    for row in rows:
+        match = groups.get((kernel_key(row["name"]), row["block_size"], row["registers_per_thread"]), [])
+        achieved = [m.achieved_occupancy_pct for m in match if m.achieved_occupancy_pct is not None]
+        theoretical = {m.theoretical_occupancy_pct for m in match} - {None}
+        out.append(dict(row, ncu_launches=len(match),
+                        ncu_achieved_occupancy_pct=sum(achieved) / len(achieved) if achieved else None,
+                        ncu_theoretical_occupancy_pct=max(theoretical) if theoretical else None,
+                        ncu_block_limit_registers=match[0].block_limit_registers if match else None,
+                        ncu_block_limit_shared_mem=match[0].block_limit_shared_mem if match else None))
+    return out
+
+
 def with_device(device: DeviceLimits, **changes: Any) -> DeviceLimits:
     """A copy of ``device`` with fields replaced (None values ignored)."""
     return replace(device, **{k: v for k, v in changes.items() if v is not None})
 
 
 __all__ = [
-    "ARCH_DEFAULTS", "DeviceLimits", "Occupancy", "Step", "Waves", "advice", "block_size_table",
+    "ARCH_DEFAULTS", "DeviceLimits", "attach_ncu", "kernel_key", "Occupancy", "Step", "Waves", "advice", "block_size_table",
     "carveout_steps", "compare_ncu", "device_from_info", "device_limits", "occupancy", "occupancy_row", "parse_arch", "register_steps",
     "shared_memory_step", "trace_occupancy", "waves", "with_device",
 ]

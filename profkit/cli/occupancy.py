@@ -27,6 +27,10 @@ TRACE_COLUMNS = [
     Column("theoretical_occupancy_pct", "Occupancy %", "pct"), Column("limiter", "Limiter"),
     Column("waves", "Waves", "float"), Column("tail_effect", "Tail"), Column("advice", "Advice"),
 ]
+TRACE_NCU_COLUMNS = [
+    Column("ncu_launches", "ncu launches", "int"), Column("ncu_theoretical_occupancy_pct", "ncu theor. %", "pct"),
+    Column("ncu_achieved_occupancy_pct", "ncu achieved %", "pct"),
+]
 NCU_COLUMNS = [
     Column("id", "ID", "int"), Column("name", "Kernel"), Column("block_size", "Block", "int"),
     Column("grid_size", "Grid", "int"), Column("registers_per_thread", "Regs", "int"),
@@ -77,21 +81,29 @@ def occupancy(export: str | None, arch: str | None, block: int | None, regs: int
       profkit occupancy --arch sm_90 --block 256 --regs 72 --smem 48K
       profkit occupancy run.sqlite                   every kernel of a trace
       profkit occupancy --ncu report.csv             next to ncu's figures
+      profkit occupancy run.sqlite --ncu report.csv  ncu's achieved occupancy per trace kernel
     """
     from profkit.analysis import occupancy as occ
 
+    launches = None
     if ncu_csv:
         from profkit.ncu import read_ncu_csv
 
-        rows = [occ.compare_ncu(launch) for launch in read_ncu_csv(ncu_csv)]
-        emit_rows(rows, NCU_COLUMNS, fmt, title=f"Occupancy: profkit vs ncu ({ncu_csv})")
-        return
+        launches = read_ncu_csv(ncu_csv)
+        if not export:
+            rows = [occ.compare_ncu(launch) for launch in launches]
+            emit_rows(rows, NCU_COLUMNS, fmt, title=f"Occupancy: profkit vs ncu ({ncu_csv})")
+            return
     if export:
         from profkit.nsys import open_export
 
         with open_export(export) as ex:
             rows = occ.trace_occupancy(ex, device=occ.device_limits(arch, sm_count=sms) if arch else None)
-        emit_rows(rows, TRACE_COLUMNS, fmt, title="Occupancy and registers")
+        columns = TRACE_COLUMNS
+        if launches is not None:
+            rows = occ.attach_ncu(rows, launches)
+            columns = TRACE_COLUMNS[:-1] + TRACE_NCU_COLUMNS + TRACE_COLUMNS[-1:]
+        emit_rows(rows, columns, fmt, title="Occupancy and registers")
         return
     if block is None or regs is None or arch is None:
         raise ProfkitError("give an export, --ncu FILE, or --arch, --block and --regs",
