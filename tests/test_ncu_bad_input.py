@@ -6,9 +6,8 @@ tested in test_ncu_reader.py.
 
 from __future__ import annotations
 
-from click.testing import CliRunner
-
 import pytest
+from click.testing import CliRunner
 
 from profkit.cli import cli
 from profkit.errors import ProfkitError

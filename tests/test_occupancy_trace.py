@@ -129,9 +129,8 @@ def test_export_without_kernels_is_a_one_line_error(tmp_path):
     conn.execute("CREATE TABLE META_DATA_EXPORT (name TEXT, value TEXT)")
     conn.commit()
     conn.close()
-    with pytest.raises(ProfkitError, match="no CUDA kernel data"):
-        with open_export(path) as ex:
-            trace_occupancy(ex)
+    with pytest.raises(ProfkitError, match="no CUDA kernel data"), open_export(path) as ex:
+        trace_occupancy(ex)
     result = CliRunner().invoke(cli, ["occupancy", str(path)])
     assert result.exit_code == 2 and result.output.startswith("profkit: error:")
     assert "-t cuda" in result.output

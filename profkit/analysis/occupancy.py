@@ -699,7 +699,25 @@ def with_device(device: DeviceLimits, **changes: Any) -> DeviceLimits:
 
 
 __all__ = [
-    "ARCH_DEFAULTS", "DeviceLimits", "attach_ncu", "kernel_key", "Occupancy", "Step", "Waves", "advice", "block_size_table",
-    "carveout_steps", "compare_ncu", "device_from_info", "device_limits", "occupancy", "occupancy_row", "parse_arch", "register_steps",
-    "shared_memory_step", "trace_occupancy", "waves", "with_device",
+    "ARCH_DEFAULTS",
+    "DeviceLimits",
+    "Occupancy",
+    "Step",
+    "Waves",
+    "advice",
+    "attach_ncu",
+    "block_size_table",
+    "carveout_steps",
+    "compare_ncu",
+    "device_from_info",
+    "device_limits",
+    "kernel_key",
+    "occupancy",
+    "occupancy_row",
+    "parse_arch",
+    "register_steps",
+    "shared_memory_step",
+    "trace_occupancy",
+    "waves",
+    "with_device",
 ]

@@ -1,7 +1,13 @@
 """Reading Nsight Compute (ncu) CSV output: ``read_ncu_csv(path) -> list[NcuLaunch]``."""
 
 from profkit.ncu.csv_reader import NcuCsv, parse_csv_text, read_csv_file
-from profkit.ncu.launches import FIELDS, NcuLaunch, launches_frame, launches_from_csv, read_ncu_csv
+from profkit.ncu.launches import (
+           FIELDS,
+           NcuLaunch,
+           launches_frame,
+           launches_from_csv,
+           read_ncu_csv,
+)
 
 __all__ = ["FIELDS", "NcuCsv", "NcuLaunch", "launches_frame", "launches_from_csv", "parse_csv_text",
            "read_csv_file", "read_ncu_csv"]

@@ -117,7 +117,7 @@ def _split(line: str) -> list[str]:
 
 def _find_header(lines: list[str]) -> int | None:
     for i, line in enumerate(lines):
-        if line.startswith('"ID"') or line.startswith("ID,"):
+        if line.startswith(('"ID"', "ID,")):
             fields = _split(line)
             if fields[:1] == ["ID"] and "Kernel Name" in fields:
                 return i
@@ -142,9 +142,10 @@ def _details(header: list[str], body: list[str]) -> tuple[list[RawLaunch], int]:
             continue
         if len(fields) < len(header):  # ragged: metric rows end at "Metric Value"
             fields = fields + [""] * (len(header) - len(fields))
+        row = {name: fields[i] for name, i in col.items()}
 
-        def get(name: str) -> str:
-            return fields[col[name]] if name in col else ""
+        def get(name: str, row: dict[str, str] = row) -> str:
+            return row.get(name, "")
 
         launch_id = fields[0]
         launch = by_id.get(launch_id)

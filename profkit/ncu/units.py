@@ -40,7 +40,7 @@ class Quantity:
     resolution: float = 0.0
 
     def as_int(self) -> int:
-        return int(round(self.value))
+        return round(self.value)
 
 
 def parse_number(text: str) -> tuple[float, float] | None:
