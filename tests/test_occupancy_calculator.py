@@ -194,3 +194,17 @@ def test_parse_arch():
         parse_arch("hopper")
     with pytest.raises(ProfkitError):
         device_limits("sm_60")
+
+
+def test_register_steps_equal_a_one_by_one_search():
+    # register_steps tries multiples of 8 only; a search over every count must agree
+    for block in (64, 96, 256):
+        for regs in range(0, 256, 3):
+            occ = occupancy(H100, block, regs)
+            step, headroom = register_steps(occ, H100)
+            lower = next((r for r in range(regs - 1, -1, -1)
+                          if occupancy(H100, block, r).blocks_per_sm > occ.blocks_per_sm), None)
+            upper = regs
+            while upper < 255 and occupancy(H100, block, upper + 1).blocks_per_sm == occ.blocks_per_sm:
+                upper += 1
+            assert (step.value if step else None, headroom) == (lower, upper), (block, regs)

@@ -6,7 +6,7 @@ Tables and columns read (both schema 3.7 / nsys 2023.4 and 3.20 / nsys 2025.3):
   shortName, gridX/Y/Z, blockX/Y/Z, registersPerThread, staticSharedMemory,
   dynamicSharedMemory, localMemoryPerThread, and where present
   sharedMemoryExecuted (the carveout the driver configured for the launch),
-  sharedMemoryLimitConfig, clusterX/Y/Z;
+  sharedMemoryLimitConfig (both schemas have them; older ones may not);
 * ``TARGET_INFO_GPU`` and, in newer exports, ``TARGET_INFO_CUDA_DEVICE``:
   compute capability, SM count and the per-SM/per-block limits.  Column
   names moved between the two tables across versions, so each value is
@@ -30,9 +30,6 @@ OPTIONAL_COLUMNS = {
     "localMemoryPerThread": "local_mem_per_thread",
     "sharedMemoryExecuted": "smem_config_bytes",
     "sharedMemoryLimitConfig": "smem_limit_config",
-    "clusterX": "cluster_x",
-    "clusterY": "cluster_y",
-    "clusterZ": "cluster_z",
 }
 
 LAUNCH_CONFIG_SQL = """
