@@ -1,0 +1,1 @@
+"""Analyses over plain data read from exports: summaries, occupancy, sync stalls."""
