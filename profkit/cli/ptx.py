@@ -283,11 +283,9 @@ def _show_many(ctx: click.Context, codes: list[KernelCode], sass: bool, fmt: str
         "spills": "?" if s.spill_stores_bytes is None else f"{s.spill_stores_bytes}/{s.spill_loads_bytes}",
         "shared_bytes": s.shared_bytes, "global_loads": widths(s.mix.global_loads),
         "global_stores": widths(s.mix.global_stores), "vectorized": "yes" if s.vectorized else "no",
-        "file": _short_path(s.source),
+        "file": s.source,
     } for s in summaries]
-    emit_rows(rows, INDUCTOR_COLUMNS, fmt, title=f"{len(rows)} compiled kernels ({summaries[0].listing})")
+    # An 80-column terminal has no room for the cache paths; CSV and Markdown keep them.
+    columns = INDUCTOR_COLUMNS[:-1] if fmt == "table" else INDUCTOR_COLUMNS
+    emit_rows(rows, columns, fmt, title=f"{len(rows)} compiled kernels ({summaries[0].listing})")
 
-
-def _short_path(path: str) -> str:
-    """Triton cache paths are long hashes: keep 8 characters of each."""
-    return "/".join(part if len(part) <= 20 else part[:8] + "…" for part in path.split("/"))
