@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from profkit.analysis import summaries
 from profkit.cli import cli
 from profkit.nsys import open_export
-from profkit.nsys.stats import SQLITE_LEGACY, sqlite_round, stats_from_columns
+from profkit.nsys.stats import sqlite_round, stats_from_columns
 from tests.conftest import nsys_fixture, nsys_fixture_names, oracle_csv
 
 FIXTURES = nsys_fixture_names()
@@ -247,7 +247,7 @@ def test_nvtx_kernel_summary_equals_nvtx_kern_sum(name: str) -> None:
         want[key] = (int(m["nvtx"]), int(m["kern"]), int(m["total"]), float(m["avg"]), float(m["med"]),
                      int(m["min"]), int(m["max"]), float(m["std"]))
     with open_export(nsys_fixture(name)) as export:
-        export.rounding_mode = SQLITE_LEGACY  # the oracle came from nsys 2023.4
+        export.match_nsys_stats(2023)  # the oracle came from nsys 2023.4
         rows = summaries.nvtx_kernel_summary(export)
     got = {(r["range"], r["style"], r["pid"], r["tid"], r["name"]):
            (r["nvtx_instances"], r["instances"], r["total_ns"], r["avg_ns"], r["med_ns"], r["min_ns"], r["max_ns"],

@@ -26,7 +26,6 @@ import numpy as np
 
 from profkit.nsys import queries
 from profkit.nsys.reader import NsysExport, decode_global_tid, normalize_api_name
-from profkit.nsys.nvtx_projection import kernel_range_pairs
 from profkit.nsys.stats import NULL_INT, GroupStats, collect_columns, grouped_stats, round_like_nsys, stats_from_columns
 
 SUMMARY_KEYS = ("name", "time_pct", "total_ns", "instances", "avg_ns", "med_ns", "min_ns", "max_ns", "stddev_ns")
@@ -327,6 +326,8 @@ def nvtx_kernel_summary(export: NsysExport) -> list[Row]:
     instances; the time figures are over the kernels of the row.  Ordered as
     nsys orders it: range, pid, tid, total time descending.
     """
+    from profkit.nsys.nvtx_projection import kernel_range_pairs  # imports pandas: only here
+
     pairs = kernel_range_pairs(export)
     if len(pairs.duration) == 0:
         return []

@@ -129,6 +129,10 @@ def _nvtx_domains_sql(export: NsysExport) -> str:
 
 def _nvtx_tag_sql(export: NsysExport, event: str, domain: str) -> str:
     text = export.nvtx_text_sql(event)
+    if export.nvtx_default_domain_prefix:
+        # nsys 2025.3: "domain:text", and ":text" in the default domain.
+        return f"coalesce({domain}.name, '') || ':' || {text}"
+    # nsys 2023.4: "domain:text", and plain "text" in the default domain.
     return f"CASE WHEN {domain}.name IS NOT NULL THEN {domain}.name || ':' || {text} ELSE {text} END"
 
 

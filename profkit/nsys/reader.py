@@ -94,24 +94,34 @@ class NsysExport:
         self.export_meta: dict[str, str] = meta
         self.schema_version: str | None = meta.get("EXPORT_SCHEMA_VERSION") or _joined_version(meta)
         self.nsys_version: str | None = _first(meta, "EXPORT_PRODUCT_VERSION")
-        # Summaries round avg/med/stddev like the `nsys stats` of this nsys
-        # release; set it to match another release (stats.ROUNDING_MODES).
-        self.rounding_mode: str = self._default_rounding_mode()
+        # Summaries equal the `nsys stats` of the nsys release that wrote the
+        # export; match_nsys_stats() switches to another release's habits.
+        self.rounding_mode: str = ""
+        self.nvtx_default_domain_prefix: bool = False
+        self.match_nsys_stats(self._release_year())
 
-    def _default_rounding_mode(self) -> str:
-        """nsys up to 2023.x ships SQLite < 3.43 (legacy printf rounding); 2024
-        and later round the exact value half up.  Without a product version,
-        schema 3.7 and older count as 2023.
+    def match_nsys_stats(self, year: int) -> None:
+        """Make summaries equal the ``nsys stats`` of the nsys release of ``year``.
+
+        Two habits changed between nsys 2023.4 and 2025.3 (seen on the same
+        exports; where in 2024 they changed is not known, 2024 counts as new):
+        - rounding of avg/med/stddev: 2023.4 ships SQLite 3.42 (legacy printf
+          rounding), 2025.3 rounds the exact value half up (stats.ROUNDING_MODES);
+        - nvtx_sum names a range of the default domain ":text" in 2025.3 and
+          "text" in 2023.4.
         """
         from profkit.nsys.stats import DECIMAL_HALF_UP, SQLITE_LEGACY
 
+        self.rounding_mode = SQLITE_LEGACY if year < 2024 else DECIMAL_HALF_UP
+        self.nvtx_default_domain_prefix = year >= 2024
+
+    def _release_year(self) -> int:
+        """The nsys release year from META_DATA_EXPORT; schema 3.7 and older count as 2023."""
         year = _leading_int(self.nsys_version)
         if year is not None:
-            return SQLITE_LEGACY if year < 2024 else DECIMAL_HALF_UP
+            return year
         schema = tuple(_leading_ints(self.schema_version))
-        if schema and schema <= (3, 7):
-            return SQLITE_LEGACY
-        return DECIMAL_HALF_UP
+        return 2023 if schema and schema <= (3, 7) else 2025
 
     # -- context manager -------------------------------------------------
     def __enter__(self) -> NsysExport:
@@ -122,6 +132,10 @@ class NsysExport:
 
     def close(self) -> None:
         self.conn.close()
+
+    def new_connection(self) -> sqlite3.Connection:
+        """Another read-only connection to the same file (for parallel scans)."""
+        return _connect_read_only(self.path)
 
     def __repr__(self) -> str:
         return f"NsysExport({str(self.path)!r}, schema={self.schema_version!r})"
@@ -373,10 +387,11 @@ def _connect_read_only(p: Path) -> sqlite3.Connection:
     uri = "file:" + urllib.parse.quote(str(p.resolve())) + "?mode=ro&immutable=1"
     try:
         conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
-        # 64 MiB page cache; temp tables spill to a temp file beyond it, so
-        # memory stays bounded on exports with millions of rows.
-        conn.execute("PRAGMA cache_size = -65536")
-        conn.execute("PRAGMA temp.cache_size = -65536")
+        # A 16 MiB page cache: summaries scan tables once, so a bigger cache
+        # only adds resident memory (the OS caches the file anyway); temp
+        # tables spill to a temp file beyond it, so memory stays bounded.
+        conn.execute("PRAGMA cache_size = -16384")
+        conn.execute("PRAGMA temp.cache_size = -16384")
     except sqlite3.DatabaseError as exc:
         raise ProfkitError(f"{p} cannot be opened as SQLite ({exc})", hint=_EXPORT_HINT) from None
     return conn

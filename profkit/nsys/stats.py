@@ -26,6 +26,10 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
+import sqlite3
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
 from collections.abc import Sequence
@@ -101,36 +105,83 @@ def collect_columns(export: NsysExport, query: ColumnsQuery) -> tuple[list[np.nd
     Python tuples.  All aggregates of one SELECT see the same rows in the same
     order, so the columns line up.  Text columns are appended by aggregate
     functions whose ``step`` is ``list.append`` (no Python frame per row).
-    The scan is chunked by rowid so no single string grows past ~20 bytes x
-    CHUNK_ROWS per column.
+
+    The scan is chunked by rowid, so no string grows past ~20 bytes x
+    CHUNK_ROWS per column.  Integer-only scans of big tables run their chunks
+    on several read-only connections at once: sqlite3 releases the GIL while
+    SQLite steps, so the chunks really run in parallel.
     """
     bounds = export.rows(f'SELECT min(rowid), max(rowid) FROM "{query.table}"')
     lo, hi = bounds[0] if bounds else (None, None)
-    ints: list[list[np.ndarray]] = [[] for _ in query.int_columns]
     texts: list[list[Any]] = [[] for _ in query.text_columns]
     if lo is None:
         return [np.zeros(0, dtype=np.int64) for _ in query.int_columns], texts
+    workers = _workers(hi - lo + 1) if not query.text_columns else 1
+    # Equal chunks, a multiple of the worker count, none above CHUNK_ROWS.
+    n_chunks = workers * -(-(hi - lo + 1) // (workers * CHUNK_ROWS))
+    size = -(-(hi - lo + 1) // n_chunks)
+    chunks = [(start, start + size) for start in range(lo, hi + 1, size)]
+    selects = [f"group_concat(coalesce(({expr}), {NULL_INT}))" for expr in query.int_columns]
     tag = next(_collector_ids)
     sink_names = [f"_profkit_text{tag}_{i}" for i in range(len(query.text_columns))]
-    for name, target in zip(sink_names, texts):
-        export.conn.create_aggregate(name, 1, _list_sink(target))
-    selects = [f"group_concat(coalesce(({expr}), {NULL_INT}))" for expr in query.int_columns]
     selects += [f"{name}(({expr}))" for name, expr in zip(sink_names, query.text_columns)]
     sql = (f"{query.with_clause} SELECT {', '.join(selects)} FROM {query.source} "
            f"WHERE ({query.where}) AND {query.rowid} >= ? AND {query.rowid} < ?")
-    try:
-        for start in range(lo, hi + 1, CHUNK_ROWS):
-            row = export.rows(sql, (start, start + CHUNK_ROWS))[0]
-            for i, text in enumerate(row[: len(query.int_columns)]):
-                if text:
-                    ints[i].append(np.fromstring(text, dtype=np.int64, sep=","))
-    finally:
-        for name in sink_names:
-            export.conn.create_aggregate(name, 1, None)
-    columns = [np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64) for parts in ints]
+    n_ints = len(query.int_columns)
+
+    def parse(row: tuple) -> list[np.ndarray]:
+        return [np.fromstring(text, dtype=np.int64, sep=",") if text else _EMPTY for text in row[:n_ints]]
+
+    if workers > 1:
+        parts = _parallel_chunks(export, sql, chunks, workers, parse)
+    else:
+        for name, target in zip(sink_names, texts):
+            export.conn.create_aggregate(name, 1, _list_sink(target))
+        try:
+            parts = [parse(export.rows(sql, chunk)[0]) for chunk in chunks]
+        finally:
+            for name in sink_names:
+                export.conn.create_aggregate(name, 1, None)
+    columns = [np.concatenate([p[i] for p in parts]) if parts else _EMPTY for i in range(n_ints)]
     if len({len(c) for c in columns} | {len(t) for t in texts}) > 1:
         raise RuntimeError(f"misaligned columns reading {query.table}")  # a bug, not a user error
     return columns, texts
+
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+PARALLEL_MIN_ROWS = 400_000
+
+
+def _workers(rows: int) -> int:
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(cpus, 8, rows // (PARALLEL_MIN_ROWS // 2))) if rows >= PARALLEL_MIN_ROWS else 1
+
+
+def _parallel_chunks(export: NsysExport, sql: str, chunks: list[tuple[int, int]], workers: int,
+                     parse: Any) -> list[list[np.ndarray]]:
+    """Run ``sql`` once per rowid chunk on ``workers`` connections; results in chunk order."""
+    local = threading.local()
+    opened: list[Any] = []
+    lock = threading.Lock()
+
+    def run(chunk: tuple[int, int]) -> list[np.ndarray]:
+        conn = getattr(local, "conn", None)
+        if conn is None:
+            conn = local.conn = export.new_connection()
+            with lock:
+                opened.append(conn)
+        try:
+            row = conn.execute(sql, chunk).fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise export._damage(exc) from None
+        return parse(row)
+
+    try:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            return list(pool.map(run, chunks))
+    finally:
+        for conn in opened:
+            conn.close()
 
 
 def _list_sink(target: list[Any]) -> type:
@@ -157,21 +208,29 @@ def stats_from_columns(keys: Sequence[Sequence[Any]], values: np.ndarray,
     if len(values) == 0:
         return []
     codes, unique_keys = _encode_keys(keys)
-    sorted_codes, sorted_values = _sort_by_group_then_value(codes, values)
-    starts = np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]])
-    counts = np.diff(np.r_[starts, len(sorted_values)])
-    totals = np.add.reduceat(sorted_values, starts)
-    mins = sorted_values[starts]
-    maxs = sorted_values[starts + counts - 1]
-    lo = sorted_values[starts + (counts - 1) // 2]
-    hi = sorted_values[starts + counts // 2]
+    n_groups = len(unique_keys)
+    if n_groups <= PARTITION_MAX_GROUPS:
+        grouped, starts, counts = _group_by_code(codes, values, n_groups)
+        group_codes = np.arange(n_groups)
+        mins = np.minimum.reduceat(grouped, starts)
+        maxs = np.maximum.reduceat(grouped, starts)
+        lo, hi = _middle_values(grouped, starts, counts)
+    else:
+        sorted_codes, grouped = _sort_by_group_then_value(codes, values)
+        starts = np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]])
+        counts = np.diff(np.r_[starts, len(grouped)])
+        group_codes = sorted_codes[starts]
+        mins = grouped[starts]
+        maxs = grouped[starts + counts - 1]
+        lo = grouped[starts + (counts - 1) // 2]
+        hi = grouped[starts + counts // 2]
+    totals = np.add.reduceat(grouped, starts)
     means = totals / counts
-    deviations = sorted_values - np.repeat(means, counts)
+    deviations = grouped - np.repeat(means, counts)
     squares = np.add.reduceat(deviations * deviations, starts)
     stddevs = np.where(counts > 1, np.sqrt(squares / np.maximum(counts - 1, 1)), 0.0)
 
     results = []
-    group_codes = sorted_codes[starts]
     medians = [
         int(a) if c % 2 else (int(a) + int(b)) / 2 for a, b, c in zip(lo.tolist(), hi.tolist(), counts.tolist())
     ]
@@ -194,10 +253,53 @@ def stats_from_columns(keys: Sequence[Sequence[Any]], values: np.ndarray,
     return results
 
 
+# Up to this many groups, values are grouped with an O(n) radix argsort and
+# each median found with np.partition; beyond it, one sort of (group, value)
+# pairs is cheaper than a Python loop over the groups.
+PARTITION_MAX_GROUPS = 2000
+
+
+def _group_by_code(codes: np.ndarray, values: np.ndarray, n_groups: int
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Values ordered by group (not by value within a group), group starts and sizes."""
+    # numpy's stable argsort is a radix sort for 16-bit integers.
+    small = codes.astype(np.uint16) if n_groups <= 0xFFFF else codes
+    order = np.argsort(small, kind="stable")
+    counts = np.bincount(codes, minlength=n_groups)
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    return values[order], starts, counts
+
+
+def _middle_values(grouped: np.ndarray, starts: np.ndarray, counts: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """The lower and upper middle value of each group (equal for odd sizes)."""
+    lo = np.empty(len(starts), dtype=np.int64)
+    hi = np.empty(len(starts), dtype=np.int64)
+    for i, (start, count) in enumerate(zip(starts.tolist(), counts.tolist())):
+        segment = grouped[start : start + count]
+        upper = count // 2
+        if count % 2:
+            lo[i] = hi[i] = np.partition(segment, upper)[upper]
+        else:
+            part = np.partition(segment, (upper - 1, upper))
+            lo[i], hi[i] = part[upper - 1], part[upper]
+    return lo, hi
+
+
 def _encode_keys(keys: Sequence[Sequence[Any]]) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
     """Dense integer codes for the key tuples, and the key tuple of each code."""
     if len(keys) == 1 and isinstance(keys[0], np.ndarray):
-        uniq, codes = np.unique(keys[0], return_inverse=True)
+        key = keys[0]
+        low, high = int(key.min()), int(key.max())
+        if low >= 0 and high < max(1 << 22, 4 * len(key)):
+            # Small non-negative ids (StringIds keys): a lookup table is O(n),
+            # where np.unique sorts.
+            present = np.zeros(high + 1, dtype=bool)
+            present[key] = True
+            uniq = np.flatnonzero(present)
+            lookup = np.cumsum(present, dtype=np.int64) - 1
+            return lookup[key], [(int(u),) for u in uniq.tolist()]
+        uniq, codes = np.unique(key, return_inverse=True)
         return codes.astype(np.int64, copy=False), [(_none_if_null(u),) for u in uniq.tolist()]
     index: dict[tuple[Any, ...], int] = {}
     columns = [k.tolist() if isinstance(k, np.ndarray) else k for k in keys]
