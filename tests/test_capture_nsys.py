@@ -162,3 +162,34 @@ def test_run_streaming_missing_program_is_a_profkit_error(tmp_path):
     with pytest.raises(ProfkitError, match="cannot run"):
         nsys.run_streaming([str(tmp_path / "no-such-nsys")], env={}, cwd=None, log_path=tmp_path / "log",
                            reporter=Recorder())
+
+
+REAL_NSYS = Path(__file__).resolve().parent.parent / ".tools/nsys/target-linux-x64/nsys"
+
+
+@pytest.mark.slow
+def test_real_nsys_accepts_our_command_line_and_keeps_the_qdstrm_in_the_temp_folder(tmp_path):
+    """Nsight Systems 2023.4 runs on a CPU-only machine: the flags, TMPDIR and
+    output handling are checked against the real tool (no kernels, of course)."""
+    if not REAL_NSYS.exists():
+        pytest.skip("no Nsight Systems CLI in .tools/")
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    script = tmp_path / "prog.py"
+    script.write_text("import sys, time\nprint('program output', sys.argv[1:])\ntime.sleep(0.2)\nsys.exit(3)\n")
+    request = nsys.ProfileRequest(program=[sys.executable, str(script), "--x", "1"], output_base=temp / "trace")
+    env = nsys.profile_environment({"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}, temp, nvtx_range=None,
+                                   sync_sites=False)
+    rec = Recorder()
+    result = nsys.run_streaming(nsys.build_profile_command(REAL_NSYS, request), env=env, cwd=tmp_path,
+                                log_path=tmp_path / "trace.log", reporter=rec)
+    assert result.returncode == 3  # nsys passes the program's exit status through
+    assert (temp / "trace.nsys-rep").is_file() and (temp / "trace.sqlite").is_file()
+    assert not list(temp.glob("*.qdstrm")) and not list(tmp_path.glob("*.qdstrm"))
+    assert rec.stages == ["importing", "exporting"]
+    assert ("stdout", "program output ['--x', '1']\n") in rec.out
+    assert not [text for stream, text in rec.out if "Generat" in text or "%]" in text]
+    from profkit.nsys import open_export
+
+    with open_export(temp / "trace.sqlite") as export:
+        assert export.schema_version.startswith("3.")

@@ -180,7 +180,7 @@ def test_nsys_that_captures_nothing(workdir, monkeypatch):
 def test_failed_import_leaves_no_qdstrm_behind(workdir, monkeypatch):
     monkeypatch.setenv("FAKE_NSYS_MODE", "nothing")  # writes a .qdstrm, then no report
     result = trace("prog.py")
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # the program succeeded: profkit's own failure code
     assert "nsys wrote no report" in result.output
     assert list((workdir / "tmp").iterdir()) == []
 
@@ -355,3 +355,11 @@ def test_gpu_trace_gelu_with_ncu_top_2(tmp_path):
         assert launch.achieved_occupancy_pct is not None and launch.theoretical_occupancy_pct is not None
         assert launch.registers_per_thread is not None
     assert "ncu" in (run_dir / "report.md").read_text().lower()
+
+
+def test_nvtx_range_that_never_starts(workdir, monkeypatch):
+    # real nsys 2023.4 in that case: prints "Generated:" with no files and exits 0
+    monkeypatch.setenv("FAKE_NSYS_MODE", "nothing")
+    result = trace("--nvtx-only", "no/such/range", "prog.py")
+    assert result.exit_code == 2
+    assert "nothing captured: the NVTX range 'no/such/range' never started" in result.output

@@ -221,11 +221,13 @@ def _profile(options: TraceOptions, nsys: FoundTool, program: list[str], run_dir
         record.exit_code = result.returncode
         record.finish("failed")
         record.write(run_dir)
-        last = next((line for line in reversed(result.tail) if line.strip()), "no output")
-        why = f"nsys wrote no report (exit status {result.returncode}; last output: {last.strip()})"
-        hint = f"see {log_path}"
         if options.nvtx_range:
-            hint = f"did the NVTX range {options.nvtx_range!r} ever start? see {log_path}"
+            why = f"nothing captured: the NVTX range {options.nvtx_range!r} never started"
+            hint = f"check the range's name and domain (`profkit nvtx` on a full trace lists them); see {log_path}"
+        else:
+            last = next((line for line in reversed(result.tail) if line.strip()), "no output")
+            why = f"nsys wrote no report (exit status {result.returncode}; last output: {last.strip()})"
+            hint = f"see {log_path}"
         raise ProgramFailed(why, result.returncode, hint)
     for src, name in ((report, NSYS_REP), (sqlite, SQLITE)):
         if src.exists():
