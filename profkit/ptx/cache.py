@@ -54,7 +54,10 @@ class Cache:
         """(manifest, files) of an entry, or None on a miss or a damaged entry."""
         if not self.enabled:
             return None
-        entry = self._entry(namespace, key)
+        return self._read(self._entry(namespace, key))
+
+    @staticmethod
+    def _read(entry: Path) -> tuple[dict[str, Any], dict[str, bytes]] | None:
         try:
             manifest = json.loads((entry / MANIFEST).read_text())
             files = {name: (entry / name).read_bytes() for name in manifest.get("files", [])}
@@ -77,7 +80,7 @@ class Cache:
             except OSError:
                 # Another process stored the same key first (its entry is as
                 # good as ours), or a damaged entry is in the way.
-                if not (entry / MANIFEST).exists():
+                if self._read(entry) is None:
                     shutil.rmtree(entry, ignore_errors=True)
                     os.replace(staging, entry)
         finally:

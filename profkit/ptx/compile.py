@@ -220,9 +220,19 @@ def _build_triton(target: Target, cache: Cache) -> Build:
 
 
 def _import_kernel_module(path: Path, search_dirs: tuple[Path, ...]) -> Any:
-    name = f"_profkit_kernels_{sources.digest(path)[:16]}"
+    dependencies = sources.python_dependencies(path, search_dirs)
+    name = "_profkit_kernels_" + make_key({"dependencies": dependencies})[:16]
     if name in sys.modules:
         return sys.modules[name]
+    # Local modules the kernel imports ("from helpers import scale") must come
+    # from its own directory as they are now, not from an earlier import of a
+    # same-named module elsewhere or of an older version: import them afresh.
+    local = {n.split(".")[0] for n in sources.imported_names(path)
+             if any(sources.module_file(root, n.split(".")[0]) for root in (path.parent, *search_dirs))}
+    for module_name, module in list(sys.modules.items()):
+        module_file = getattr(module, "__file__", None)
+        if module_name.split(".")[0] in local or (module_file and str(Path(module_file).resolve()) in dependencies):
+            del sys.modules[module_name]
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ProfkitError(f"cannot import {path}")

@@ -110,11 +110,20 @@ def python_dependencies(path: Path, search_dirs: tuple[Path, ...] = ()) -> dict[
             for base in bases:
                 if level > 1:
                     base = base.parents[level - 2]
-                found = _module_file(base, module)
+                found = module_file(base, module)
                 if found is not None and "site-packages" not in found.parts:
                     pending.append(found.resolve())
                     break
     return seen
+
+
+def imported_names(path: Path) -> set[str]:
+    """Dotted names of the absolute imports in a file."""
+    try:
+        tree = ast.parse(path.read_bytes())
+    except SyntaxError:
+        return set()
+    return {name for name, level in _imported_modules(tree) if level == 0 and name}
 
 
 def _imported_modules(tree: ast.Module) -> list[tuple[str, int]]:
@@ -130,7 +139,7 @@ def _imported_modules(tree: ast.Module) -> list[tuple[str, int]]:
     return found
 
 
-def _module_file(base: Path, dotted: str) -> Path | None:
+def module_file(base: Path, dotted: str) -> Path | None:
     if not dotted:
         return None
     parts = dotted.split(".")
