@@ -64,13 +64,18 @@ def print_summary(result: Any, console: Any = None) -> None:
     record = result.record
     if result.kernels:
         table = Table(title="Top kernels by GPU time", header_style="bold")
-        for title in ("Time %", "Total (ns)", "Launches", "Avg (ns)"):
-            table.add_column(title, justify="right", no_wrap=True)
-        table.add_column("Kernel", overflow="ellipsis", no_wrap=True, min_width=30)
-        for row in summary_rows(result.kernels, result.total_gpu_ns):
-            table.add_row(format_value(row["time_pct"], "pct"), format_value(row["total_ns"], "ns"),
-                          format_value(row["instances"], "int"), format_value(row["avg_ns"], "ns"),
-                          short_kernel_name(row["name"]))
+        rows = summary_rows(result.kernels, result.total_gpu_ns)
+        numbers = [(format_value(r["time_pct"], "pct"), format_value(r["total_ns"], "ns"),
+                    format_value(r["instances"], "int"), format_value(r["avg_ns"], "ns")) for r in rows]
+        titles = ("Time %", "Total (ns)", "Launches", "Avg (ns)")
+        widths = [max(len(title), *(len(n[i]) for n in numbers)) for i, title in enumerate(titles)]
+        for title, width in zip(titles, widths):
+            table.add_column(title, justify="right", no_wrap=True, min_width=width)
+        # the kernel name gets what is left of the line: 3 characters of border and padding per column
+        name_width = max(20, console.width - sum(widths) - 3 * (len(titles) + 1) - 1)
+        table.add_column("Kernel", no_wrap=True)
+        for r, n in zip(rows, numbers):
+            table.add_row(*n, short_kernel_name(r["name"], name_width))
         console.print(table)
         console.print(f"Total GPU kernel time: {result.total_gpu_ns / 1e6:,.3f} ms")
     else:
