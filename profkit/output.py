@@ -108,11 +108,17 @@ def rows_to_rich_table(rows: Sequence[dict[str, Any]], columns: Sequence[Column]
     from rich.table import Table
 
     table = Table(title=title, show_lines=False, header_style="bold")
-    for c in columns:
-        table.add_column(c.title, justify="left" if c.kind == "text" else "right",
-                         overflow="fold" if c.kind == "text" else "ellipsis")
-    for row in rows:
-        table.add_row(*(c.show(row.get(c.key)) for c in columns))
+    cells = [[c.show(row.get(c.key)) for c in columns] for row in rows]
+    for i, c in enumerate(columns):
+        if c.kind == "text":
+            # names fold onto several lines; they give up width first
+            table.add_column(c.title, justify="left", overflow="fold", ratio=1, min_width=12)
+        else:
+            # numbers are never cut: reserve their widest value
+            widest = max([len(cell[i]) for cell in cells] + [max(map(len, c.title.split()), default=0)])
+            table.add_column(c.title, justify="right", no_wrap=True, min_width=widest)
+    for cell in cells:
+        table.add_row(*cell)
     return table
 
 
@@ -130,7 +136,33 @@ def emit_rows(rows: Sequence[dict[str, Any]], columns: Sequence[Column], fmt: st
         from rich.console import Console
 
         # markup=False: kernel names such as "void f<[1]>" must print verbatim.
-        Console(markup=False, highlight=False).print(rows_to_rich_table(rows, columns, title))
+        console = Console(markup=False, highlight=False)
+        shown = fit_columns(rows, columns, console.width)
+        console.print(rows_to_rich_table(rows, shown, title))
+        hidden = [c.title for c in columns if c not in shown]
+        if hidden:
+            console.print(f"({', '.join(hidden)} hidden: terminal too narrow; widen it or use --format csv)",
+                          style="dim")
+
+
+# Columns a narrow terminal drops first, in this order; names and totals stay.
+DROPPABLE_KEYS = ("stddev_ns", "min_ns", "max_ns", "med_ns")
+NAME_MIN_WIDTH = 30
+
+
+def fit_columns(rows: Sequence[dict[str, Any]], columns: Sequence[Column], width: int) -> list[Column]:
+    """The columns that fit in ``width`` terminal cells with a readable name column."""
+    def cell_width(c: Column) -> int:
+        values = [len(c.show(row.get(c.key))) for row in rows]
+        return max(values + [max(map(len, c.title.split()), default=0)]) + 3  # padding and border
+
+    shown = list(columns)
+    for key in DROPPABLE_KEYS:
+        needed = sum(NAME_MIN_WIDTH if c.kind == "text" else cell_width(c) for c in shown)
+        if needed <= width:
+            break
+        shown = [c for c in shown if c.key != key]
+    return shown
 
 
 def _json_default(value: Any) -> Any:
