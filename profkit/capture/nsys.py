@@ -186,7 +186,7 @@ class ProcessResult:
 
 def run_streaming(cmd: Sequence[str], *, env: Mapping[str, str], cwd: Path | None, log_path: Path,
                   reporter: Reporter, classify_stdout: Callable[[str], NsysEvent] = classify) -> ProcessResult:
-    """Run cmd, copying its output to log_path and to the reporter as it arrives.
+    """Run cmd, copying its output to log_path (line by line) and to the reporter as it arrives.
 
     stdout segments are classified (nsys's stage messages become stage and
     progress calls, the rest is program output); stderr is program output.
@@ -222,16 +222,18 @@ def run_streaming(cmd: Sequence[str], *, env: Mapping[str, str], cwd: Path | Non
             if not data:
                 open_streams -= 1
                 if pending[stream]:
+                    log.write(pending[stream].encode())
                     _handle(pending[stream], "", stream, reporter, classify_stdout, tail)
                     pending[stream] = ""
                 continue
-            log.write(data)
-            log.flush()
             text = pending[stream] + data.decode("utf-8", errors="replace")
             pieces = re.split(r"(\r\n|\r|\n)", text)
             # pieces alternate text, separator; the last text has no separator yet
             for i in range(0, len(pieces) - 1, 2):
+                # whole lines only, so stdout and stderr never interleave inside a line of the log
+                log.write((pieces[i] + pieces[i + 1]).encode())
                 _handle(pieces[i], pieces[i + 1], stream, reporter, classify_stdout, tail)
+            log.flush()
             pending[stream] = pieces[-1]
         while True:
             try:
