@@ -29,7 +29,7 @@ def run_once(target: str, cache_dir: Path, extra: list[str]) -> tuple[float, dic
     env = {**os.environ, "PROFKIT_CACHE_DIR": str(cache_dir), "CUDA_VISIBLE_DEVICES": ""}
     started = time.perf_counter()
     result = subprocess.run([sys.executable, "-m", "profkit", "ptx", target, "--format", "json", *extra],
-                            cwd=REPO, env=env, capture_output=True, text=True)
+                            cwd=REPO, env=env, capture_output=True, text=True, check=False)
     elapsed = time.perf_counter() - started
     if result.returncode != 0:
         raise SystemExit(f"profkit ptx {target} failed: {result.stderr.strip()}")

@@ -13,7 +13,12 @@ import pytest
 
 from profkit.ptx.cache import Cache
 from profkit.ptx.compile import build
-from profkit.ptx.targets import CompileParams, parse_arch, parse_signature, resolve_target
+from profkit.ptx.targets import (
+    CompileParams,
+    parse_arch,
+    parse_signature,
+    resolve_target,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 KERNEL = (

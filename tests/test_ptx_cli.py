@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -437,8 +436,10 @@ def test_missing_nvcc_is_a_one_line_error(monkeypatch):
 
 
 def test_tools_come_from_a_pip_package_without_the_toolkit():
-    # CI has no CUDA toolkit: ptxas/cuobjdump/nvdisasm must come from the triton wheel or nvidia-cuda-* wheels
+    # CI has no CUDA toolkit: the triton wheel (a dev dependency) carries ptxas, cuobjdump and nvdisasm
+    from profkit.ptx.tools import candidates
+
     for name in ("ptxas", "cuobjdump", "nvdisasm"):
-        tool = find_tool(name)
-        assert tool.version >= (12, 0)
-    assert shutil.which("python")
+        wheel_copies = [p for p in candidates(name) if "site-packages" in p.parts or "dist-packages" in p.parts]
+        assert wheel_copies, f"no pip-installed {name}"
+        assert find_tool(name).version >= (12, 0)

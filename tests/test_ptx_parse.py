@@ -8,6 +8,7 @@ listing tests run on PTX and SASS compiled in this session.
 from __future__ import annotations
 
 import re
+import textwrap
 
 import pytest
 
@@ -71,11 +72,11 @@ def test_ptx_global_memory_widths(line, category, width, readonly):
     ("div.full.f32 %r1, %r2, %r3;", "fp"),
     ("@%p1 bra $L__BB0_2;", "branch"),
     ("bar.sync 0;", "barrier"),
-    ("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%f1,%f2,%f3,%f4}, {%r1,%r2,%r3,%r4}, {%r5,%r6}, "
-     "{%f5,%f6,%f7,%f8};", "mma"),
+    (("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%f1,%f2,%f3,%f4}, {%r1,%r2,%r3,%r4}, {%r5,%r6}, "
+      "{%f5,%f6,%f7,%f8};"), "mma"),
     ("wgmma.fence.sync.aligned;", "barrier"),
-    ("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd1, {%r2, %r3}], "
-     "[%r4];", "tma"),
+    (("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd1, {%r2, %r3}], "
+      "[%r4];"), "tma"),
     ("cvt.rn.f16.f32 %rs1, %f1;", "convert"),
     ("shfl.sync.bfly.b32 %r1, %r2, 16, 31, -1;", "move"),
 ])
@@ -124,17 +125,40 @@ def test_sass_categories(text, category):
 
 
 def test_ptx_listing_keeps_the_entry_and_the_functions_it_calls():
-    ptx = "\n".join([
-        ".version 8.0", ".target sm_90", ".address_size 64",
-        ".func (.param .b32 func_retval0) helper(", "\t.param .b32 helper_param_0", ")", "{",
-        "\tld.global.f32 %f1, [%rd1];", "\tret;", "}",
-        ".func unused()", "{", "\tld.global.v4.f32 {%f1, %f2, %f3, %f4}, [%rd1];", "\tret;", "}",
-        ".visible .entry k1(", "\t.param .u64 k1_param_0", ")", "{",
-        "\t.loc 1 2 3", "\tcall.uni (retval0), helper, (param0);", "\tst.global.v4.f32 [%rd1], {%f1, %f2, %f3, %f4};",
-        "\tret;", "}",
-        ".visible .entry k2()", "{", "\tld.global.v2.f32 {%f1, %f2}, [%rd1];", "\tret;", "}",
-        ".section .debug_info", "{", ".b8 1", "}",
-    ])
+    ptx = textwrap.dedent("""\
+        .version 8.0
+        .target sm_90
+        .address_size 64
+        .func (.param .b32 func_retval0) helper(
+        \t.param .b32 helper_param_0
+        )
+        {
+        \tld.global.f32 %f1, [%rd1];
+        \tret;
+        }
+        .func unused()
+        {
+        \tld.global.v4.f32 {%f1, %f2, %f3, %f4}, [%rd1];
+        \tret;
+        }
+        .visible .entry k1(
+        \t.param .u64 k1_param_0
+        )
+        {
+        \t.loc 1 2 3
+        \tcall.uni (retval0), helper, (param0);
+        \tst.global.v4.f32 [%rd1], {%f1, %f2, %f3, %f4};
+        \tret;
+        }
+        .visible .entry k2()
+        {
+        \tld.global.v2.f32 {%f1, %f2}, [%rd1];
+        \tret;
+        }
+        .section .debug_info
+        {
+        .b8 1
+        }""")
     assert parse.ptx_entries(ptx) == ["k1", "k2"]
     listing = parse.ptx_listing(ptx, "k1")
     text = listing.text

@@ -10,8 +10,20 @@ from profkit.errors import ProfkitError
 from profkit.ptx import sources
 from profkit.ptx.compile import triton_spec
 from profkit.ptx.targets import (
-    SAMPLES, SAMPLES_BY_NAME, Arch, ArgType, CompileParams, apply_overrides, diff_target, module_constants,
-    parse_arch, parse_constexpr, parse_diff_spec, parse_signature, resolve_target, samples_dir,
+    SAMPLES,
+    SAMPLES_BY_NAME,
+    Arch,
+    ArgType,
+    CompileParams,
+    apply_overrides,
+    diff_target,
+    module_constants,
+    parse_arch,
+    parse_constexpr,
+    parse_diff_spec,
+    parse_signature,
+    resolve_target,
+    samples_dir,
 )
 
 REPO = Path(__file__).resolve().parents[1]

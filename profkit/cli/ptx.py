@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from profkit.errors import ProfkitError
 from profkit.output import Column, emit_rows, format_option, rows_to_json
 from profkit.ptx import html, render
 from profkit.ptx.cache import Cache
@@ -24,9 +25,15 @@ from profkit.ptx.inductor import scan
 from profkit.ptx.kernel import KernelCode, kernels_of, load_kernels, symbol_matches
 from profkit.ptx.summary import KernelSummary, summarize, summary_rows
 from profkit.ptx.targets import (
-    SAMPLES, Arch, CompileParams, diff_target, parse_arch, parse_constexpr, parse_signature, resolve_target,
+    SAMPLES,
+    Arch,
+    CompileParams,
+    diff_target,
+    parse_arch,
+    parse_constexpr,
+    parse_signature,
+    resolve_target,
 )
-from profkit.errors import ProfkitError
 
 SUMMARY_COLUMNS = [Column("metric", "Metric"), Column("value", "Value")]
 DELTA_COLUMNS = [Column("metric", "Metric"), Column("a", "A"), Column("b", "B"), Column("change", "Change")]

@@ -17,7 +17,13 @@ from profkit.ptx.checks import CHECKS, CheckResult, run_checks
 from profkit.ptx.diff import KernelDiff, diff_kernels
 from profkit.ptx.kernel import KernelCode, load_kernels
 from profkit.ptx.summary import KernelSummary, summarize
-from profkit.ptx.targets import SAMPLES, CompileParams, Target, parse_arch, resolve_target
+from profkit.ptx.targets import (
+    SAMPLES,
+    CompileParams,
+    Target,
+    parse_arch,
+    resolve_target,
+)
 
 __all__ = [
     "CHECKS", "SAMPLES", "Cache", "CheckResult", "CompileParams", "KernelCode", "KernelDiff", "KernelSummary",

@@ -242,7 +242,7 @@ def _import_kernel_module(path: Path, search_dirs: tuple[Path, ...]) -> Any:
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:  # the user's module: any failure is theirs to see
+    except Exception as exc:  # noqa: BLE001 - the user's module: any failure is theirs to see
         del sys.modules[name]
         raise ProfkitError(f"cannot import {path.name}: {type(exc).__name__}: {_first_line(str(exc))}") from None
     finally:
@@ -283,7 +283,7 @@ def _compile_triton(target: Target, spec: TritonSpec, arch: Arch) -> tuple[str, 
         knobs.nvidia.dump_ptxas_log = True
         try:
             compiled = triton.compile(src, target=GPUTarget("cuda", arch.capability, 32), options=options)
-        except Exception as exc:  # the compiler's own message is the answer
+        except Exception as exc:  # noqa: BLE001 - the compiler's own message is the answer
             where = f"{target.path.name}:{sources.kernel_def_line(target.path, spec.kernel)}"
             raise ProfkitError(f"{spec.kernel} failed to compile for {arch}: {_triton_error(exc, where)}") from None
     log = "\n".join(line for line in captured.getvalue().splitlines() if "ptxas" in line or "bytes" in line)

@@ -17,7 +17,7 @@ from profkit.ptx.targets import Target
 
 def _git(args: list[str], cwd: Path) -> bytes:
     try:
-        result = subprocess.run(["git", *args], cwd=cwd, capture_output=True, timeout=60)
+        result = subprocess.run(["git", *args], cwd=cwd, capture_output=True, timeout=60, check=False)
     except FileNotFoundError:
         raise ProfkitError("--rev needs git, and git is not installed") from None
     if result.returncode != 0:

@@ -17,7 +17,11 @@ from profkit.ptx import parse
 from profkit.ptx.cache import Cache, make_key
 from profkit.ptx.compile import Build, build
 from profkit.ptx.resources import (
-    CubinResources, PtxasInfo, parse_ptxas_log, parse_resource_usage, resource_usage_text,
+    CubinResources,
+    PtxasInfo,
+    parse_ptxas_log,
+    parse_resource_usage,
+    resource_usage_text,
 )
 from profkit.ptx.targets import Target
 from profkit.ptx.tools import file_digest, find_tool, run_tool

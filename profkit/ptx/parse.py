@@ -330,7 +330,7 @@ def classify_sass(statement: str, line: int = 0) -> Instruction | None:
         return Instruction(line, opcode, "barrier")
     if base in ("EXIT", "BSSY", "BSYNC", "BPT", "KILL", "NANOSLEEP", "YIELD", "BMOV", "ACQBULK", "PMTRIG"):
         return Instruction(line, opcode, "other")
-    if base.startswith("U") or base.startswith("I") or base in (
+    if base.startswith(("U", "I")) or base in (
             "LEA", "LOP3", "SHF", "POPC", "FLO", "SGXT", "BMSK", "VIADD", "VIMNMX", "VIADDMNMX", "BREV", "LEA.HI"):
         return Instruction(line, opcode, "int")
     return Instruction(line, opcode, "other")

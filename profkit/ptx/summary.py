@@ -142,8 +142,8 @@ def summary_rows(summary: KernelSummary) -> list[dict[str, Any]]:
         ("registers / thread", summary.registers),
         ("spill stores / loads", f"{spill(summary.spill_stores_bytes)} / {spill(summary.spill_loads_bytes)}"),
         ("local memory / thread", f"{summary.local_bytes} B (stack frame {summary.stack_bytes} B)"),
-        ("shared memory / block", f"{summary.shared_bytes} B (static {summary.static_shared_bytes} B, "
-                                  f"dynamic {summary.dynamic_shared_bytes} B)"),
+        ("shared memory / block", (f"{summary.shared_bytes} B (static {summary.static_shared_bytes} B, "
+                                   f"dynamic {summary.dynamic_shared_bytes} B)")),
         (f"global loads ({summary.listing})", widths(mix.global_loads)
          + (f"; read-only path: {mix.readonly_global_loads}" if mix.readonly_global_loads else "")
          + (f"; async: {mix.async_global_loads}" if mix.async_global_loads else "")),

@@ -87,7 +87,7 @@ def parse_signature(text: str) -> tuple[ArgType, ...]:
     for entry in entries:
         type_, _, hint = entry.partition(":")
         type_ = type_.strip()
-        base = type_[1:] if type_.startswith("*") else type_
+        base = type_.removeprefix("*")
         if type_.startswith("*") and base.startswith("k") and base[1:] in TRITON_SCALAR_TYPES:
             base = base[1:]  # "*kfp32": pointer to const
         if base not in TRITON_SCALAR_TYPES:

@@ -96,10 +96,10 @@ def candidates(name: str) -> list[Path]:
     return found
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _probe(path: Path, name: str) -> Tool | None:
     try:
-        out = subprocess.run([str(path), "--version"], capture_output=True, text=True, timeout=30)
+        out = subprocess.run([str(path), "--version"], capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
     text = out.stdout + out.stderr
@@ -135,7 +135,7 @@ def _install_hint(name: str) -> str:
 def run_tool(tool: Tool, args: list[str], what: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run a tool; a failure becomes a one-line ProfkitError carrying its first error line."""
     try:
-        result = subprocess.run([str(tool.path), *args], capture_output=True, cwd=cwd, timeout=600)
+        result = subprocess.run([str(tool.path), *args], capture_output=True, cwd=cwd, timeout=600, check=False)
     except subprocess.TimeoutExpired:
         raise ProfkitError(f"{tool.name} timed out on {what}") from None
     if result.returncode != 0:
