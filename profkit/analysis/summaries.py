@@ -26,7 +26,15 @@ import numpy as np
 
 from profkit.nsys import queries
 from profkit.nsys.reader import NsysExport, decode_global_tid, normalize_api_name
-from profkit.nsys.stats import NULL_INT, GroupStats, collect_columns, grouped_stats, round_like_nsys, stats_from_columns
+from profkit.nsys.stats import (
+    NULL_INT,
+    GroupStats,
+    collect_columns,
+    encode_keys,
+    grouped_stats,
+    round_like_nsys,
+    stats_from_columns,
+)
 
 SUMMARY_KEYS = ("name", "time_pct", "total_ns", "instances", "avg_ns", "med_ns", "min_ns", "max_ns", "stddev_ns")
 
@@ -383,14 +391,37 @@ def nvtx_range_gpu_time(rows: Sequence[Row], total_kernel_ns: int | None = None)
 
 
 def _group_codes(columns: Sequence[np.ndarray]) -> tuple[np.ndarray, list[tuple[int, ...]]]:
-    """Dense group codes for rows of several int64 columns, and each code's key tuple."""
-    stacked = np.stack(columns, axis=1)
-    unique_rows, codes = np.unique(stacked, axis=0, return_inverse=True)
-    return codes.reshape(-1).astype(np.int64), [tuple(int(v) for v in row) for row in unique_rows]
+    """Dense group codes for rows of several int64 columns, and each code's key tuple.
+
+    Each column is encoded densely on its own, the codes are combined in a
+    mixed radix (one int64), and that is encoded once more: three 1-D
+    encodings instead of np.unique(axis=0), which is ~50x slower.
+    """
+    combined = np.zeros(len(columns[0]), dtype=np.int64)
+    uniques = []
+    radix = 1
+    for column in columns:
+        codes, values = encode_keys([column])
+        uniques.append([v[0] for v in values])
+        radix *= len(values)
+        if radix >= 1 << 62:
+            raise RuntimeError("too many distinct group keys to combine")  # not reachable in practice
+        combined = combined * len(values) + codes
+    group, group_values = encode_keys([combined])
+    keys = []
+    for (value,) in group_values:
+        parts = []
+        for column_values in reversed(uniques):
+            value, index = divmod(value, len(column_values))
+            parts.append(column_values[index])
+        keys.append(tuple(reversed(parts)))
+    return group, keys
 
 
 def _distinct_per_group(group: np.ndarray, ids: np.ndarray, ignore: int | None = None) -> np.ndarray:
     """Number of distinct ``ids`` per group code (``ignore`` not counted, like SQL's NULL)."""
+    n_groups = int(group.max()) + 1 if len(group) else 0
     keep = ids != ignore if ignore is not None else np.ones(len(ids), dtype=bool)
-    pairs = np.unique(np.stack([group[keep], ids[keep]], axis=1), axis=0)
-    return np.bincount(pairs[:, 0], minlength=int(group.max()) + 1 if len(group) else 0)
+    id_codes, id_values = encode_keys([ids[keep]])
+    unique_pairs = np.unique(group[keep] * len(id_values) + id_codes)
+    return np.bincount(unique_pairs // len(id_values), minlength=n_groups)

@@ -8,8 +8,8 @@ last NVTX range timestamp; start/end ranges ended on another thread
 (``endGlobalTid`` set) are left out, as nsys does.
 
 nsys joins through an R-tree in SQLite.  Here three scans stream only the
-needed integer columns (kernels, API calls, ranges), pandas joins kernels to
-their launch by (correlationId, process), and the containment join runs per
+needed integer columns (kernels, API calls, ranges), a sorted-array join finds
+each kernel's launch by (correlationId, process), and the containment join runs per
 thread on sorted arrays with ``searchsorted``: work and memory grow with the
 number of (kernel, range) pairs, not with kernels x ranges.
 """
@@ -19,7 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from profkit.nsys import queries
 from profkit.nsys.reader import GLOBAL_PID_MASK, NsysExport
@@ -47,29 +46,34 @@ class KernelRangePairs:
 def kernel_range_pairs(export: NsysExport) -> KernelRangePairs:
     for req in (queries.KERNELS, queries.RUNTIME, queries.NVTX, queries.STRINGS):
         export.require(req.table, req.what, req.trace_flag)
-    (k_row, k_corr, k_gpid, k_name, k_dur), _ = collect_columns(export, ColumnsQuery(
+    (k_corr, k_gpid, k_name, k_dur), _ = collect_columns(export, ColumnsQuery(
         queries.KERNELS.table, queries.KERNELS.table,
-        ("rowid", "correlationId", "globalPid", "demangledName", '"end" - start')))
+        ("correlationId", "globalPid", "demangledName", '"end" - start')))
+    k_row = np.arange(len(k_corr), dtype=np.int64)  # identifies a kernel instance
+    # Only API calls that launched a kernel are kept (often fewer than half).
+    launch_ids = np.unique(k_corr)
+
+    def launched_a_kernel(columns: list[np.ndarray]) -> np.ndarray:
+        corr = columns[0]
+        at = np.minimum(np.searchsorted(launch_ids, corr), max(len(launch_ids) - 1, 0))
+        return launch_ids[at] == corr if len(launch_ids) else np.zeros(len(corr), dtype=bool)
+
     (r_corr, r_gtid, r_start, r_end), _ = collect_columns(export, ColumnsQuery(
-        queries.RUNTIME.table, queries.RUNTIME.table, ("correlationId", "globalTid", "start", '"end"')))
+        queries.RUNTIME.table, queries.RUNTIME.table, ("correlationId", "globalTid", "start", '"end"')),
+        keep=launched_a_kernel)
+    del launch_ids
     (n_row, n_gtid, n_start, n_end), (n_tag, n_style) = collect_columns(export, queries.nvtx_ranges(export))
 
     # Kernel -> launching API call: LEFT JOIN on correlationId and process,
     # so a kernel with two matching calls appears twice, as in nsys.
-    call_rows = np.flatnonzero(np.isin(r_corr, k_corr))
-    calls = pd.DataFrame({"corr": r_corr[call_rows],
-                          "gpid": r_gtid[call_rows] & np.int64(_signed(GLOBAL_PID_MASK)),
-                          "call": call_rows})
-    kernels = pd.DataFrame({"k": np.arange(len(k_row)), "corr": k_corr, "gpid": k_gpid})
-    launches = kernels.merge(calls, how="left", on=["corr", "gpid"], sort=False)
-    launch_k = launches["k"].to_numpy(dtype=np.int64)
-    launch_call = launches["call"].fillna(-1).to_numpy(dtype=np.int64)
-    del launches, calls, kernels
+    launch_k, launch_call = _left_join_calls(k_corr, k_gpid, r_corr, r_gtid & np.int64(_signed(GLOBAL_PID_MASK)))
+    del k_corr, k_gpid, r_corr
     has_call = launch_call >= 0
     safe_call = np.maximum(launch_call, 0)
     launch_gtid = np.where(has_call, r_gtid[safe_call] if len(r_gtid) else 0, NULL_INT)
     launch_start = np.where(has_call, r_start[safe_call] if len(r_start) else 0, 0)
     launch_end = np.where(has_call, r_end[safe_call] if len(r_end) else 0, 0)
+    del r_gtid, r_start, r_end, safe_call
 
     labels: dict[tuple[str | None, str], int] = {}
     range_label_of_row = np.array([labels.setdefault((t, s), len(labels)) for t, s in zip(n_tag, n_style)],
@@ -94,6 +98,33 @@ def kernel_range_pairs(export: NsysExport) -> KernelRangePairs:
                              if len(n_row) else -1, -1),
         range_labels=list(labels),
     )
+
+
+def _left_join_calls(k_corr: np.ndarray, k_gpid: np.ndarray, r_corr: np.ndarray, r_gpid: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """Kernel indices and the matching API call index (-1 for none), one row per match.
+
+    ``kernel LEFT JOIN call ON correlationId AND globalPid`` with sorted
+    arrays: calls are sorted by correlationId, each kernel finds its run of
+    equal ids with searchsorted, and the pairs whose process differs drop out.
+    """
+    order = np.argsort(r_corr, kind="stable")
+    sorted_corr = r_corr[order]
+    lo = np.searchsorted(sorted_corr, k_corr, side="left")
+    hi = np.searchsorted(sorted_corr, k_corr, side="right")
+    counts = hi - lo
+    total = int(counts.sum())
+    pair_kernel = np.repeat(np.arange(len(k_corr), dtype=np.int64), counts)
+    pair_call = order[np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(total)]
+    same_process = r_gpid[pair_call] == k_gpid[pair_kernel]
+    pair_kernel, pair_call = pair_kernel[same_process], pair_call[same_process]
+    matched = np.zeros(len(k_corr), dtype=bool)
+    matched[pair_kernel] = True
+    alone = np.flatnonzero(~matched)
+    kernels = np.concatenate([pair_kernel, alone])
+    calls = np.concatenate([pair_call, np.full(len(alone), -1, dtype=np.int64)])
+    order = np.argsort(kernels, kind="stable")
+    return kernels[order], calls[order]
 
 
 def _signed(mask: int) -> int:

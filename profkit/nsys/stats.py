@@ -32,7 +32,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,10 +93,14 @@ class ColumnsQuery:
 # misalign the columns).
 NULL_INT = -(1 << 63)
 
-CHUNK_ROWS = 1_000_000
+# Rows per group_concat chunk: the text of a chunk is ~20 bytes per row and
+# column, so chunks keep transient strings near 5 MB per column.
+CHUNK_ROWS = 250_000
 
 
-def collect_columns(export: NsysExport, query: ColumnsQuery) -> tuple[list[np.ndarray], list[list[Any]]]:
+def collect_columns(export: NsysExport, query: ColumnsQuery,
+                    keep: Callable[[list[np.ndarray]], np.ndarray] | None = None,
+                    ) -> tuple[list[np.ndarray], list[list[Any]]]:
     """Run a ``ColumnsQuery`` and return its integer columns as int64 arrays
     and its text columns as lists, row-aligned.
 
@@ -106,8 +110,8 @@ def collect_columns(export: NsysExport, query: ColumnsQuery) -> tuple[list[np.nd
     order, so the columns line up.  Text columns are appended by aggregate
     functions whose ``step`` is ``list.append`` (no Python frame per row).
 
-    The scan is chunked by rowid, so no string grows past ~20 bytes x
-    CHUNK_ROWS per column.  Integer-only scans of big tables run their chunks
+    The scan is chunked by rowid (CHUNK_ROWS rows per query), so no string
+    grows past ~20 bytes x CHUNK_ROWS per column.  Integer-only scans of big tables run their chunks
     on several read-only connections at once: sqlite3 releases the GIL while
     SQLite steps, so the chunks really run in parallel.
     """
@@ -129,8 +133,15 @@ def collect_columns(export: NsysExport, query: ColumnsQuery) -> tuple[list[np.nd
            f"WHERE ({query.where}) AND {query.rowid} >= ? AND {query.rowid} < ?")
     n_ints = len(query.int_columns)
 
+    if keep is not None and query.text_columns:
+        raise ValueError("keep= filters integer-only queries")
+
     def parse(row: tuple) -> list[np.ndarray]:
-        return [np.fromstring(text, dtype=np.int64, sep=",") if text else _EMPTY for text in row[:n_ints]]
+        columns = [np.fromstring(text, dtype=np.int64, sep=",") if text else _EMPTY for text in row[:n_ints]]
+        if keep is not None and len(columns[0]):
+            mask = keep(columns)
+            columns = [c[mask] for c in columns]
+        return columns
 
     if workers > 1:
         parts = _parallel_chunks(export, sql, chunks, workers, parse)
@@ -142,7 +153,14 @@ def collect_columns(export: NsysExport, query: ColumnsQuery) -> tuple[list[np.nd
         finally:
             for name in sink_names:
                 export.conn.create_aggregate(name, 1, None)
-    columns = [np.concatenate([p[i] for p in parts]) if parts else _EMPTY for i in range(n_ints)]
+    # Join column by column, dropping each column's chunks as soon as it is
+    # joined, so the peak is the chunks plus one column, not twice the data.
+    columns = []
+    for i in range(n_ints):
+        columns.append(np.concatenate([p[i] for p in parts]) if parts else _EMPTY)
+        for p in parts:
+            p[i] = _EMPTY
+    del parts
     if len({len(c) for c in columns} | {len(t) for t in texts}) > 1:
         raise RuntimeError(f"misaligned columns reading {query.table}")  # a bug, not a user error
     return columns, texts
@@ -207,7 +225,7 @@ def stats_from_columns(keys: Sequence[Sequence[Any]], values: np.ndarray,
                        rounding: str | None = DECIMAL_HALF_UP) -> list[GroupStats]:
     if len(values) == 0:
         return []
-    codes, unique_keys = _encode_keys(keys)
+    codes, unique_keys = encode_keys(keys)
     n_groups = len(unique_keys)
     if n_groups <= PARTITION_MAX_GROUPS:
         grouped, starts, counts = _group_by_code(codes, values, n_groups)
@@ -286,10 +304,12 @@ def _middle_values(grouped: np.ndarray, starts: np.ndarray, counts: np.ndarray
     return lo, hi
 
 
-def _encode_keys(keys: Sequence[Sequence[Any]]) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
+def encode_keys(keys: Sequence[Sequence[Any]]) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
     """Dense integer codes for the key tuples, and the key tuple of each code."""
     if len(keys) == 1 and isinstance(keys[0], np.ndarray):
         key = keys[0]
+        if len(key) == 0:
+            return np.zeros(0, dtype=np.int64), []
         low, high = int(key.min()), int(key.max())
         if low >= 0 and high < max(1 << 22, 4 * len(key)):
             # Small non-negative ids (StringIds keys): a lookup table is O(n),
