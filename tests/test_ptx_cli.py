@@ -115,7 +115,10 @@ def test_gelu_vs_strided_shows_128_bit_loads_turning_into_32_bit():
     assert removed and all("ld.global.v4.b32" in line for line in removed)
     assert added and all("ld.global.b32" in line for line in added)
     text = ptx("gelu", "--diff", "gelu_strided").stdout
+    assert "--- gelu (gelu_kernel, sm_90a)" in text and "+++ gelu_strided (gelu_strided_kernel, sm_90a)" in text
     assert "A: all 2 global loads are 128-bit vectorized" in text
+    deltas_only = ptx("gelu", "--diff", "gelu_strided", "--summary-only").stdout
+    assert "+++" not in deltas_only and "global loads 32-bit" in deltas_only
     assert re.search(r"B: (\d+) of \1 global loads are scalar \(32-bit", text)
 
 
@@ -378,6 +381,8 @@ def test_inductor_cache(tmp_path, monkeypatch):
     assert check.exit_code == 1
     assert check.stdout.strip().splitlines() == [
         line for line in check.stdout.strip().splitlines() if line.startswith("gelu_strided_kernel")]
+    many_html = ptx("--inductor", str(dump), "--html", str(tmp_path / "x.html"))
+    assert many_html.exit_code == 2 and "--html shows one kernel and 2 were found" in many_html.stderr
     one = ptx("--inductor", str(dump), "--kernel", "gelu_kernel", "--sass")
     assert one.exit_code == 0 and "LDG.E.128" in one.stdout
     missing = ptx("--inductor", str(dump), "--kernel", "triton_poi_fused_mul_0")

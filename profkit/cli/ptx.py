@@ -121,6 +121,8 @@ def ptx(ctx: click.Context, target: str | None, list_samples: bool, kernel: str 
             raise ProfkitError("--inductor reads a directory: leave out TARGET, --diff and --rev")
         codes = _inductor_kernels(inductor_dir, cache, kernel, params.arch, fmt)
         if len(codes) > 1 or not kernel:
+            if html_path is not None:
+                raise ProfkitError(f"--html shows one kernel and {len(codes)} were found", hint="add --kernel NAME")
             _show_many(ctx, codes, sass, fmt, checks, max_registers, console)
             return
         _show_one(ctx, codes[0], sass, raw, plain, summary_only, fmt, html_path, checks, max_registers, console)
@@ -135,7 +137,7 @@ def ptx(ctx: click.Context, target: str | None, list_samples: bool, kernel: str 
         if rev:
             a = target_at_revision(a, rev, cache)
         code_a, code_b = load_kernels(a, cache)[0], load_kernels(b, cache)[0]
-        _show_diff(code_a, code_b, sass, plain, fmt, html_path, console)
+        _show_diff(code_a, code_b, sass, plain, summary_only, fmt, html_path, console)
         return
     code = load_kernels(a, cache)[0]
     _show_one(ctx, code, sass, raw, plain, summary_only, fmt, html_path, checks, max_registers, console)
@@ -229,7 +231,7 @@ def _report_checks(ctx: click.Context, results: list[CheckResult], summaries: li
         ctx.exit(1)
 
 
-def _show_diff(code_a: KernelCode, code_b: KernelCode, sass: bool, plain: bool, fmt: str,
+def _show_diff(code_a: KernelCode, code_b: KernelCode, sass: bool, plain: bool, summary_only: bool, fmt: str,
                html_path: Path | None, console: Console) -> None:
     use_sass = sass or not (code_a.has_ptx and code_b.has_ptx)
     a_sum, b_sum = summarize(code_a, sass=use_sass), summarize(code_b, sass=use_sass)
@@ -244,8 +246,9 @@ def _show_diff(code_a: KernelCode, code_b: KernelCode, sass: bool, plain: bool, 
     if fmt in ("csv", "md"):
         emit_rows(result.deltas, DELTA_COLUMNS, fmt, title=f"A: {a_label}; B: {b_label}")
         return
-    render.print_diff(console, result, plain)
-    click.echo()
+    if not summary_only:
+        render.print_diff(console, result, plain)
+        click.echo()
     emit_rows(result.deltas, DELTA_COLUMNS, "table", title=f"A: {a_label}\nB: {b_label}")
     for side, s in (("A", a_sum), ("B", b_sum)):
         click.echo(f"{side}: {s.verdict}")
