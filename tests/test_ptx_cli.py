@@ -392,6 +392,29 @@ def test_inductor_cache(tmp_path, monkeypatch):
     assert "no kernels under" in ptx("--inductor", str(empty)).stderr
 
 
+REAL_INDUCTOR_CACHE = Path(__file__).parent / "data" / "ptx" / "inductor_cache.tar.xz"
+
+
+@pytest.mark.skipif(not REAL_INDUCTOR_CACHE.exists(),
+                    reason="no real inductor cache yet (tests/data/ptx/make_inductor_cache.py on the GPU host)")
+def test_real_inductor_cache(tmp_path):
+    import tarfile
+
+    with tarfile.open(REAL_INDUCTOR_CACHE) as tar:
+        tar.extractall(tmp_path, filter="data")
+    result = ptx("--inductor", str(tmp_path), "--format", "json")
+    assert result.exit_code == 0, result.output
+    kernels = json.loads(result.stdout)
+    assert kernels
+    cubins = {p.relative_to(tmp_path).as_posix(): p for p in tmp_path.rglob("*.cubin")}
+    for kernel in kernels:
+        assert REQUIRED_JSON_KEYS <= set(kernel)
+        assert kernel["compiler"].startswith("triton ")
+        if kernel["source"] in cubins:
+            function = kernel["kernel"]
+            assert kernel["registers"] == cuobjdump_registers(cubins[kernel["source"]].read_bytes(), tmp_path, function)
+
+
 @requires_nvcc
 def test_cuda_scalar_and_float4_gelu():
     scalar = ptx_json("gelu_cuda")
