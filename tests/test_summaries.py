@@ -267,3 +267,62 @@ def test_nvtx_range_gpu_time_sums_kernels_per_range() -> None:
     assert by_range["samples:step"]["instances"] == 56
     assert by_range["samples:step"]["time_pct"] > 90
     assert by_range[None]["instances"] == 1
+
+
+# -- the CLI -------------------------------------------------------------------------
+def _invoke(*args: str) -> str:
+    # A wide terminal, so that rich tables print whole names.
+    result = CliRunner().invoke(cli, list(args), env={"COLUMNS": "400"})
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert result.stderr == ""
+    return result.stdout
+
+
+def test_cli_kernels_json_rows_have_exactly_the_documented_keys() -> None:
+    path = str(nsys_fixture("nsys2025_gelu"))
+    rows = json.loads(_invoke("kernels", path, "--format", "json"))
+    assert rows and all(list(r) == list(summaries.SUMMARY_KEYS) for r in rows)
+    with open_export(path) as export:
+        assert rows == summaries.kernel_summary(export)
+    oracle = read_oracle("nsys2025_gelu", "cuda_gpu_kern_sum")
+    assert [r["name"] for r in rows] == [o["Name"] for o in oracle]  # same order as nsys too
+
+
+def test_cli_formats_and_top() -> None:
+    path = str(nsys_fixture("nsys2025_gelu"))
+    rows = json.loads(_invoke("api", path, "--format", "json", "--top", "3"))
+    assert len(rows) == 4 and rows[-1]["name"].startswith("(other ")
+    full = json.loads(_invoke("api", path, "--format", "json"))
+    assert sum(r["total_ns"] for r in rows) == sum(r["total_ns"] for r in full)
+    assert rows[-1]["instances"] == sum(r["instances"] for r in full[3:])
+    lines = _invoke("kernels", path, "--format", "csv").splitlines()
+    assert lines[0] == "time_pct,total_ns,instances,avg_ns,med_ns,min_ns,max_ns,stddev_ns,name"
+    assert len(lines) == 1 + len(full_kernels := json.loads(_invoke("kernels", path, "--format", "json")))
+    md = _invoke("kernels", path, "--format", "md")
+    assert md.count("\n| ") >= len(full_kernels) and "triton_poi_fused_add_mul_pow_tanh_0" in md
+    table = _invoke("kernels", path)
+    assert "triton_poi_fused" in table and "CUDA kernels" in table
+
+
+def test_cli_nvtx_keeps_markup_as_text() -> None:
+    path = str(nsys_fixture("nsys2025_nvtx"))
+    rows = json.loads(_invoke("nvtx", path, "--format", "json"))
+    names = {(r["name"], r["style"]) for r in rows}
+    assert (":<script>alert(1)</script>", "PushPop") in names
+    assert ("probe:inner", "PushPop") in names and (":cross-thread", "StartEnd") in names
+    md = _invoke("nvtx", path, "--format", "md")
+    assert "<script>" not in md and "&lt;script&gt;" in md
+    assert "<script>alert(1)</script>" in _invoke("nvtx", path)  # terminal: verbatim text
+
+
+def test_cli_info_json() -> None:
+    info = json.loads(_invoke("info", str(nsys_fixture("nsys2023_vector_add")), "--format", "json"))
+    assert info["nsys_version"].startswith("2023.4") and info["export_schema_version"].startswith("3.7")
+    assert info["counts"]["kernels"] == 69
+    assert "vector_add.py" in info["processes"][-1]["command_line"]
+
+
+@pytest.mark.parametrize("command", ["kernels", "api", "nvtx", "info"])
+def test_cli_help_has_examples(command: str) -> None:
+    text = _invoke(command, "--help")
+    assert "Examples:" in text and f"profkit {command} run.sqlite" in text and "--format" in text
