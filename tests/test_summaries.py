@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from profkit.analysis import summaries
 from profkit.cli import cli
 from profkit.nsys import open_export
-from profkit.nsys.stats import sqlite_round, stats_from_columns
+from profkit.nsys.stats import DECIMAL_HALF_UP, SQLITE_LEGACY, round_like_nsys, stats_from_columns
 from tests.conftest import nsys_fixture, nsys_fixture_names, oracle_csv
 
 FIXTURES = nsys_fixture_names()
@@ -194,9 +194,33 @@ def test_engine_definitions_by_hand() -> None:
     assert a.stddev == 4.0  # sqrt(((1-4.25)^2+(2-4.25)^2+(4-4.25)^2+(10-4.25)^2)/3) = 4.031
     assert by_key[9].stddev == 0.0 and by_key[9].med == 5.0
     assert by_key[3].avg == 1.0
-    assert sqlite_round([1.25, 0.35, -1.25], 1) == [1.3, 0.4, -1.3]
+    assert round_like_nsys([1.25, 0.35, -1.25], 1, SQLITE_LEGACY) == [1.3, 0.4, -1.3]
     keys = [np.array([1, 1, 1, 1], dtype=np.int64)]
     assert stats_from_columns(keys, np.array([1, 1, 1, 2], dtype=np.int64))[0].avg == 1.3
+
+
+def test_rounding_modes_of_the_two_nsys_releases() -> None:
+    # 261313 / 20 = 13065.65 in decimal, 13065.6499999999996 as a double:
+    # nsys 2023.4 printed 13065.7, nsys 2025.3 13065.6 (same export, both oracles).
+    assert round_like_nsys([261313 / 20], 1, SQLITE_LEGACY) == [13065.7]
+    assert round_like_nsys([261313 / 20], 1, DECIMAL_HALF_UP) == [13065.6]
+    # exact ties round away from zero in both
+    assert round_like_nsys([70180.25, -0.25], 1, DECIMAL_HALF_UP) == [70180.3, -0.3]
+    assert round_like_nsys([70180.25], 1, SQLITE_LEGACY) == [70180.3]
+
+
+@pytest.mark.skipif(not NSYS_SQLITE3.exists(), reason="nsys 2023.4 kit not unpacked in .tools/")
+def test_legacy_rounding_equals_nsys_2023_sqlite() -> None:
+    rng = random.Random(3)
+    values = [1.25, 0.35, 0.05, 13065.65, 2.675, 0.15, 0.45, 1e-5, 123456789012.35, 99.95]
+    for _ in range(5000):
+        n = rng.choice([1, 2, 3, 4, 8, 20, 40, 64, 1000])
+        values.append(rng.randint(0, 10 ** rng.randint(1, 13)) / n)
+        values.append(rng.randint(1, 10**9) * 100.0 / rng.randint(1, 10**12))
+    sql = "\n".join(f"SELECT round({v!r}, 1);" for v in values)
+    out = subprocess.run([str(NSYS_SQLITE3), ":memory:"], input=sql, capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert [float(x) for x in out] == round_like_nsys(values, 1, SQLITE_LEGACY)
 
 
 # -- top_n -------------------------------------------------------------------

@@ -380,8 +380,3 @@ def _round_sqlite_legacy(x: float, digits: int) -> float:
     scaled = math.floor(value * 10**digits)
     result = float(Fraction(scaled, 10**digits))
     return -result if x < 0 else result
-
-
-def sqlite_round(values: Sequence[float | int], digits: int) -> list[float]:
-    """SQLite-3.42 ``round()`` (nsys 2023.4); kept for callers of the old name."""
-    return round_like_nsys(values, digits, SQLITE_LEGACY)
