@@ -10,6 +10,7 @@ import csv
 import io
 import json
 import math
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -137,6 +138,9 @@ def emit_rows(rows: Sequence[dict[str, Any]], columns: Sequence[Column], fmt: st
 
         # markup=False: kernel names such as "void f<[1]>" must print verbatim.
         console = Console(markup=False, highlight=False)
+        if not console.is_terminal and "COLUMNS" not in os.environ:
+            # piped into a file or a CI log: nobody's window to fit, keep names whole
+            console = Console(markup=False, highlight=False, width=200)
         shown = fit_columns(rows, columns, console.width)
         console.print(rows_to_rich_table(rows, shown, title))
         hidden = [c.title for c in columns if c not in shown]
