@@ -193,3 +193,29 @@ def test_real_nsys_accepts_our_command_line_and_keeps_the_qdstrm_in_the_temp_fol
 
     with open_export(temp / "trace.sqlite") as export:
         assert export.schema_version.startswith("3.")
+
+
+def test_ctrl_c_is_passed_on_once_and_the_run_finishes(tmp_path):
+    """The child (standing in for nsys) gets one SIGINT, may still write its
+    report, and its exit status is kept; the run is marked interrupted."""
+    import os
+    import signal
+    import threading
+
+    script = ("import signal, sys, time\n"
+              "def stop(*_):\n"
+              "    print('writing what was captured', flush=True); sys.exit(5)\n"
+              "signal.signal(signal.SIGINT, stop)\n"
+              "print('ready', flush=True)\n"
+              "time.sleep(30)\n")
+    rec = Recorder()
+    timer = threading.Timer(1.0, os.kill, args=(os.getpid(), signal.SIGINT))  # Ctrl-C to profkit only
+    timer.start()
+    try:
+        result = nsys.run_streaming([sys.executable, "-c", script], env={}, cwd=None, log_path=tmp_path / "log",
+                                    reporter=rec)
+    finally:
+        timer.cancel()
+    assert result.interrupted and result.returncode == 5
+    assert "interrupted" in rec.stages
+    assert ("stdout", "writing what was captured\n") in rec.out

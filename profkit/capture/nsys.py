@@ -24,6 +24,7 @@ import queue
 import re
 import signal
 import subprocess
+import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -193,9 +194,12 @@ def run_streaming(cmd: Sequence[str], *, env: Mapping[str, str], cwd: Path | Non
     Ctrl-C is passed to the child once and then waited out, because nsys
     answers SIGINT by stopping the capture and still writing the report.
     """
+    # Its own process group: a Ctrl-C at the terminal reaches profkit only,
+    # which passes exactly one SIGINT on (nsys treats a second one as "abort").
+    group = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
     try:
         proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL)
+                                env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL, **group)
     except OSError as exc:
         raise ProfkitError(f"cannot run {cmd[0]}: {exc.strerror or exc}") from None
     chunks: queue.Queue[tuple[str, bytes]] = queue.Queue()
@@ -210,10 +214,14 @@ def run_streaming(cmd: Sequence[str], *, env: Mapping[str, str], cwd: Path | Non
     with open(log_path, "ab") as log:
         while open_streams:
             try:
-                stream, data = chunks.get()
+                # a timeout, so a Ctrl-C that the kernel hands to a reader
+                # thread still reaches the main thread's handler promptly
+                stream, data = chunks.get(timeout=0.1)
+            except queue.Empty:
+                continue
             except KeyboardInterrupt:
                 if interrupted:
-                    proc.kill()
+                    _kill_group(proc)
                     raise
                 interrupted = True
                 _forward_sigint(proc)
@@ -237,11 +245,13 @@ def run_streaming(cmd: Sequence[str], *, env: Mapping[str, str], cwd: Path | Non
             pending[stream] = pieces[-1]
         while True:
             try:
-                returncode = proc.wait()
+                returncode = proc.wait(timeout=0.1)
                 break
+            except subprocess.TimeoutExpired:
+                continue
             except KeyboardInterrupt:
                 if interrupted:
-                    proc.kill()
+                    _kill_group(proc)
                     raise
                 interrupted = True
                 _forward_sigint(proc)
@@ -289,6 +299,14 @@ def _forward_sigint(proc: subprocess.Popen) -> None:
             proc.send_signal(signal.SIGINT)
         except OSError:
             pass
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL nsys and everything it started (the program too)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
 
 
 def run_export(nsys: Path | str, report: Path, sqlite: Path, *, env: Mapping[str, str], log_path: Path,
