@@ -22,7 +22,7 @@ from profkit.errors import ProfkitError
 @click.option("--python-sync-sites/--no-python-sync-sites", "sync_sites", default=True, show_default=True,
               help="Record the Python line of every synchronizing call (Tensor.item, .cpu, print ...).")
 @click.option("--nsys-args", default="", metavar='"ARGS"', help='Extra nsys profile flags, e.g. "--cuda-memory-usage=true".')
-@click.option("--python", "python", default=sys.executable, show_default="this Python",
+@click.option("--python", "python", default=sys.executable, show_default="this Python", metavar="PATH",
               help="Python interpreter that runs the script.")
 @click.option("--tmp-dir", type=click.Path(file_okay=False, path_type=Path),
               help="Where nsys writes its (multi-GB) capture before import [default: system temp].")
