@@ -307,7 +307,8 @@ GELU_RANGES = [f"samples:gelu/{v}" for v in ("manual", "pytorch", "cuda", "trito
 
 
 def gpu_trace(tmp_path: Path, *extra: str):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     result = CliRunner().invoke(cli, ["trace", "-o", str(tmp_path / "run"), *extra,
                                       str(ROOT / "sample_kernels/gelu.py"), "--", "--n", "4096", "--trials", "2"],
                                 env=env)
