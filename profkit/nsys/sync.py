@@ -388,25 +388,3 @@ def iter_nvtx_ranges(export: NsysExport) -> Iterator[NvtxRange]:
     for tid, start, end, event_type, domain_id, text in export.iter_rows(sql):
         domain = domains.get((tid & GLOBAL_PID_MASK, domain_id)) if domain_id else None
         yield NvtxRange(tid, start, end, text, domain, event_type in push_pop)
-
-
-def enclosing_nvtx_ranges(export: NsysExport, global_tid: int, time: int) -> list[NvtxRange]:
-    """The ranges on a thread that enclose a time, outermost first (one query)."""
-    return [r for r in _ranges_on_thread(export, global_tid, time, time) if r.start <= time <= r.end]
-
-
-def _ranges_on_thread(export: NsysExport, global_tid: int, start: int, end: int) -> list[NvtxRange]:
-    cols = export.columns(NVTX)
-    if not {"start", "end", "eventType", "globalTid"} <= cols:
-        return []
-    domains = nvtx_domains(export)
-    types = ", ".join(map(str, queries.NVTX_RANGE_TYPES))
-    domain_col = "ne.domainId" if "domainId" in cols else "NULL"
-    rows = export.rows(f"""SELECT ne.start, coalesce(ne."end", ne.start), ne.eventType, {domain_col},
-               {export.nvtx_text_sql('ne')}
-        FROM NVTX_EVENTS AS ne
-        WHERE ne.eventType IN ({types}) AND ne.globalTid = ? AND ne.start <= ? AND ne."end" >= ?
-        ORDER BY ne.start, 2 DESC""", (global_tid, end, start))
-    push_pop = (queries.NVTX_PUSHPOP_RANGE, queries.NVTXT_PUSHPOP_RANGE)
-    return [NvtxRange(global_tid, s, e, text, domains.get((global_tid & GLOBAL_PID_MASK, d)) if d else None,
-                      t in push_pop) for s, e, t, d, text in rows]

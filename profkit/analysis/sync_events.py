@@ -1,0 +1,438 @@
+"""Sync events from plain data: detection, GPU idle gaps, Python sites, steps.
+
+The functions take what ``profkit.nsys.sync`` streams (``ApiCall``,
+``NvtxRange``, batches of ``(start, end)``) or hand-built lists of the same,
+fill ``SyncEvent``/``Step`` records and never print;
+``profkit.analysis.stalls`` aggregates them.
+
+Definitions (all times in ns, on the export's clock):
+
+- **sync event**: one blocking CUDA call (see ``profkit.nsys.sync``), or a
+  host<->device copy immediately followed, on the same thread, by a sync
+  call -- PyTorch's ``.item()`` is ``cudaMemcpyAsync`` (DtoH, pinned) then
+  ``cudaStreamSynchronize``; the pair is one event, its ``api`` reads
+  ``"cudaMemcpyAsync + cudaStreamSynchronize"``.
+- **CPU time blocked**: the time the thread spent inside the event's calls
+  that wait for the GPU (the sync call; a copy only when it blocks itself,
+  e.g. into pageable memory).  An async copy to pinned memory costs its
+  launch time only and is not counted.
+- **GPU idle time caused**: on the event's device, let ``R`` be when the
+  event returned, ``F`` the latest end of any kernel/memcpy/memset that
+  started before ``R`` (the GPU's busy frontier) and ``N`` the first start
+  of GPU activity at or after ``R``.  The GPU had nothing queued from
+  ``max(F, event start)`` to ``N``, because the CPU was waiting and only
+  then queued more work: that interval is the idle time caused.  It starts
+  no earlier than the event (idle time before the call is the CPU being
+  slow, not the sync), is 0 when ``N`` does not exist (nothing ran after)
+  or the GPU was still busy past ``N``, and when several events fall in the
+  same idle interval each nanosecond goes to the latest event that started
+  before it, so nothing is counted twice.  An event whose device is unknown
+  (cudaDeviceSynchronize has no activity row) is priced on the device with
+  the latest busy frontier.
+- **source**: the innermost ``profkit.sync`` NVTX range on the same thread
+  that contains the event's last call (written by
+  ``profkit.capture.sync_hook``); without one the event is "source unknown"
+  and grouped by API and enclosing NVTX range.
+- **steps**: the NVTX ranges named by ``step_range`` ("step" also matches
+  "step 7"); by default the most frequent top-level push/pop range name
+  that occurs at least twice (numbers in names count as one name).  The
+  step time without syncs is estimated as the step's duration minus the
+  sync-caused GPU idle time inside it: an estimate, since a launch-bound
+  loop would not shrink that much.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import re
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from profkit.capture import sync_hook
+from profkit.errors import ProfkitError
+from profkit.nsys import sync as sql
+from profkit.nsys.reader import GLOBAL_PID_MASK, decode_global_tid
+from profkit.nsys.sync import ApiCall, NvtxRange
+
+# cause labels
+CAUSES = {
+    sync_hook.ITEM: ".item()", sync_hook.CPU: ".cpu()", sync_hook.TOLIST: ".tolist()",
+    sync_hook.FORMAT: "print/format", sync_hook.TRUTH: "truthiness",
+    sync_hook.SYNCHRONIZE: "torch.cuda.synchronize()",
+}
+BLOCKING_COPY = "blocking copy"
+API_CAUSES = {"device": "device synchronize", "stream": "stream synchronize",
+              "event": "event synchronize", "stream wait": "stream wait event"}
+NO_RANGE = "(no NVTX range)"
+
+
+@dataclass
+class SyncEvent:
+    """One synchronization; the fields after ``calls`` are filled by the attach_* steps."""
+
+    global_tid: int
+    calls: tuple[ApiCall, ...]
+    copy: str | None = None  # "Device-to-Host 4 B to Pinned"
+    copy_pattern: str | None = None  # the same without the size: groups unknown-source events
+    gpu_idle_ns: int = 0
+    idle_start: int | None = None
+    idle_end: int | None = None
+    device: int | None = None
+    nvtx: tuple[NvtxRange, ...] = ()  # enclosing ranges, outermost first (no profkit.sync ones)
+    kind: str | None = None  # the sync hook's kind
+    source: str | None = None  # "file.py:LINE"
+    code: str | None = None
+    step: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.device is None:
+            self.device = next((c.device for c in self.calls if c.device is not None), None)
+
+    @property
+    def start(self) -> int:
+        return self.calls[0].start
+
+    @property
+    def end(self) -> int:
+        return self.calls[-1].end
+
+    @property
+    def anchor(self) -> ApiCall:
+        """The call that waited: the Python range and the step are found around it."""
+        return self.calls[-1]
+
+    @property
+    def api(self) -> str:
+        return " + ".join(c.name for c in self.calls)
+
+    @property
+    def cpu_blocked_ns(self) -> int:
+        return sum(c.end - c.start for c in self.calls if c.blocks_cpu)
+
+    @property
+    def cause(self) -> str:
+        if self.kind is not None:
+            return CAUSES.get(self.kind, self.kind)
+        if any(c.role in ("copy", "memset") for c in self.calls):
+            return BLOCKING_COPY
+        what = sql.SYNC_APIS.get(self.anchor.name)
+        return API_CAUSES.get(what, "CUPTI synchronization") if what else "CUPTI synchronization"
+
+    @property
+    def pid(self) -> int:
+        return decode_global_tid(self.global_tid)[0]
+
+    @property
+    def tid(self) -> int:
+        return decode_global_tid(self.global_tid)[1]
+
+
+# -- detection ------------------------------------------------------------------
+def build_events(calls: Iterable[ApiCall], copy_labels: dict[int, str] | None = None,
+                 mem_labels: dict[int, str] | None = None) -> list[SyncEvent]:
+    """Sync events from candidate calls ordered by thread, then start.
+
+    A host<->device copy directly followed (next candidate call on its
+    thread) by a sync call joins it as one event; any other blocking call is
+    an event alone; copies that do not block and are not followed by a sync
+    are not events.
+    """
+    copy_labels = copy_labels if copy_labels is not None else sql.COPY_KIND_LABELS
+    mem_labels = mem_labels if mem_labels is not None else sql.MEM_KIND_LABELS
+    events: list[SyncEvent] = []
+    held: ApiCall | None = None  # a host copy waiting to see whether a sync follows
+
+    def emit(*group: ApiCall) -> None:
+        copies = [c for c in group if c.role == "copy"]
+        event = SyncEvent(group[0].global_tid, tuple(group))
+        if copies:
+            event.copy = _describe_copy(copies[0], copy_labels, mem_labels, with_size=True)
+            event.copy_pattern = _describe_copy(copies[0], copy_labels, mem_labels, with_size=False)
+        events.append(event)
+
+    def release() -> None:
+        nonlocal held
+        if held is not None and held.blocks_cpu:
+            emit(held)
+        held = None
+
+    for call in calls:
+        if held is not None and held.global_tid != call.global_tid:
+            release()
+        role = call.role
+        if role == "sync":
+            if held is not None:
+                emit(held, call)
+                held = None
+            else:
+                emit(call)
+        elif role == "copy" and call.host_copy:
+            release()
+            held = call
+        elif call.blocks_cpu:
+            release()
+            emit(call)
+    release()
+    return events
+
+
+def _describe_copy(call: ApiCall, copy_labels: dict[int, str], mem_labels: dict[int, str], with_size: bool) -> str:
+    direction = copy_labels.get(call.copy_kind, "copy") if call.copy_kind is not None else "copy"
+    size = f" {call.bytes:,} B" if call.bytes is not None and with_size else ""
+    host_kind = call.dst_kind if call.copy_kind in (2, 4, 12) else call.src_kind
+    host = mem_labels.get(host_kind) if host_kind is not None else None
+    prep = "to" if call.copy_kind in (2, 4, 12) else "from"
+    return f"{direction}{size}" + (f" {prep} {host}" if host and host != "Device" else "")
+
+
+# -- GPU idle ---------------------------------------------------------------------
+ActivitySource = Callable[[int], Iterable[Sequence[tuple[int, int]]]]
+
+
+def attach_gpu_idle(events: Sequence[SyncEvent], devices: Sequence[int], activity: ActivitySource) -> None:
+    """Fill gpu_idle_ns/idle_start/idle_end (see the module docstring).
+
+    ``activity(device)`` yields batches of (start, end) of that device's
+    kernels/memcpys/memsets ordered by start; one pass per device.
+    """
+    frontier: dict[tuple[int, int], tuple[int | None, int | None]] = {}  # (event index, device) -> (F, N)
+    for device in devices:
+        wanted = [i for i, e in enumerate(events) if e.device in (device, None)]
+        if wanted:
+            for i, fn in zip(wanted, _frontier_and_next(activity(device), [events[i].end for i in wanted])):
+                frontier[(i, device)] = fn
+    gaps: dict[int, list[tuple[int, int, SyncEvent]]] = defaultdict(list)
+    for i, event in enumerate(events):
+        if event.device is None:  # price it where the GPU was busy last
+            options = [(f, d) for d in devices if (f := frontier.get((i, d), (None, None))[0]) is not None]
+            if not options:
+                continue
+            event.device = max(options)[1]
+        busy_until, next_start = frontier.get((i, event.device), (None, None))
+        if next_start is None:
+            continue
+        gap_start = max(busy_until if busy_until is not None else event.start, event.start)
+        gaps[event.device].append((gap_start, next_start, event))
+    for device_gaps in gaps.values():
+        device_gaps.sort(key=lambda g: (g[0], g[2].start))
+        for k, (gap_start, gap_end, event) in enumerate(device_gaps):
+            if k + 1 < len(device_gaps):
+                gap_end = min(gap_end, max(device_gaps[k + 1][0], gap_start))
+            event.idle_start, event.idle_end = gap_start, max(gap_end, gap_start)
+            event.gpu_idle_ns = event.idle_end - event.idle_start
+
+
+def _frontier_and_next(batches: Iterable[Sequence[tuple[int, int]]],
+                       returns: Sequence[int]) -> list[tuple[int | None, int | None]]:
+    """For each return time R: (latest end of activity started before R, first start at or after R)."""
+    order = np.argsort(np.asarray(returns, dtype=np.int64), kind="stable")
+    r_sorted = np.asarray(returns, dtype=np.int64)[order]
+    out: list[tuple[int | None, int | None]] = [(None, None)] * len(returns)
+    carry: int | None = None
+    k = 0
+    for batch in batches:
+        if not len(batch):
+            continue
+        arr = np.asarray(batch, dtype=np.int64)
+        starts, busy = arr[:, 0], np.maximum.accumulate(arr[:, 1])
+        if carry is not None:
+            busy = np.maximum(busy, carry)
+        upto = int(np.searchsorted(r_sorted, starts[-1], side="right"))
+        if upto > k:
+            idx = np.searchsorted(starts, r_sorted[k:upto], side="left")
+            for j, at in zip(range(k, upto), idx):
+                before = int(busy[at - 1]) if at > 0 else carry
+                out[order[j]] = (before, int(starts[at]))
+            k = upto
+        carry = int(busy[-1])
+    for j in range(k, len(r_sorted)):
+        out[order[j]] = (carry, None)
+    return out
+
+
+# -- NVTX: Python sites, enclosing ranges, steps -------------------------------
+def decode_site(text: str | None) -> tuple[str, str, str] | None:
+    """(kind, "file:line", code) of a profkit.sync range text, else None.
+
+    The current sync_hook decodes first; texts it no longer accepts but that
+    follow the recorded format "profkit.sync|kind|file:line|code" (the
+    committed fixtures) still decode.
+    """
+    if not text:
+        return None
+    decoded = sync_hook.decode_site(text)
+    if not (isinstance(decoded, tuple) and len(decoded) == 3):
+        decoded = None
+    if decoded is None and text.startswith("profkit.sync|"):
+        parts = text[len("profkit.sync|"):].split("|", 2)
+        decoded = tuple(parts) if len(parts) == 3 else None  # type: ignore[assignment]
+    if decoded is None:
+        return None
+    kind, where, code = decoded
+    return kind, where, code.replace("¦", "|")  # the hook escapes "|" in code
+
+
+def group_text(text: str) -> str:
+    return re.sub(r"\d+", "N", text)
+
+
+def step_matcher(name: str) -> Callable[[NvtxRange], bool]:
+    """Whether a range is a step: its text or "domain:text" is ``name``, or ``name`` plus a number."""
+    numbered = re.compile(re.escape(name) + r"[\s_:#=-]*\d+")
+    grouped = group_text(name)
+
+    def matches(r: NvtxRange) -> bool:
+        for candidate in (r.text or "", r.name):
+            if candidate == name or numbered.fullmatch(candidate) or group_text(candidate) == grouped:
+                return True
+        return False
+
+    return matches
+
+
+@dataclass
+class NvtxScan:
+    """What one pass over the NVTX ranges found besides the events' ranges."""
+
+    top_level: dict[tuple[str | None, str], list[NvtxRange]] = field(default_factory=dict)
+    named: list[NvtxRange] = field(default_factory=list)  # ranges matching an explicit step name
+
+
+def attach_nvtx(events: Sequence[SyncEvent], ranges: Iterable[NvtxRange], step_range: str | None = None) -> NvtxScan:
+    """Fill each event's enclosing ranges and Python site; collect step candidates.
+
+    ``ranges`` are ordered by thread, then start (longest first on ties), as
+    ``iter_nvtx_ranges`` gives them; events are matched on the same thread.
+    """
+    scan = NvtxScan()
+    matches = step_matcher(step_range) if step_range else None
+    by_thread = sorted(events, key=lambda e: (e.global_tid, e.anchor.start))
+    k = 0
+    thread: int | None = None
+    open_ranges: list[NvtxRange] = []
+    push_pop_stack: list[NvtxRange] = []
+
+    def attach_before(tid: float, time: float) -> None:
+        """Attach the events before (tid, time); those of threads without ranges get none."""
+        nonlocal k
+        while k < len(by_thread) and (by_thread[k].global_tid, by_thread[k].anchor.start) < (tid, time):
+            if by_thread[k].global_tid == thread:
+                _enclose(by_thread[k], open_ranges)
+            k += 1
+
+    for r in ranges:
+        if r.global_tid != thread:
+            attach_before(r.global_tid, -math.inf)
+            thread, open_ranges, push_pop_stack = r.global_tid, [], []
+        attach_before(r.global_tid, r.start)
+        open_ranges.append(r)
+        is_site = decode_site(r.text) is not None
+        if matches is not None and not is_site and matches(r):
+            scan.named.append(r)
+        if r.push_pop:
+            while push_pop_stack and push_pop_stack[-1].end <= r.start:
+                push_pop_stack.pop()
+            if not push_pop_stack and not is_site:
+                scan.top_level.setdefault((r.domain, group_text(r.text or "")), []).append(r)
+            push_pop_stack.append(r)
+    attach_before(math.inf, math.inf)
+    return scan
+
+
+def _enclose(event: SyncEvent, open_ranges: list[NvtxRange]) -> None:
+    anchor = event.anchor
+    open_ranges[:] = [r for r in open_ranges if r.end >= anchor.start]
+    enclosing = [r for r in open_ranges if r.start <= anchor.start and anchor.end <= r.end]
+    site = None
+    for r in reversed(enclosing):
+        if (site := decode_site(r.text)) is not None:
+            break
+    if site is not None:
+        event.kind, event.source, event.code = site
+    event.nvtx = tuple(r for r in enclosing if decode_site(r.text) is None)
+
+
+@dataclass
+class Step:
+    index: int
+    name: str
+    global_tid: int
+    start: int
+    end: int
+    syncs: int = 0
+    cpu_blocked_ns: int = 0
+    gpu_idle_ns: int = 0  # sync-caused GPU idle inside the step
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end - self.start
+
+    @property
+    def estimated_without_syncs_ns(self) -> int:
+        return max(self.duration_ns - self.gpu_idle_ns, 0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "name": self.name, "thread": decode_global_tid(self.global_tid)[1],
+                "start": self.start, "end": self.end, "duration_ns": self.duration_ns, "syncs": self.syncs,
+                "cpu_blocked_ns": self.cpu_blocked_ns, "gpu_idle_ns": self.gpu_idle_ns,
+                "estimated_without_syncs_ns": self.estimated_without_syncs_ns}
+
+
+def select_steps(scan: NvtxScan, step_range: str | None) -> tuple[str | None, list[Step]]:
+    """The step ranges (sorted by start) and their label."""
+    if step_range:
+        chosen, label = scan.named, step_range
+        if not chosen:
+            seen = sorted({label_of(key) for key in scan.top_level})
+            raise ProfkitError(f"no NVTX range named {step_range!r} in this export",
+                               hint="top-level ranges: " + (", ".join(seen[:10]) or "none"))
+    else:
+        repeated = [(len(rs), sum(r.end - r.start for r in rs), key) for key, rs in scan.top_level.items()
+                    if len(rs) >= 2]
+        if not repeated:
+            return None, []
+        _, _, key = max(repeated, key=lambda t: (t[0], t[1]))
+        chosen, label = scan.top_level[key], label_of(key)
+    ordered = sorted(chosen, key=lambda r: (r.start, r.global_tid))
+    return label, [Step(i, r.name, r.global_tid, r.start, r.end) for i, r in enumerate(ordered)]
+
+
+def label_of(key: tuple[str | None, str]) -> str:
+    domain, text = key
+    return f"{domain}:{text}" if domain else text
+
+
+def attach_steps(events: Sequence[SyncEvent], steps: Sequence[Step]) -> None:
+    """Set each event's step (the step of its process containing its anchor call) and each step's totals.
+
+    A step's ``gpu_idle_ns`` sums the sync-caused idle intervals clipped to
+    the step, whichever step's sync caused them.
+    """
+    by_pid: dict[int, list[Step]] = defaultdict(list)
+    for s in steps:
+        by_pid[s.global_tid & GLOBAL_PID_MASK].append(s)
+    starts = {pid: [s.start for s in ss] for pid, ss in by_pid.items()}
+    for event in events:
+        pid = event.global_tid & GLOBAL_PID_MASK
+        ss = by_pid.get(pid)
+        if not ss:
+            continue
+        t = event.anchor.start
+        j = bisect.bisect_right(starts[pid], t) - 1
+        if j >= 0 and t <= ss[j].end:
+            step = ss[j]
+            event.step = step.index
+            step.syncs += 1
+            step.cpu_blocked_ns += event.cpu_blocked_ns
+        if event.idle_start is not None and event.gpu_idle_ns > 0:
+            j = max(bisect.bisect_right(starts[pid], event.idle_start) - 1, 0)
+            while j < len(ss) and ss[j].start < event.idle_end:
+                overlap = min(ss[j].end, event.idle_end) - max(ss[j].start, event.idle_start)
+                if overlap > 0:
+                    ss[j].gpu_idle_ns += overlap
+                j += 1

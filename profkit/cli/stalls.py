@@ -1,0 +1,166 @@
+"""`profkit stalls EXPORT|RUN_DIR`: every CPU-GPU synchronization, its Python line and its cost.
+
+Thin command: find the export, call profkit.analysis.stalls, render with
+profkit.output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import click
+
+from profkit.analysis.stalls import StallReport, analyze_stalls, compare_steps
+from profkit.errors import ProfkitError
+from profkit.nsys import open_export
+from profkit.output import Column, emit_rows, format_option, md_escape, rows_to_json
+
+SITE_COLUMNS = [
+    Column("site", "Site"), Column("code", "Code"), Column("cause", "Cause"), Column("api", "API"),
+    Column("count", "Syncs", "int"), Column("cpu_blocked_ns", "CPU blocked (ns)", "ns"),
+    Column("gpu_idle_ns", "GPU idle (ns)", "ns"), Column("idle_per_step_ns", "Idle/step (ns)", "ns"),
+    Column("nvtx", "NVTX range"),
+]
+NVTX_COLUMNS = [
+    Column("nvtx", "NVTX range"), Column("count", "Syncs", "int"), Column("sites", "Python sites", "int"),
+    Column("source_unknown", "Source unknown", "int"), Column("cpu_blocked_ns", "CPU blocked (ns)", "ns"),
+    Column("gpu_idle_ns", "GPU idle (ns)", "ns"), Column("apis", "APIs"),
+]
+STEP_COLUMNS = [
+    Column("run", "Run"), Column("step_range", "Step range"), Column("count", "Steps", "int"),
+    Column("median_ns", "Median (ns)", "ns"), Column("mean_ns", "Mean (ns)", "ns"),
+    Column("syncs_per_step", "Syncs/step", "float"), Column("sync_gpu_idle_mean_ns", "Sync idle/step (ns)", "ns"),
+    Column("estimated_median_without_syncs_ns", "Est. median w/o syncs (ns)", "ns"),
+]
+
+
+@click.command()
+@click.argument("target", metavar="EXPORT|RUN_DIR", type=click.Path(path_type=Path))
+@click.option("--step-range", metavar="NAME",
+              help="NVTX range that marks one step (\"step\" also matches \"step 7\"); "
+                   "default: the most frequent top-level range that repeats.")
+@click.option("--compare", "other", metavar="OTHER_EXPORT", type=click.Path(path_type=Path),
+              help="Another export or run folder of the same program: compare step times and sync sites.")
+@click.option("--threshold", type=click.FloatRange(min=0), default=5.0, show_default=True, metavar="PCT",
+              help="Report a finding when syncs cost at least PCT % of the step time.")
+@format_option()
+def stalls(target: Path, step_range: str | None, other: Path | None, threshold: float, fmt: str) -> None:
+    """Synchronization stalls: each sync, its Python line, CPU time blocked, GPU idle caused.
+
+    \b
+    Examples:
+      profkit stalls profkit-runs/train-20261122-143005
+      profkit stalls print.sqlite --compare noprint.sqlite
+      profkit stalls run.sqlite --format json | jq '.[0]'
+
+    Finds cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventSynchronize,
+    cudaStreamWaitEvent, blocking copies and memsets, and copies followed by a
+    sync; the Python line comes from `profkit trace --python-sync-sites`
+    (syncs without one are "source unknown", grouped by API and NVTX range).
+    GPU idle caused: the gap on the device from the last GPU work before the
+    sync returned to the next GPU work after it.  JSON: the list of sites
+    (source, code, api, count, cpu_blocked_ns, gpu_idle_ns, nvtx, kind,
+    cause, thread, per_step, ...); with --compare an object with "sites",
+    "other_sites" and "compare".
+    """
+    report = _analyze(target, step_range, threshold)
+    other_report = _analyze(other, step_range, threshold) if other is not None else None
+    comparison = compare_steps(report, other_report) if other_report is not None else None
+    if fmt == "json":
+        if comparison is None:
+            click.echo(rows_to_json(report.sites))
+        else:
+            click.echo(json.dumps({"sites": report.sites, "other_sites": other_report.sites,
+                                   "compare": comparison}, indent=2, default=_plain))
+        return
+    if fmt == "csv":
+        emit_rows(_site_rows(report), SITE_COLUMNS, fmt)
+        return
+    _render(report, comparison, fmt)
+
+
+def _analyze(target: Path, step_range: str | None, threshold: float) -> StallReport:
+    path, roots = resolve_export(target)
+    with open_export(path) as export:
+        return analyze_stalls(export, step_range=step_range, threshold_pct=threshold, source_roots=roots)
+
+
+def resolve_export(target: Path) -> tuple[Path, list[Path]]:
+    """The export in a run folder (trace.sqlite, else its only *.sqlite) and where its sources were."""
+    if not target.is_dir():
+        return target, []
+    roots = [target]
+    run_json = target / "run.json"
+    if run_json.is_file():
+        try:
+            cwd = json.loads(run_json.read_text()).get("cwd")
+        except (OSError, ValueError, AttributeError):
+            cwd = None
+        if isinstance(cwd, str) and cwd:
+            roots.insert(0, Path(cwd))
+    if (target / "trace.sqlite").is_file():
+        return target / "trace.sqlite", roots
+    found = sorted(target.glob("*.sqlite"))
+    if len(found) == 1:
+        return found[0], roots
+    if not found:
+        raise ProfkitError(f"{target} holds no trace.sqlite or other *.sqlite export",
+                           hint="pass the export itself, or a folder made by `profkit trace`")
+    names = ", ".join(p.name for p in found[:5])
+    raise ProfkitError(f"{target} holds several exports ({names}); pass one of them")
+
+
+def _site_rows(report: StallReport) -> list[dict[str, Any]]:
+    rows = []
+    for site in report.sites:
+        where = (f"{os.path.basename(site['file'] or '')}:{site['line']}" if site["source"]
+                 else "source unknown")
+        api = site["api"] + (f" ({site['copy_pattern']})" if site.get("copy_pattern") else "")
+        per_step = site["per_step"]
+        rows.append({**site, "site": where, "api": api,
+                     "idle_per_step_ns": per_step["gpu_idle_ns"] if per_step and site["in_steps"] else None})
+    return rows
+
+
+def _render(report: StallReport, comparison: dict[str, Any] | None, fmt: str) -> None:
+    title = f"Synchronization stalls: {report.export}"
+    if fmt == "md":
+        click.echo(f"## {md_escape(title)}\n")
+        for finding in report.findings:  # not escaped: the code sits in a `code span`
+            click.echo(f"- {finding}")
+        if report.findings:
+            click.echo("")
+    else:
+        click.echo(title)
+        for finding in report.findings:
+            click.echo(f"  * {finding}")
+    if not report.events:
+        click.echo("No synchronizations found.")
+    else:
+        emit_rows(_site_rows(report), SITE_COLUMNS, fmt, title="Sync sites (by cost)")
+        click.echo("")
+        emit_rows(report.by_nvtx, NVTX_COLUMNS, fmt, title="Per NVTX range")
+    step_rows = [{"run": report.export, "step_range": report.step_range, **report.step_stats}] \
+        if report.step_stats else []
+    if comparison is not None:
+        step_rows.append({"run": comparison["b"]["export"], **comparison["b"]})
+    if step_rows:
+        click.echo("")
+        emit_rows(step_rows, STEP_COLUMNS, fmt, title="Steps")
+    if comparison is not None:
+        click.echo("")
+        lines = [comparison["finding"]]
+        for key, what in (("sites_only_in_a", comparison["a"]["export"]), ("sites_only_in_b", comparison["b"]["export"])):
+            if comparison[key]:
+                lines.append(f"sync sites only in {what}: " + "; ".join(comparison[key]))
+        for line in lines:
+            click.echo(f"- {line}" if fmt == "md" else f"  * {line}")
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"not JSON serializable: {type(value).__name__}")
