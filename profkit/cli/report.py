@@ -1,0 +1,94 @@
+"""`profkit report EXPORT.sqlite [-o DIR]`: HTML, Markdown and JSON report of an nsys export.
+
+Thin: parse, call profkit.report.write_report, print the HTML path.
+``--example`` unpacks the real export bundled in profkit/examples/ into the
+user's cache folder and reports on it.
+"""
+
+from __future__ import annotations
+
+import lzma
+import os
+import shutil
+import tempfile
+from importlib import resources
+from pathlib import Path
+
+import click
+
+from profkit.errors import ProfkitError
+
+EXAMPLE = "train_print.sqlite.xz"
+
+
+@click.command()
+@click.argument("export", metavar="[EXPORT.sqlite]", type=click.Path(path_type=Path), required=False)
+@click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              metavar="DIR", help="Folder for report.html, report.md and report.json "
+                                  "(default: the export's folder).")
+@click.option("--top", type=click.IntRange(min=1), default=20, show_default=True, metavar="N",
+              help="Rows per table; the rest are summed into one '(other K)' row.")
+@click.option("--ncu", "ncu_csv", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None, metavar="CSV",
+              help="Add an ncu section from an Nsight Compute CSV (ncu --csv, details or raw page).")
+@click.option("--example", is_flag=True,
+              help="Report on the real export that ships with profkit (a small PyTorch training run).")
+def report(export: Path | None, out_dir: Path | None, top: int, ncu_csv: Path | None, example: bool) -> None:
+    """Write report.html, report.md and report.json for an Nsight Systems SQLite export.
+
+    \b
+    Examples:
+      profkit report run.sqlite                  # next to run.sqlite
+      profkit report run.sqlite -o reports/run1 --top 10
+      profkit report run.sqlite --ncu ncu.csv    # add ncu's per-kernel figures
+      profkit report --example                   # the bundled real export
+
+    report.html is one self-contained file (figures and CSS inline, nothing
+    loaded from the network): findings, the capture (GPU, versions, GPU
+    busy %), a timeline per stream with NVTX ranges, GPU utilization over
+    time, kernel / CUDA API / NVTX summaries (equal to nsys stats), kernels
+    per NVTX range, memory copies, occupancy and synchronization stalls.
+    report.md is the same as Markdown tables for a pull-request comment;
+    report.json holds every row and the figures' numbers.  Prints the path
+    of report.html.  EXPORT.sqlite comes from `nsys profile --export sqlite`
+    or `nsys export --type sqlite REPORT.nsys-rep`.
+    """
+    from profkit.report import write_report
+
+    if example == (export is not None):
+        raise click.UsageError("give either EXPORT.sqlite or --example")
+    if example:
+        export = unpack_example()
+        out_dir = out_dir or export.parent / "report"
+    assert export is not None
+    paths = write_report(export, out_dir, ncu_csv=ncu_csv, top=top)
+    click.echo(str(paths.html.resolve()))
+
+
+def example_dir() -> Path:
+    """$XDG_CACHE_HOME/profkit/example (~/.cache/...), or a temp folder when that is not writable."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    for candidate in (base / "profkit" / "example", Path(tempfile.gettempdir()) / "profkit-example"):
+        try:
+            candidate.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            continue
+        if os.access(candidate, os.W_OK):
+            return candidate
+    raise ProfkitError("no writable folder for the example (tried the user cache and the temp folder)",
+                       hint="set XDG_CACHE_HOME to a writable folder")
+
+
+def unpack_example() -> Path:
+    """The bundled export, decompressed once into ``example_dir()``."""
+    packed = resources.files("profkit").joinpath("examples", EXAMPLE)
+    if not packed.is_file():
+        raise ProfkitError(f"the bundled example {EXAMPLE} is missing from this profkit install",
+                           hint="reinstall profkit: pip install -e .")
+    target = example_dir() / EXAMPLE.removesuffix(".xz")
+    with resources.as_file(packed) as source:
+        if not target.exists() or target.stat().st_mtime < source.stat().st_mtime:
+            tmp = target.with_name(f".{target.name}.{os.getpid()}")
+            with lzma.open(source) as src, open(tmp, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+            tmp.replace(target)
+    return target

@@ -1,0 +1,78 @@
+"""The report: ``write_report(export, out_dir)`` writes report.html, report.md and report.json.
+
+    from profkit.report import write_report
+    paths = write_report("run.sqlite", "out/")      # -> ReportPaths(html=..., md=..., json=...)
+
+``build.py`` gathers the data (``Report``); ``html.py``, ``markdown.py`` and
+``json_report.py`` render it; ``figures.py`` draws the figures.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from profkit.errors import ProfkitError
+
+HTML_NAME, MD_NAME, JSON_NAME = "report.html", "report.md", "report.json"
+
+
+@dataclass(frozen=True)
+class ReportPaths:
+    html: Path
+    md: Path
+    json: Path
+
+
+def write_report(export_path: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None, *,
+                 ncu_csv: Path | None = None, partial: bool = False, run_info: dict[str, Any] | None = None,
+                 top: int = 20) -> ReportPaths:
+    """Read an nsys SQLite export and write report.html, report.md and report.json into
+    ``out_dir`` (default: the export's folder).
+
+    ``ncu_csv`` adds an ncu section (an ncu CSV, details or raw page);
+    ``partial`` marks the run as failed (a banner, and ``"partial": true``);
+    ``run_info`` (from ``profkit trace``) adds the command, exit status and tools;
+    ``top`` cuts long tables to the first N rows by time plus one summed row.
+    Raises ProfkitError for a bad export or an unwritable folder.  The export
+    is opened read-only and never modified.
+    """
+    from profkit.nsys import open_export
+    from profkit.report.build import build_report
+    from profkit.report.html import render_html
+    from profkit.report.json_report import render_json
+    from profkit.report.markdown import render_markdown
+
+    export_path = Path(export_path)
+    target = Path(out_dir) if out_dir is not None else export_path.resolve().parent
+    with open_export(export_path) as export:
+        report = build_report(export, ncu_csv=Path(ncu_csv) if ncu_csv is not None else None, partial=partial,
+                              run_info=run_info, top=top)
+    texts = {HTML_NAME: render_html(report), MD_NAME: render_markdown(report), JSON_NAME: render_json(report)}
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        for name, text in texts.items():
+            _write_atomically(target / name, text)
+    except OSError as exc:
+        raise ProfkitError(f"cannot write the report into {target}: {exc.strerror or exc}",
+                           hint="choose another folder with -o DIR") from None
+    return ReportPaths(html=target / HTML_NAME, md=target / MD_NAME, json=target / JSON_NAME)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    # A reader (a browser reloading, CI uploading) never sees half a file.
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+__all__ = ["ReportPaths", "write_report"]

@@ -1,0 +1,218 @@
+"""The report's figures, drawn with matplotlib (Agg) into PNG data URIs.
+
+Each function takes plain data from ``profkit.nsys.timeline`` and returns
+PNG bytes; ``data_uri`` makes them embeddable.  Text from the export
+(kernel names, NVTX ranges) is drawn with math parsing off, so a "$" in a
+name is just a character.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import zlib
+from collections.abc import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display, no GUI toolkit; must precede pyplot
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+from profkit.nsys.timeline import NvtxBar, StreamActivity, TimeBins, Utilization
+from profkit.report.text import duration as _duration
+
+KIND_COLORS = {"kernel": "#1f6fb4", "memcpy": "#d1495b", "memset": "#8e6bbf"}
+NVTX_PALETTE = [plt.get_cmap("tab20")(i) for i in range(20)]
+DPI = 100
+WIDTH_IN = 12.0
+MAX_NVTX_ROWS = 14  # NVTX levels drawn above the streams, all threads together
+_RC = {"text.parse_math": False, "text.usetex": False, "font.size": 9, "svg.fonttype": "none"}
+
+
+def data_uri(png: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
+def _png(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def time_axis(bins: TimeBins) -> tuple[float, str]:
+    """Divisor and unit for times relative to the window start."""
+    span = bins.width_ns * bins.count
+    if span >= 2e9:
+        return 1e9, "s"
+    if span >= 2e6:
+        return 1e6, "ms"
+    return 1e3, "µs"
+
+
+def _x(bins: TimeBins, divisor: float) -> np.ndarray:
+    return (bins.edges() - bins.start_ns) / divisor
+
+
+def _step(values: np.ndarray) -> np.ndarray:
+    # fill_between(step="post") wants one y per edge: repeat the last bin.
+    return np.append(values, values[-1]) if len(values) else values
+
+
+def lane_label(lane: StreamActivity, contexts_matter: bool) -> str:
+    stream = "?" if lane.stream_id is None else lane.stream_id
+    label = f"GPU {lane.device_id} stream {stream}"
+    return f"{label} (ctx {lane.context_id})" if contexts_matter else label
+
+
+def _nvtx_rows(bars: Sequence[NvtxBar]) -> tuple[list[tuple[NvtxBar, int]], list[str], int]:
+    """(bar, row) pairs, row labels top to bottom, and how many bars did not fit."""
+    threads: dict[int | None, list[NvtxBar]] = {}
+    for bar in sorted(bars, key=lambda b: b.start_ns):
+        threads.setdefault(bar.global_tid, []).append(bar)
+    placed, labels, dropped, row = [], [], 0, 0
+    for tid, group in threads.items():
+        levels = max(b.depth for b in group) + 1
+        room = MAX_NVTX_ROWS - row
+        if room <= 0:
+            dropped += len(group)
+            continue
+        shown = min(levels, room)
+        for level in range(shown):
+            labels.append(("NVTX" if tid is None else f"NVTX tid {tid & 0xFFFFFF}") if level == 0 else
+                          f"level {level + 1}")
+        for bar in group:
+            if bar.depth < shown:
+                placed.append((bar, row + bar.depth))
+            else:
+                dropped += 1
+        row += shown
+    return placed, labels, dropped
+
+
+def _nvtx_color(text: str | None) -> tuple:
+    return NVTX_PALETTE[zlib.crc32((text or "").encode()) % len(NVTX_PALETTE)]
+
+
+def timeline_png(bins: TimeBins, lanes: Sequence[StreamActivity], bars: Sequence[NvtxBar], title: str) -> bytes:
+    """Streams as rows (kernel, memcpy, memset busy share per bin), NVTX ranges above them.
+
+    A light column marks a bin with any activity (so a 2 µs kernel in a
+    5 ms bin still shows); the solid fill is the share of the bin that was
+    busy.  White is idle.
+    """
+    divisor, unit = time_axis(bins)
+    x = _x(bins, divisor)
+    streams: list[tuple] = []
+    for lane in lanes:
+        key = (lane.device_id, lane.context_id, lane.stream_id)
+        if key not in streams:
+            streams.append(key)
+    contexts_matter = len({(d, s) for d, _, s in streams}) < len(streams)
+    placed, nvtx_labels, dropped = _nvtx_rows(bars)
+    n_nvtx, n_streams = len(nvtx_labels), max(len(streams), 1)
+    height = 1.4 + 0.55 * n_streams + 0.3 * n_nvtx
+    with plt.rc_context(_RC):
+        fig, ax = plt.subplots(figsize=(WIDTH_IN, height), layout="constrained")
+        labels: list[str] = []
+        # streams bottom-up: row 0 is the first stream, drawn at the top of its block
+        for i, key in enumerate(streams):
+            y0 = n_streams - 1 - i
+            for lane in (ln for ln in lanes if (ln.device_id, ln.context_id, ln.stream_id) == key):
+                color = KIND_COLORS[lane.kind]
+                share = lane.busy_per_bin / bins.width_ns
+                ax.fill_between(x, y0 + 0.1, y0 + 0.1 + 0.8 * _step((share > 0).astype(float)), step="post",
+                                color=color, alpha=0.22, linewidth=0)
+                ax.fill_between(x, y0 + 0.1, y0 + 0.1 + 0.8 * _step(np.minimum(share, 1.0)), step="post",
+                                color=color, linewidth=0)
+            labels.append(lane_label(next(ln for ln in lanes if (ln.device_id, ln.context_id, ln.stream_id) == key),
+                                     contexts_matter))
+        if not streams:
+            labels.append("no GPU activity")
+        ticks = [n_streams - 1 - i + 0.5 for i in range(len(labels))]
+        if n_nvtx:
+            base = n_streams + 0.3
+            ax.axhline(base - 0.15, color="#999999", linewidth=0.6)
+            width_px = WIDTH_IN * DPI * 0.8
+            span = x[-1] - x[0] if len(x) else 1.0
+            for bar, row in placed:
+                y = base + (n_nvtx - 1 - row) * 0.6
+                left = (max(bar.start_ns, bins.start_ns) - bins.start_ns) / divisor
+                right = (min(bar.end_ns, bins.end_ns) - bins.start_ns) / divisor
+                ax.barh(y + 0.27, right - left, left=left, height=0.5, color=_nvtx_color(bar.text),
+                        edgecolor="white", linewidth=0.3)
+                chars = int((right - left) / span * width_px / 6.5)
+                text = bar.text or ""
+                if chars >= 4 and text:
+                    shown = text if len(text) <= chars else text[: chars - 1] + "…"
+                    ax.text(left + (right - left) / 2, y + 0.27, shown, ha="center", va="center", fontsize=7,
+                            clip_on=True)
+            for row, label in enumerate(nvtx_labels):
+                ticks.append(base + (n_nvtx - 1 - row) * 0.6 + 0.27)
+                labels.append(label)
+            top = base + n_nvtx * 0.6
+        else:
+            top = n_streams
+        ax.set_yticks(ticks, labels)
+        ax.set_ylim(0, top)
+        ax.set_xlim(x[0], x[-1])
+        ax.set_xlabel(f"time ({unit}) from {bins.start_ns / 1e9:.6f} s of the capture; "
+                      f"bin = {_duration(bins.width_ns)}")
+        ax.set_title(title, loc="left")
+        ax.grid(axis="x", color="#e5e5e5", linewidth=0.5)
+        ax.set_axisbelow(True)
+        kinds = [k for k in KIND_COLORS if any(ln.kind == k for ln in lanes)]
+        handles = [Patch(color=KIND_COLORS[k], label=k) for k in kinds]
+        if handles:
+            handles.append(Patch(color="#bbbbbb", alpha=0.5, label="light: some work in the bin"))
+            ax.legend(handles=handles, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=len(handles),
+                      fontsize=7, frameon=False, borderaxespad=0.2)
+        if dropped:
+            ax.text(1.0, -0.02, f"{dropped} deeper NVTX ranges not drawn", transform=ax.transAxes,
+                    ha="right", va="top", fontsize=7, color="#666666")
+        return _png(fig)
+
+
+def utilization_png(views: Sequence[tuple[TimeBins, Sequence[Utilization], str]]) -> bytes:
+    """Busy % per bin for each device, its average, and the longest idle gaps shaded.
+
+    One panel per device and view; a view is (bins, utilization, title),
+    e.g. the whole capture and a zoom on its busiest part.
+    """
+    panels = [(bins, util, title) for bins, utils, title in views for util in utils] or [
+        (views[0][0], None, views[0][2])] if views else []
+    with plt.rc_context(_RC):
+        fig, axes = plt.subplots(max(len(panels), 1), 1, figsize=(WIDTH_IN, 0.6 + 2.1 * max(len(panels), 1)),
+                                 layout="constrained", squeeze=False)
+        for ax, (bins, util, title) in zip(axes[:, 0], panels):
+            divisor, unit = time_axis(bins)
+            x = _x(bins, divisor)
+            ax.set_xlim(x[0], x[-1])
+            ax.set_ylim(0, 100)
+            ax.set_title(title, loc="left")
+            ax.set_xlabel(f"time ({unit}) from {bins.start_ns / 1e9:.6f} s of the capture; "
+                          f"bin = {_duration(bins.width_ns)}")
+            ax.grid(color="#e5e5e5", linewidth=0.5)
+            ax.set_axisbelow(True)
+            if util is None:
+                ax.text(0.5, 0.5, "no GPU activity", ha="center", va="center", transform=ax.transAxes)
+                continue
+            pct = 100.0 * util.busy_per_bin / bins.width_ns
+            ax.fill_between(x, 0, _step(pct), step="post", color=KIND_COLORS["kernel"], linewidth=0)
+            mean = 100.0 * util.busy_ns / (bins.width_ns * bins.count)
+            ax.axhline(mean, color="#333333", linestyle="--", linewidth=0.8)
+            ax.text(x[0], mean, f" average {mean:.2f}%", va="bottom", ha="left", fontsize=7)
+            for start, end in util.gaps:
+                if end - start < 0.02 * bins.width_ns * bins.count:
+                    continue
+                left = (max(start, bins.start_ns) - bins.start_ns) / divisor
+                right = (min(end, bins.end_ns) - bins.start_ns) / divisor
+                ax.axvspan(left, right, color="#f2c14e", alpha=0.25, linewidth=0)
+                ax.text((left + right) / 2, 92, f"idle {_duration(end - start)}", ha="center", va="top",
+                        fontsize=7, color="#7a5a00", clip_on=True)
+            ax.set_ylabel(f"GPU {util.device_id} busy %")
+        return _png(fig)

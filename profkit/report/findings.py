@@ -1,0 +1,191 @@
+"""Plain-language findings for the top of the report, from the report's own figures.
+
+Each rule reads data the report already holds (summaries, utilization,
+occupancy, ncu) and says what it shows, with the numbers; none guesses
+beyond them.  Thresholds are named here so the wording and the rule stay
+together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from profkit.nsys.timeline import Utilization
+from profkit.report.text import duration, short_kernel_name, size
+
+Row = dict[str, Any]
+
+LOW_BUSY_PCT = 50.0  # below this the GPU mostly waited for work
+DOMINANT_KERNEL_PCT = 30.0
+SHORT_KERNEL_NS = 10_000  # launch overhead is a few µs: kernels this short are dominated by it
+SHORT_LAUNCH_SHARE = 0.5
+MIN_LAUNCHES_FOR_SHORT = 100
+SYNC_API_SHARE = 0.10
+MEMCPY_VS_KERNEL = 0.20
+LOW_OCCUPANCY_PCT = 50.0
+HEAVY_KERNEL_PCT = 10.0
+DRAM_BOUND_PCT = 70.0
+ACHIEVED_VS_THEORETICAL = 0.6
+NVTX_RANGE_PCT = 20.0
+
+# Calls that block the calling CPU thread until the GPU has caught up.
+BLOCKING_APIS = {
+    "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy",
+    "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize", "cuMemcpyDtoH", "cuMemcpyHtoD",
+}
+
+
+def findings(*, capture: Row | None = None, kernels: Sequence[Row] | None = None,
+             api: Sequence[Row] | None = None, memory: Sequence[Row] | None = None,
+             utilization: Sequence[Utilization] | None = None, longest_gap_ranges: Sequence[str] = (),
+             occupancy: Sequence[Row] | None = None, nvtx_ranges: Sequence[Row] | None = None,
+             ncu: Sequence[Row] | None = None) -> list[str]:
+    """Findings in order of weight; empty inputs give none.
+
+    ``longest_gap_ranges``: the NVTX ranges enclosing the longest idle gap, innermost first.
+    """
+    out: list[str] = []
+    out += _busy(capture, utilization, longest_gap_ranges)
+    out += _kernels(kernels)
+    out += _blocking_calls(api)
+    out += _memory(memory, kernels)
+    out += _nvtx(nvtx_ranges)
+    out += _occupancy(occupancy)
+    out += _ncu(ncu)
+    return out
+
+
+def longest_gap(utilization: Sequence[Utilization] | None) -> tuple[int, int, int] | None:
+    """(start, end, device) of the longest idle gap over all devices."""
+    gaps = [(end - start, start, end, util.device_id) for util in utilization or () for start, end in util.gaps]
+    if not gaps:
+        return None
+    _, start, end, device = max(gaps, key=lambda g: (g[0], -g[1]))
+    return start, end, device
+
+
+def _busy(capture: Row | None, utilization: Sequence[Utilization] | None,
+          gap_ranges: Sequence[str]) -> list[str]:
+    out = []
+    if capture and capture.get("gpu_busy_pct") is not None and capture.get("gpu_span_ns"):
+        pct = capture["gpu_busy_pct"]
+        text = (f"The GPU was busy {_pct(pct)} of the time from its first to its last operation "
+                f"({duration(capture['gpu_busy_ns'])} of {duration(capture['gpu_span_ns'])}).")
+        if pct < LOW_BUSY_PCT:
+            text += f" For the other {_pct(100 - pct)} it had no kernel or copy to run: it waited for the host."
+        out.append(text)
+    gap = longest_gap(utilization)
+    if gap:
+        start, end, device = gap
+        where = f" on GPU {device}" if len(utilization or ()) > 1 else ""
+        inside = f", inside the NVTX range {gap_ranges[0]!r}" if gap_ranges else ""
+        out.append(f"The longest idle stretch{where} lasted {duration(end - start)}, from {start / 1e9:.3f} s "
+                   f"to {end / 1e9:.3f} s of the capture{inside}.")
+    return out
+
+
+def _kernels(kernels: Sequence[Row] | None) -> list[str]:
+    if not kernels:
+        return []
+    out = []
+    total = sum(k["total_ns"] for k in kernels)
+    top = kernels[0]
+    if total and 100.0 * top["total_ns"] / total >= DOMINANT_KERNEL_PCT:
+        out.append(f"One kernel takes {100.0 * top['total_ns'] / total:.1f}% of all kernel time: "
+                   f"{short_kernel_name(top['name'])} ({top['instances']:,} launches, "
+                   f"{duration(top['avg_ns'])} on average).")
+    elif total and len(kernels) > 3:
+        share = 100.0 * sum(k["total_ns"] for k in kernels[:3]) / total
+        out.append(f"Kernel time is spread out: the top 3 of {len(kernels)} kernels take {share:.1f}% of it.")
+    launches = sum(k["instances"] for k in kernels)
+    short = sum(k["instances"] for k in kernels if k["avg_ns"] < SHORT_KERNEL_NS)
+    if launches >= MIN_LAUNCHES_FOR_SHORT and short / launches >= SHORT_LAUNCH_SHARE:
+        out.append(f"{short:,} of {launches:,} kernel launches ({100.0 * short / launches:.0f}%) are of kernels "
+                   f"that run under {duration(SHORT_KERNEL_NS)} on average; at that size the launch cost "
+                   "(a few µs each) is comparable to the work. Fusing them (torch.compile) or replaying them "
+                   "as a CUDA graph removes most of it.")
+    return out
+
+
+def _blocking_calls(api: Sequence[Row] | None) -> list[str]:
+    if not api:
+        return []
+    total = sum(r["total_ns"] for r in api)
+    blocking = [r for r in api if r["name"] in BLOCKING_APIS]
+    spent = sum(r["total_ns"] for r in blocking)
+    if not total or not blocking or spent / total < SYNC_API_SHARE:
+        return []
+    worst = max(blocking, key=lambda r: r["total_ns"])
+    return [(f"The CPU spent {duration(spent)} ({100.0 * spent / total:.0f}% of its CUDA API time) in calls that "
+             f"wait for the GPU; most in {worst['name']} ({worst['instances']:,} calls, "
+             f"{duration(worst['total_ns'])}).")]
+
+
+def _memory(memory: Sequence[Row] | None, kernels: Sequence[Row] | None) -> list[str]:
+    if not memory:
+        return []
+    copy_ns = sum(r["total_ns"] for r in memory)
+    kernel_ns = sum(k["total_ns"] for k in kernels or ())
+    if not kernel_ns or copy_ns / kernel_ns < MEMCPY_VS_KERNEL:
+        return []
+    biggest = max(memory, key=lambda r: r["total_ns"])
+    ratio = copy_ns / kernel_ns
+    compared = f"{ratio:.0f} times the kernel time" if ratio >= 2 else f"{100.0 * ratio:.0f}% of the kernel time"
+    return [(f"Memory copies and sets took {duration(copy_ns)} of GPU time, {compared}; the most in "
+             f"{biggest['direction']} ({biggest['instances']:,} operations, {size(biggest.get('total_bytes'))}, "
+             f"{duration(biggest['total_ns'])}).")]
+
+
+def _nvtx(nvtx_ranges: Sequence[Row] | None) -> list[str]:
+    named = [r for r in nvtx_ranges or () if r.get("range") is not None and r.get("time_pct") is not None]
+    if not named or named[0]["time_pct"] < NVTX_RANGE_PCT:
+        return []
+    top = named[0]
+    return [(f"The NVTX range {top['range']!r} holds {top['time_pct']:.1f}% of kernel time "
+             f"({top['instances']:,} kernel launches of {_count(top['kernels'], 'kernel')}).")]
+
+
+def _occupancy(rows: Sequence[Row] | None) -> list[str]:
+    out = []
+    for row in rows or ():
+        if (row.get("time_pct") or 0) < HEAVY_KERNEL_PCT:
+            continue
+        name = short_kernel_name(row.get("short_name") or row.get("name"))
+        if row.get("theoretical_occupancy_pct") is not None and row["theoretical_occupancy_pct"] < LOW_OCCUPANCY_PCT:
+            text = (f"{name} ({row['time_pct']:.0f}% of kernel time) can keep at most "
+                    f"{row['theoretical_occupancy_pct']:.0f}% of an SM's warps resident, limited by "
+                    f"{row['limiter'].replace('_', ' ')}.")
+            if row.get("advice"):
+                text += f" {row['advice'][0].upper()}{row['advice'][1:]}."
+            out.append(text)
+        elif row.get("spills"):
+            out.append(f"{name} ({row['time_pct']:.0f}% of kernel time) uses {row['local_mem_per_thread']} B of "
+                       "local memory per thread: registers spill.")
+    return out
+
+
+NCU_KERNELS = 3  # findings for the kernels ncu spent the most time in
+
+
+def _ncu(rows: Sequence[Row] | None) -> list[str]:
+    out = []
+    for row in list(rows or ())[:NCU_KERNELS]:
+        name = short_kernel_name(row["name"])
+        dram = row.get("dram_throughput_pct")
+        if dram is not None and dram >= DRAM_BOUND_PCT:
+            out.append(f"ncu: {name} moves data at {dram:.0f}% of the peak DRAM bandwidth: it is memory-bound, "
+                       "so only fewer bytes (fusion, lower precision, better reuse) make it faster.")
+        achieved, theoretical = row.get("achieved_occupancy_pct"), row.get("theoretical_occupancy_pct")
+        if achieved is not None and theoretical and achieved < ACHIEVED_VS_THEORETICAL * theoretical:
+            out.append(f"ncu: {name} reaches {achieved:.0f}% occupancy of a possible {theoretical:.0f}%: "
+                       "warps finish unevenly or the grid leaves SMs idle (tail effect, too few blocks).")
+    return out
+
+
+def _pct(value: float) -> str:
+    return f"{value:.2f}%" if value < 1 or value > 99 else f"{value:.1f}%"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")

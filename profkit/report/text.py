@@ -1,0 +1,45 @@
+"""Small formatting helpers shared by the report's findings, figures and renderers."""
+
+from __future__ import annotations
+
+from profkit.output import human_bytes
+
+
+def duration(ns: float | None) -> str:
+    """A duration for people: "1.23 ms", "845 ns"."""
+    if ns is None:
+        return ""
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
+        if abs(ns) >= scale:
+            return f"{ns / scale:.3g} {unit}"
+    return f"{ns:.0f} ns"
+
+
+def percent(value: float | None, digits: int = 1) -> str:
+    return "" if value is None else f"{value:.{digits}f}%"
+
+
+def size(nbytes: float | None) -> str:
+    return "" if nbytes is None else human_bytes(nbytes)
+
+
+def short_kernel_name(name: str | None, limit: int = 80) -> str:
+    """A kernel name cut for a sentence: the part before the argument list,
+    then the template arguments shortened ("void f<...>")."""
+    if not name:
+        return ""
+    head = name
+    depth = 0
+    for i, ch in enumerate(name):  # cut at the "(" that opens the parameter list
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth = max(depth - 1, 0)
+        elif ch == "(" and depth == 0 and i > 0:
+            head = name[:i]
+            break
+    if len(head) > limit and "<" in head:
+        head = head[: head.index("<")] + "<...>"
+    if len(head) > limit:
+        head = head[: limit - 1] + "…"
+    return head
