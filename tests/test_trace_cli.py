@@ -28,10 +28,6 @@ ROOT = Path(__file__).resolve().parent.parent
 FAKE_TOOLS = Path(__file__).parent / "fake_tools"
 FIXTURE = "nsys2025_gelu"
 
-report_module = pytest.importorskip("profkit.report", reason="profkit.report (the report writer) is not there yet")
-if not hasattr(report_module, "write_report"):
-    pytest.skip("profkit.report.write_report is not there yet", allow_module_level=True)
-
 
 def oracle_kernels(name: str = FIXTURE) -> list[dict[str, str]]:
     with open(oracle_csv(name, "cuda_gpu_kern_sum")) as fh:
