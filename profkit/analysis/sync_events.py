@@ -24,11 +24,12 @@ Definitions (all times in ns, on the export's clock):
   then queued more work: that interval is the idle time caused.  It starts
   no earlier than the event (idle time before the call is the CPU being
   slow, not the sync), is 0 when ``N`` does not exist (nothing ran after)
-  or the GPU was still busy past ``N``, and when several events fall in the
-  same idle interval each nanosecond goes to the latest event that started
-  before it, so nothing is counted twice.  An event whose device is unknown
-  (cudaDeviceSynchronize has no activity row) is priced on the device with
-  the latest busy frontier.
+  or the GPU was still busy past ``N``.  When the next sync's own gap on
+  the device begins before this one ends (two syncs with no GPU work
+  between them), this gap ends where the next begins, so no nanosecond is
+  counted twice.  An event whose device is unknown (cudaDeviceSynchronize
+  has no activity row) is priced on the device with the latest busy
+  frontier.
 - **source**: the innermost ``profkit.sync`` NVTX range on the same thread
   that contains the event's last call (written by
   ``profkit.capture.sync_hook``); without one the event is "source unknown"

@@ -1,0 +1,284 @@
+"""Sync stalls on the real exports from the GPU host.
+
+- nsys2025_train_print / nsys2025_train_noprint: sample_kernels/train_mlp.py
+  --steps 20 with and without --print-loss, through profkit.capture.launch;
+- nsys2025_sync / nsys2023_sync: scripts/sync_elementwise.py --steps 8 (one
+  sync of each kind per step), nsys 2025.3 and 2023.4 (2023.4 dropped the
+  nvtx package's ranges, so it has no Python records and no steps).
+
+Expected values come from the programs' source (line numbers are found by
+searching the files, not written here), the `nsys stats` oracle CSVs, and
+direct SQL on the exports.
+"""
+
+from __future__ import annotations
+
+import csv
+import sqlite3
+import statistics
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from profkit.analysis import stalls
+from profkit.analysis.stalls import analyze_stalls, compare_steps
+from profkit.errors import ProfkitError
+from profkit.nsys import open_export
+from profkit.report.stalls_figure import stalls_timeline_png
+from tests.conftest import nsys_fixture, oracle_csv
+
+ROOT = Path(__file__).parents[1]
+TRAIN = ROOT / "sample_kernels/train_mlp.py"
+SYNC_SCRIPT = ROOT / "scripts/sync_elementwise.py"
+
+
+def report(name: str, **kwargs) -> stalls.StallReport:
+    with open_export(nsys_fixture(name)) as export:
+        return analyze_stalls(export, **kwargs)
+
+
+def lines_of(path: Path, needle: str) -> list[int]:
+    return [i for i, text in enumerate(path.read_text().splitlines(), 1) if needle in text]
+
+
+def line_of(path: Path, needle: str) -> int:
+    hits = lines_of(path, needle)
+    assert len(hits) == 1, (needle, hits)
+    return hits[0]
+
+
+def oracle_calls(name: str) -> dict[str, tuple[int, int]]:
+    """API name -> (calls, total ns) from the `nsys stats cuda_api_sum` CSV."""
+    lines = oracle_csv(name, "cuda_api_sum").read_text().splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("Time"))
+    return {row["Name"]: (int(row["Num Calls"]), int(row["Total Time (ns)"]))
+            for row in csv.DictReader(lines[start:])}
+
+
+def step_durations(name: str) -> list[int]:
+    """Durations of the "step" push/pop ranges, straight from NVTX_EVENTS."""
+    with sqlite3.connect(f"file:{nsys_fixture(name)}?mode=ro", uri=True) as db:
+        return [end - start for start, end in db.execute(
+            "SELECT ne.start, ne.end FROM NVTX_EVENTS ne LEFT JOIN StringIds s ON s.id = ne.textId "
+            "WHERE ne.eventType = 59 AND coalesce(s.value, ne.text) = 'step' ORDER BY ne.start")]
+
+
+@pytest.fixture(scope="module")
+def print_run() -> stalls.StallReport:
+    return report("nsys2025_train_print")
+
+
+@pytest.fixture(scope="module")
+def noprint_run() -> stalls.StallReport:
+    return report("nsys2025_train_noprint")
+
+
+# -- the MLP training loop with and without print(loss.item()) ---------------------------
+def test_printing_run_has_exactly_one_extra_site_at_the_print_line(print_run, noprint_run) -> None:
+    def key(site):
+        return site["source"], site["kind"], site["api"], site.get("copy_pattern"), site["nvtx"]
+
+    extra = [s for s in print_run.sites if key(s) not in {key(t) for t in noprint_run.sites}]
+    assert len(extra) == 1
+    site = extra[0]
+    print_line = line_of(TRAIN, 'print(f"step {step} loss {loss.item():.5f}")')
+    assert site["source"].endswith(f"sample_kernels/train_mlp.py:{print_line}")
+    assert site["line"] == print_line
+    assert site["code"] == 'print(f"step {step} loss {loss.item():.5f}")'
+    assert site["local_code"] == site["code"]  # the local file still has that line
+    assert (site["kind"], site["cause"]) == ("item", ".item()")
+    assert site["api"] == "cudaMemcpyAsync + cudaStreamSynchronize"
+    assert site["copy_pattern"] == "Device-to-Host to Pinned"
+    assert site["count"] == 20 and site["in_steps"] == 20 and site["nvtx"] == "samples:step"
+    assert site["per_step"]["syncs"] == 1.0 and site["per_step"]["steps_with_sync"] == 20
+    assert site["gpu_idle_ns"] > 0 and site["cpu_blocked_ns"] > 0
+    assert compare_steps(print_run, noprint_run)["sites_only_in_a"] == [stalls._site_name(site)]
+    # the print site is the costliest per step, so it leads the list
+    assert print_run.sites[0] is site
+
+
+def test_one_sync_per_step_in_the_printing_run(print_run) -> None:
+    assert print_run.step_range == "samples:step"
+    assert [s.syncs for s in print_run.steps] == [1] * 20
+    in_steps = [e for e in print_run.events if e.step is not None]
+    assert sorted(e.step for e in in_steps) == list(range(20))
+    assert {e.kind for e in in_steps} == {"item"}
+
+
+def test_non_printing_run_has_no_sync_inside_the_steps(noprint_run) -> None:
+    assert noprint_run.step_range == "samples:step" and len(noprint_run.steps) == 20
+    assert [e for e in noprint_run.events if e.step is not None] == []
+    assert all(s.syncs == 0 and s.cpu_blocked_ns == 0 for s in noprint_run.steps)
+    # its Python syncs are all outside the loop: after warm-up, after the loop, losses.tolist()
+    after_warmup, after_loop = lines_of(TRAIN, "torch.cuda.synchronize()")
+    assert {s["line"]: s["kind"] for s in noprint_run.sites if s["source"]} == {
+        after_warmup: "synchronize", after_loop: "synchronize", line_of(TRAIN, "losses.tolist()"): "tolist"}
+    assert all(s["in_steps"] == 0 for s in noprint_run.sites)
+    assert noprint_run.findings == []
+
+
+def test_step_time_difference_from_the_nvtx_step_ranges(print_run, noprint_run) -> None:
+    printed, silent = step_durations("nsys2025_train_print"), step_durations("nsys2025_train_noprint")
+    assert len(printed) == len(silent) == 20
+    assert [s.duration_ns for s in print_run.steps] == printed
+    result = compare_steps(print_run, noprint_run)
+    assert result["a"]["median_ns"] == statistics.median(printed)
+    assert result["b"]["median_ns"] == statistics.median(silent)
+    assert result["median_difference_ns"] == statistics.median(printed) - statistics.median(silent)
+    assert result["mean_difference_ns"] == pytest.approx(statistics.fmean(printed) - statistics.fmean(silent))
+    assert result["median_difference_ns"] > 0  # printing made the typical step slower
+    assert "slower" in result["finding"]
+    # the estimate without the sync lies below the measured printing step
+    assert result["a"]["estimated_median_without_syncs_ns"] < result["a"]["median_ns"]
+
+
+def test_finding_names_the_print_line_and_its_cost(print_run) -> None:
+    site = print_run.sites[0]
+    per_step = site["gpu_idle_ns"] / 20
+    pct = 100 * per_step / statistics.median(step_durations("nsys2025_train_print"))
+    assert pct >= 5.0  # the default threshold
+    text = print_run.findings[0]
+    assert text.startswith('train_mlp.py:{} `print(f"step {{step}} loss {{loss.item():.5f}}")` synchronizes 20 times, '
+                           "1 per step, costing ".format(site["line"]))
+    assert f"({pct:.0f}% of the median samples:step time" in text
+    above = report("nsys2025_train_print", threshold_pct=pct + 1)
+    assert not any(f.startswith("train_mlp.py") for f in above.findings)
+
+
+# -- one sync of each kind per step ------------------------------------------------------
+KIND_COMMENTS = {  # the comment on the line in scripts/sync_elementwise.py -> (kind, cause shown)
+    "# .item()": ("item", ".item()"), "# truthiness": ("truthiness", "truthiness"), "# .cpu()": ("cpu", ".cpu()"),
+    "# .tolist()": ("tolist", ".tolist()"), "# print/format of a tensor": ("print/format", "print/format"),
+    "# explicit": ("synchronize", "torch.cuda.synchronize()"),
+}
+
+
+def test_each_kind_classified_at_its_line_nsys2025() -> None:
+    r = report("nsys2025_sync")
+    assert len(r.steps) == 8 and r.step_range == "samples:step"
+    by_line = {s["line"]: s for s in r.sites if s["source"]}
+    for comment, (kind, cause) in KIND_COMMENTS.items():
+        site = by_line[line_of(SYNC_SCRIPT, comment)]
+        assert (site["kind"], site["cause"]) == (kind, cause)
+        assert site["source"].endswith(f"scripts/sync_elementwise.py:{site['line']}")
+        assert comment in site["code"] and site["local_code"] == site["code"]
+        assert site["count"] == 8 and site["in_steps"] == 8 and site["per_step"]["steps_with_sync"] == 8
+    assert by_line[line_of(SYNC_SCRIPT, "# explicit")]["api"] == "cudaDeviceSynchronize"
+    for comment in ("# .item()", "# truthiness", "# print/format"):
+        assert by_line[line_of(SYNC_SCRIPT, comment)]["copy_pattern"] == "Device-to-Host to Pinned"
+    for comment in ("# .cpu()", "# .tolist()"):  # torch copies these into pageable memory
+        assert by_line[line_of(SYNC_SCRIPT, comment)]["copy_pattern"] == "Device-to-Host to Pageable"
+    # host.copy_(y) has no hook: a blocking copy, source unknown, still inside the steps
+    unknown = [s for s in r.sites if s["source"] is None]
+    assert len(unknown) == 1
+    assert unknown[0]["cause"] == "blocking copy" and unknown[0]["count"] == 8
+    assert unknown[0]["copy"] == "Device-to-Host 16,777,216 B to Pageable"
+    assert unknown[0]["nvtx"] == "samples:step" and unknown[0]["in_steps"] == 8
+    assert [s.syncs for s in r.steps] == [7] * 8
+
+
+@pytest.mark.parametrize("name", ["nsys2025_sync", "nsys2023_sync"])
+def test_every_sync_call_is_found_once(name: str) -> None:
+    r = report(name)
+    oracle = oracle_calls(name)
+    calls = Counter(c.name for e in r.events for c in e.calls)
+    for api in ("cudaStreamSynchronize", "cudaDeviceSynchronize"):
+        assert calls[api] == oracle[api][0]
+        assert sum(c.end - c.start for e in r.events for c in e.calls if c.name == api) == oracle[api][1]
+    # every D2H copy is followed by its sync: 3 pinned and 3 pageable copies per step
+    assert calls["cudaMemcpyAsync"] == oracle["cudaMemcpyAsync"][0] == 48
+    assert len(r.events) == 56
+
+
+def test_nsys2023_has_no_python_records_but_the_same_syncs_grouped_by_api() -> None:
+    new, old = report("nsys2025_sync"), report("nsys2023_sync")
+    assert all(s["source"] is None and s["code"] is None for s in old.sites)
+    assert old.steps == [] and old.step_range is None
+    groups = {(s["api"], s["copy_pattern"]): s["count"] for s in old.sites}
+    assert groups == {
+        ("cudaMemcpyAsync + cudaStreamSynchronize", "Device-to-Host to Pinned"): 24,  # .item, truthiness, print
+        ("cudaMemcpyAsync + cudaStreamSynchronize", "Device-to-Host to Pageable"): 24,  # .cpu, .tolist, copy_
+        ("cudaDeviceSynchronize", None): 8,
+    }
+    assert {s["nvtx"] for s in old.sites} == {stalls.NO_RANGE}
+    assert {s["cause"] for s in old.sites} == {"blocking copy", "device synchronize"}
+    assert Counter((e.api, e.copy_pattern) for e in new.events) == Counter((e.api, e.copy_pattern) for e in old.events)
+
+
+# -- prices checked against plain SQL on the export -------------------------------------------
+@pytest.mark.parametrize("name", ["nsys2025_sync", "nsys2023_sync", "nsys2025_train_print"])
+def test_gpu_idle_equals_the_gap_found_by_sql(name: str) -> None:
+    """Each gap runs from max(busy frontier, sync start) to the next GPU start after the
+    sync returned, cut where the next sync's gap begins (found here with plain SQL)."""
+    r = report(name)
+    with sqlite3.connect(f"file:{nsys_fixture(name)}?mode=ro", uri=True) as db:
+        tables = [t for (t,) in db.execute("SELECT name FROM sqlite_master") if t in (
+            "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")]
+        activity = " UNION ALL ".join(f"SELECT start, end FROM {t}" for t in tables)
+        gaps = []
+        for e in r.events:
+            busy = db.execute(f"SELECT max(end) FROM ({activity}) WHERE start < ?", (e.end,)).fetchone()[0]
+            nxt = db.execute(f"SELECT min(start) FROM ({activity}) WHERE start >= ?", (e.end,)).fetchone()[0]
+            if nxt is None:
+                assert (e.gpu_idle_ns, e.idle_end) == (0, None)
+            else:
+                gaps.append((max(busy, e.start), e.start, nxt, e))
+    gaps.sort(key=lambda g: g[:2])
+    assert len(gaps) > 10
+    for k, (gap_start, _, nxt, e) in enumerate(gaps):
+        end = max(nxt, gap_start)
+        if k + 1 < len(gaps) and gaps[k + 1][0] < end:
+            end = max(gaps[k + 1][0], gap_start)
+        assert (e.idle_start, e.idle_end, e.gpu_idle_ns) == (gap_start, end, end - gap_start)
+
+
+def test_cpu_blocked_counts_waiting_calls_only() -> None:
+    r = report("nsys2025_sync")
+    for e in r.events:
+        waited = [c for c in e.calls if c.name != "cudaMemcpyAsync" or c.dst_kind == 0]
+        assert e.cpu_blocked_ns == sum(c.end - c.start for c in waited)
+    item = next(s for s in r.sites if s["kind"] == "item")
+    copy = next(s for s in r.sites if s["source"] is None)
+    assert copy["cpu_blocked_ns"] > 100 * item["cpu_blocked_ns"]  # 16 MiB into pageable memory
+
+
+# -- steps, findings, figure ---------------------------------------------------------
+def test_explicit_step_range_and_unknown_name() -> None:
+    r = report("nsys2025_train_print", step_range="warmup")
+    assert r.step_range == "warmup" and len(r.steps) == 1
+    assert [s["line"] for s in r.sites if s["in_steps"]] == lines_of(TRAIN, "torch.cuda.synchronize()")[:1]
+    with pytest.raises(ProfkitError, match="no NVTX range named 'epoch'"):
+        report("nsys2025_train_print", step_range="epoch")
+
+
+def test_numbered_step_ranges_are_one_step_name() -> None:
+    # nsys2023_nvtx: ranges "step 0".."step 3" in the default domain
+    with open_export(nsys_fixture("nsys2023_nvtx")) as export:
+        default = analyze_stalls(export)
+        named = analyze_stalls(export, step_range="step")
+    assert default.step_range == "step N" and [s.name for s in default.steps] == [f"step {i}" for i in range(4)]
+    assert [s.name for s in named.steps] == [s.name for s in default.steps]
+
+
+@pytest.mark.parametrize("name", ["nsys2025_sync", "nsys2023_sync", "nsys2025_train_print"])
+def test_timeline_figure(name: str) -> None:
+    with open_export(nsys_fixture(name)) as export:
+        r = analyze_stalls(export)
+        tl = stalls.timeline(export, r)
+    assert tl is not None and tl.start < tl.end and tl.device == 0
+    assert tl.syncs and all(tl.start < s["end"] or (s["idle_end"] or 0) > tl.start for s in tl.syncs)
+    assert all(tl.start < end and start < tl.end for _, start, end in tl.gpu)
+    if r.steps:
+        assert [i for i, _, _ in tl.steps] == [1, 2, 3]  # the warm-up step is skipped
+    png = stalls_timeline_png(tl)
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 5000
+
+
+def test_to_dict_is_plain_json() -> None:
+    import json
+
+    data = json.loads(json.dumps(report("nsys2025_sync").to_dict()))
+    assert len(data["events"]) == 56 and len(data["steps"]) == 8
+    assert {"source", "code", "api", "count", "cpu_blocked_ns", "gpu_idle_ns", "nvtx", "kind", "cause", "thread",
+            "per_step"} <= set(data["sites"][0])
