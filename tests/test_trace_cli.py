@@ -271,6 +271,9 @@ def test_ncu_top_profiles_the_busiest_kernels(workdir, monkeypatch):
     record = json.loads((run_dir / "run.json").read_text())
     assert [k["rank"] for k in record["ncu"]["kernels"]] == [1, 2]
     assert record["files"]["ncu_csv"] == "ncu.csv"
+    # the report gained its ncu section from ncu.csv
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["sections"]["ncu"]["tables"]["ncu"]["rows"]
 
 
 def test_ncu_without_permission_keeps_the_trace_and_warns(workdir, monkeypatch):
@@ -351,7 +354,9 @@ def test_gpu_trace_gelu_with_ncu_top_2(tmp_path):
         assert launch.dram_bytes_read is not None and launch.dram_bytes_write is not None
         assert launch.achieved_occupancy_pct is not None and launch.theoretical_occupancy_pct is not None
         assert launch.registers_per_thread is not None
-    assert "ncu" in (run_dir / "report.md").read_text().lower()
+    rows = json.loads((run_dir / "report.json").read_text())["sections"]["ncu"]["tables"]["ncu"]["rows"]
+    assert len(rows) == 2
+    assert all(r["duration_ns"] > 0 and r["dram_throughput_pct"] is not None for r in rows)
 
 
 def test_nvtx_range_that_never_starts(workdir, monkeypatch):
