@@ -365,3 +365,25 @@ def test_nvtx_range_that_never_starts(workdir, monkeypatch):
     result = trace("--nvtx-only", "no/such/range", "prog.py")
     assert result.exit_code == 2
     assert "nothing captured: the NVTX range 'no/such/range' never started" in result.output
+
+
+@pytest.mark.slow
+def test_real_nsys_on_a_cpu_only_program(workdir, monkeypatch):
+    """Nsight Systems 2023.4 (.tools/) runs here without a GPU: the whole capture path is real; the
+    report then refuses an export without CUDA data, and says where the trace is."""
+    real = ROOT / ".tools/nsys/target-linux-x64"
+    if not (real / "nsys").exists():
+        pytest.skip("no Nsight Systems CLI in .tools/")
+    monkeypatch.setenv("PATH", os.pathsep.join([str(real), str(Path(sys.executable).parent), "/usr/bin", "/bin"]))
+    result = trace("prog.py", "--", "--n", "1")
+    assert result.exit_code == 2
+    run_dir = only_run_dir(workdir)
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith(f"profkit: error: the trace is in {run_dir}, but the report failed: ")
+    assert "no CUDA trace data" in last
+    assert (run_dir / "trace.sqlite").is_file() and (run_dir / "trace.nsys-rep").is_file()
+    assert "program says hi ['--n', '1']" in result.output
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["tools"]["nsys"]["version"].startswith("2023.4.")
+    assert record["status"] == "failed" and record["exit_code"] == 0
+    assert list((workdir / "tmp").iterdir()) == []
