@@ -1,0 +1,165 @@
+"""`profkit stalls` through click's CliRunner, on the real exports and on damaged copies of them.
+
+The damaged copies (tables dropped, rows deleted) are built in the tests from
+a real fixture: they stand for exports made without some trace options.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from profkit.analysis.stalls import analyze_stalls
+from profkit.cli import cli
+from profkit.nsys import open_export
+from tests.conftest import nsys_fixture
+
+REQUIRED_KEYS = {"source", "code", "api", "count", "cpu_blocked_ns", "gpu_idle_ns", "nvtx"}
+ROOT = Path(__file__).parents[1]
+
+
+def invoke(*args: str) -> str:
+    result = CliRunner().invoke(cli, ["stalls", *args])
+    assert result.exit_code == 0, (result.output, result.exception)
+    return result.stdout
+
+
+def failing(*args: str) -> str:
+    result = CliRunner().invoke(cli, ["stalls", *args])
+    assert result.exit_code == 2, (result.exit_code, result.output, result.exception)
+    assert result.stdout == "" and "Traceback" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("profkit: error: "), result.stderr
+    return lines[0]
+
+
+def copy_of(name: str, tmp_path: Path, *sql: str) -> Path:
+    """A writable copy of a real export with ``sql`` applied (tables dropped, rows deleted)."""
+    path = tmp_path / f"{name}-modified.sqlite"
+    shutil.copyfile(nsys_fixture(name), path)
+    with sqlite3.connect(path) as db:
+        for statement in sql:
+            db.execute(statement)
+    return path
+
+
+def test_json_lists_sites_with_the_documented_keys() -> None:
+    sites = json.loads(invoke(str(nsys_fixture("nsys2025_train_print")), "--format", "json"))
+    assert isinstance(sites, list) and len(sites) == 4
+    for site in sites:
+        assert REQUIRED_KEYS | {"kind", "cause", "thread", "per_step"} <= set(site)
+        assert site["source"] is None or site["source"].rpartition(":")[2].isdigit()
+        assert isinstance(site["count"], int) and isinstance(site["gpu_idle_ns"], int)
+    top = sites[0]
+    assert top["source"].endswith("sample_kernels/train_mlp.py:59") and top["count"] == 20
+    assert top["code"] == 'print(f"step {step} loss {loss.item():.5f}")' and top["nvtx"] == "samples:step"
+    assert top["per_step"]["syncs"] == 1.0
+    unknown = [s for s in sites if s["source"] is None]
+    assert [(s["code"], s["cause"]) for s in unknown] == [(None, "blocking copy")]
+
+
+def test_json_equals_the_library() -> None:
+    path = nsys_fixture("nsys2025_sync")
+    with open_export(path) as export:
+        expected = analyze_stalls(export).sites
+    assert json.loads(invoke(str(path), "--format", "json")) == json.loads(json.dumps(expected))
+
+
+def test_compare_print_and_noprint() -> None:
+    out = json.loads(invoke(str(nsys_fixture("nsys2025_train_print")), "--format", "json",
+                            "--compare", str(nsys_fixture("nsys2025_train_noprint"))))
+    assert set(out) == {"sites", "other_sites", "compare"}
+    compare = out["compare"]
+    assert len(compare["sites_only_in_a"]) == 1 and compare["sites_only_in_a"][0].startswith("train_mlp.py:59 ")
+    assert compare["median_difference_ns"] == compare["a"]["median_ns"] - compare["b"]["median_ns"] > 0
+    text = invoke(str(nsys_fixture("nsys2025_train_print")), "--compare", str(nsys_fixture("nsys2025_train_noprint")))
+    assert "slower" in text and "sync sites only in nsys2025_train_print.sqlite: train_mlp.py:59" in text
+
+
+def test_markdown_keeps_code_verbatim_in_findings() -> None:
+    out = invoke(str(nsys_fixture("nsys2025_sync")), "--format", "md")
+    assert out.startswith("## Synchronization stalls: nsys2025_sync.sqlite")
+    assert "- sync_elementwise.py:26 `if y.max() > 0: # truthiness` synchronizes 8 times, 1 per step" in out
+    assert "### Sync sites (by cost)" in out and "### Per NVTX range" in out and "### Steps" in out
+    assert "| sync_elementwise.py:26 | if y.max() &gt; 0: # truthiness | truthiness |" in out  # table cell
+
+
+def test_table_and_csv() -> None:
+    out = invoke(str(nsys_fixture("nsys2023_sync")))
+    assert "source unknown" in out and "cudaDeviceSynchronize" in out and "Steps" not in out
+    rows = list(csv.DictReader(io.StringIO(invoke(str(nsys_fixture("nsys2025_sync")), "--format", "csv"))))
+    assert len(rows) == 7 and {r["cause"] for r in rows} >= {".item()", "truthiness", "blocking copy"}
+
+
+def test_run_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run = tmp_path / "runs" / "train_mlp-20261122-230000"
+    run.mkdir(parents=True)
+    shutil.copyfile(nsys_fixture("nsys2025_train_print"), run / "trace.sqlite")
+    monkeypatch.chdir(tmp_path)  # so that only run.json can say where the sources are
+    # the recorded paths are relative to where the program ran ("../../../work/main/...")
+    assert json.loads(invoke(str(run), "--format", "json"))[0]["local_path"] is None
+    (run / "run.json").write_text(json.dumps({"cwd": str(ROOT / "tests")}))
+    top = json.loads(invoke(str(run), "--format", "json"))[0]
+    assert top["count"] == 20 and top["local_path"] == str(ROOT / "sample_kernels/train_mlp.py")
+    assert top["local_code"] == top["code"]
+    # a folder holding one export under another name
+    other = tmp_path / "other"
+    other.mkdir()
+    shutil.copyfile(nsys_fixture("nsys2025_sync"), other / "mine.sqlite")
+    assert len(json.loads(invoke(str(other), "--format", "json"))) == 7
+
+
+def test_bad_targets(tmp_path: Path) -> None:
+    assert "no trace.sqlite" in failing(str(tmp_path))
+    for name in ("a.sqlite", "b.sqlite"):
+        shutil.copyfile(nsys_fixture("nsys2025_sync"), tmp_path / name)
+    assert "several exports (a.sqlite, b.sqlite)" in failing(str(tmp_path))
+    assert "no such file" in failing(str(tmp_path / "missing.sqlite"))
+    line = failing(str(nsys_fixture("nsys2025_sync")), "--step-range", "epoch")
+    assert "no NVTX range named 'epoch'" in line and "samples:step" in line
+    assert "nsys2023_sync.sqlite has no NVTX step ranges" in failing(
+        str(nsys_fixture("nsys2025_sync")), "--compare", str(nsys_fixture("nsys2023_sync")))
+
+
+def test_input_is_not_modified() -> None:
+    path = nsys_fixture("nsys2025_sync")
+    before = path.read_bytes(), path.stat().st_mtime_ns, sorted(p.name for p in path.parent.iterdir())
+    invoke(str(path), "--format", "json")
+    assert (path.read_bytes(), path.stat().st_mtime_ns, sorted(p.name for p in path.parent.iterdir())) == before
+
+
+# -- exports missing some data ------------------------------------------------------------
+def test_export_without_cuda_api_trace(tmp_path: Path) -> None:
+    path = copy_of("nsys2025_sync", tmp_path, "DROP TABLE CUPTI_ACTIVITY_KIND_RUNTIME")
+    line = failing(str(path))
+    assert "CUDA API trace data" in line and "-t cuda" in line
+
+
+def test_export_without_nvtx(tmp_path: Path) -> None:
+    path = copy_of("nsys2025_sync", tmp_path, "DROP TABLE NVTX_EVENTS")
+    sites = json.loads(invoke(str(path), "--format", "json"))
+    assert all(s["source"] is None and s["nvtx"] == "(no NVTX range)" for s in sites)
+    assert sum(s["count"] for s in sites) == 56
+
+
+@pytest.mark.parametrize("name, label", [("nsys2025_sync", "CUPTI sync type 2"), ("nsys2023_sync", "Stream sync")])
+def test_sync_rows_without_their_api_calls(tmp_path: Path, name: str, label: str) -> None:
+    # the CUPTI synchronization rows still show the syncs when their API calls are missing
+    path = copy_of(name, tmp_path, """DELETE FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE nameId IN
+        (SELECT id FROM StringIds WHERE value LIKE 'cudaStreamSynchronize%')""")
+    with open_export(path) as export:
+        r = analyze_stalls(export)
+    cupti = [e for e in r.events if e.api.startswith("CUPTI synchronization")]
+    assert len(cupti) == 48 and {e.api for e in cupti} == {f"CUPTI synchronization ({label})"}
+    assert all(e.tid == 0 and e.source is None and e.device == 0 for e in cupti)
+    # the pageable copies now block on their own; the pinned ones are no events
+    copies = [e for e in r.events if e.api == "cudaMemcpyAsync"]
+    assert len(copies) == 24 and all(e.copy_pattern == "Device-to-Host to Pageable" for e in copies)
+    assert {e.cause for e in cupti} == {"CUPTI synchronization"}
