@@ -552,6 +552,17 @@ def _stalls_section(export: NsysExport, top: int, found: dict[str, Any]) -> Sect
     section.intro = ("Places in the program where the CPU waited for the GPU (synchronize calls, .item(), "
                      "blocking copies): how long the CPU was blocked, and how long the GPU then sat idle "
                      "because no work was queued (see profkit stalls --help for the exact definitions).")
+    window = stalls.timeline(export, result)
+    if window is not None:
+        from profkit.report.stalls_figure import stalls_timeline_png
+
+        section.figures.append(Figure(
+            "stalls_timeline", "Syncs and the GPU idle time they caused",
+            f"{window.title}: red bars are syncs (the CPU waiting), hatched spans the GPU idle time they caused; "
+            f"{duration(window.end - window.start)} shown.", stalls_timeline_png(window),
+            {"start_ns": window.start, "end_ns": window.end, "device": window.device, "syncs": window.syncs,
+             "steps": [{"index": i, "start_ns": a, "end_ns": b} for i, a, b in window.steps],
+             "gpu_operations": len(window.gpu)}))
     # Every sync event would make report.json grow with the run; the sites sum them up.
     section.data = {key: value for key, value in result.to_dict().items() if key != "events"}
     section.data["events_count"] = len(result.events)
