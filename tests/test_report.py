@@ -351,6 +351,7 @@ def test_stalls_section_and_findings(reports: dict[str, ReportPaths]) -> None:
     assert [(r["source"], r["count"], r["gpu_idle_ns"]) for r in rows] == [
         (s["source"], s["count"], s["gpu_idle_ns"]) for s in stalls.sites]
     assert section["data"]["events_count"] == len(stalls.events) and "events" not in section["data"]
+    assert section["data"]["steps_count"] == len(stalls.steps) and section["data"]["step_stats"] == stalls.step_stats
     # the stall findings lead the report's findings
     assert stalls.findings and data["findings"][: len(stalls.findings)] == stalls.findings
     assert "## Synchronization stalls" in md

@@ -11,7 +11,7 @@ from functools import lru_cache
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
-from profkit.report.build import Report
+from profkit.report.model import Report
 
 
 @lru_cache(maxsize=1)

@@ -12,7 +12,7 @@ import math
 from dataclasses import asdict, is_dataclass
 from typing import Any
 
-from profkit.report.build import Report, Section, Table
+from profkit.report.model import Report, Section, Table
 
 SCHEMA = "profkit.report/1"
 

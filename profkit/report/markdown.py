@@ -9,7 +9,7 @@ their numbers in words.  Long names are shortened to keep tables readable
 from __future__ import annotations
 
 from profkit.output import Column, md_escape
-from profkit.report.build import Report, Table
+from profkit.report.model import Report, Table
 
 MAX_CELL_CHARS = 160
 FACT_COLUMNS = [Column("field", "Field"), Column("value", "Value")]

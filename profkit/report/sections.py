@@ -1,0 +1,367 @@
+"""The report's sections: each fills a ``Section`` from the readers and analyses.
+
+Every function here takes the open export (and what earlier sections
+found, in ``found``) and never renders text beyond table cells and
+captions; a ``ProfkitError`` (missing table) becomes the section's note in
+``build.build_report``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from profkit.analysis import summaries
+from profkit.errors import ProfkitError
+from profkit.nsys import timeline
+from profkit.nsys.reader import NsysExport
+from profkit.output import Column
+from profkit.report import figures
+from profkit.report.model import Figure, Row, Section, Table
+from profkit.report.text import duration
+
+TIMELINE_BINS = 1000  # about one bin per pixel of the figure
+ZOOM_SHARE = 0.9  # the zoomed timeline shows the shortest window with this share of the busy time...
+ZOOM_MAX_FRACTION = 0.3  # ...when that window is at most this fraction of the whole
+NO_RANGE = "(outside any range)"
+
+# -- columns ----------------------------------------------------------------------------
+_TIME = [
+    Column("time_pct", "Time %", "pct"),
+    Column("total_ns", "Total (ns)", "ns"),
+    Column("instances", "Instances", "int"),
+    Column("avg_ns", "Avg (ns)", "float"),
+    Column("med_ns", "Med (ns)", "float"),
+    Column("min_ns", "Min (ns)", "ns"),
+    Column("max_ns", "Max (ns)", "ns"),
+    Column("stddev_ns", "StdDev (ns)", "float"),
+]
+KERNEL_COLUMNS = [*_TIME, Column("name", "Kernel")]
+API_COLUMNS = [*_TIME, Column("name", "API function")]
+NVTX_COLUMNS = [*_TIME, Column("style", "Style"), Column("name", "Range")]
+RANGE_GPU_COLUMNS = [
+    Column("time_pct", "Kernel time %", "pct"),
+    Column("total_ns", "Kernel time (ns)", "ns"),
+    Column("instances", "Kernel launches", "int"),
+    Column("kernels", "Kernels", "int"),
+    Column("style", "Style"),
+    Column("range", "Range"),
+]
+RANGE_KERNEL_COLUMNS = [
+    Column("range", "Range"),
+    Column("total_ns", "Total (ns)", "ns"),
+    Column("instances", "Instances", "int"),
+    Column("nvtx_instances", "Range instances", "int"),
+    Column("avg_ns", "Avg (ns)", "float"),
+    Column("min_ns", "Min (ns)", "ns"),
+    Column("max_ns", "Max (ns)", "ns"),
+    Column("name", "Kernel"),
+]
+MEMORY_COLUMNS = [
+    Column("direction", "Direction"),
+    Column("instances", "Count", "int"),
+    Column("total_bytes", "Bytes", "bytes"),
+    Column("total_ns", "Total (ns)", "ns"),
+    Column("time_pct", "Time %", "pct"),
+    Column("avg_ns", "Avg (ns)", "float"),
+    Column("min_ns", "Min (ns)", "ns"),
+    Column("max_ns", "Max (ns)", "ns"),
+    Column("name", "Operation"),
+]
+GAP_COLUMNS = [
+    Column("device", "GPU", "int"),
+    Column("duration", "Idle for"),
+    Column("start_s", "From (s of the capture)"),
+    Column("end_s", "To (s)"),
+]
+OCCUPANCY_COLUMNS = [
+    Column("time_pct", "Time %", "pct"),
+    Column("total_ns", "Total (ns)", "ns"),
+    Column("instances", "Launches", "int"),
+    Column("grid", "Grid"),
+    Column("block", "Block"),
+    Column("registers_per_thread", "Regs/thread", "int"),
+    Column("shared_mem_bytes", "Smem/block", "bytes"),
+    Column("theoretical_occupancy_pct", "Theor. occ. %", "pct"),
+    Column("limiter", "Limited by"),
+    Column("blocks_per_sm", "Blocks/SM", "int"),
+    Column("waves", "Waves", "float"),
+    Column("advice", "What would change it"),
+    Column("kernel", "Kernel"),
+]
+OCCUPANCY_NCU_COLUMNS = [Column("ncu_achieved_occupancy_pct", "ncu achieved occ. %", "pct")]
+NCU_COLUMNS = [
+    Column("instances", "Launches", "int"),
+    Column("duration_ns", "Avg duration (ns)", "float"),
+    Column("dram_throughput_pct", "DRAM % of peak", "pct"),
+    Column("achieved_occupancy_pct", "Achieved occ. %", "pct"),
+    Column("theoretical_occupancy_pct", "Theor. occ. %", "pct"),
+    Column("registers_per_thread", "Regs/thread", "int"),
+    Column("block_size", "Block", "int"),
+    Column("grid_size", "Grid", "int"),
+    Column("block_limit_sm", "Limit: blocks", "int"),
+    Column("block_limit_registers", "Limit: regs", "int"),
+    Column("block_limit_shared_mem", "Limit: smem", "int"),
+    Column("block_limit_warps", "Limit: warps", "int"),
+    Column("limiter", "Limited by"),
+    Column("trace_time_pct", "Trace time %", "pct"),
+    Column("name", "Kernel"),
+]
+STALL_COLUMNS = [
+    Column("gpu_idle_ns", "GPU idle caused (ns)", "ns"),
+    Column("cpu_blocked_ns", "CPU blocked (ns)", "ns"),
+    Column("count", "Syncs", "int"),
+    Column("per_step_syncs", "Per step", "float"),
+    Column("cause", "Cause"),
+    Column("api", "API"),
+    Column("where", "Source"),
+    Column("code", "Code"),
+    Column("nvtx", "NVTX range"),
+]
+
+
+# -- sections --------------------------------------------------------------------------------
+def fill_summary(section: Section, rows: list[Row], columns: list[Column], top: int, key: str,
+             found: dict[str, Any], intro: str) -> None:
+    found[key] = rows
+    section.intro = intro
+    if not rows:
+        section.notes.append("The export has the table but no rows.")
+    section.tables.append(Table(key, section.title, columns, rows, top))
+
+
+def fill_nvtx_kernels(section: Section, export: NsysExport, top: int, found: dict[str, Any]) -> None:
+    rows = summaries.nvtx_kernel_summary(export)
+    kernel_total = sum(k["total_ns"] for k in found.get("kernels") or ()) or None
+    per_range = summaries.nvtx_range_gpu_time(rows, kernel_total)
+    found["nvtx_ranges"] = per_range
+    section.intro = ("Which NVTX ranges the GPU time went to: a kernel counts in every range that encloses the "
+                     "CUDA call that launched it, on the same thread (nested ranges included, so shares can add "
+                     "up to more than 100%), as nsys stats --report nvtx_kern_sum.")
+    by_time = sorted(rows, key=lambda r: (-r["total_ns"], r["range"] is None, r["range"] or "", r["name"]))
+    blank = {"range": NO_RANGE}
+    section.tables.append(Table("nvtx_range_gpu_time", "Kernel time per range", RANGE_GPU_COLUMNS, per_range, top,
+                                label_key="range", blank=blank))
+    section.tables.append(Table("nvtx_kernel_summary", "Kernels within ranges (by time)", RANGE_KERNEL_COLUMNS,
+                                by_time, top, label_key="range", blank=blank))
+
+
+def fill_memory(section: Section, export: NsysExport, top: int, found: dict[str, Any]) -> None:
+    rows = summaries.memory_summary(export)
+    found["memory"] = rows
+    section.intro = ("GPU time and bytes of memcpy and memset operations, as nsys stats --report "
+                     "cuda_gpu_mem_time_sum and cuda_gpu_mem_size_sum.")
+    if not rows:
+        section.notes.append("No memcpy or memset operations were recorded.")
+        return
+    section.tables.append(Table("memory", section.title, MEMORY_COLUMNS, rows, top))
+
+
+def fill_timeline(section: Section, export: NsysExport, bins: int, found: dict[str, Any]) -> None:
+    window = timeline.time_window(export)
+    if window is None:
+        section.notes.append("No GPU operations or NVTX ranges to draw.")
+        return
+    whole = timeline.make_bins(*window, bins)
+    utilization = timeline.gpu_utilization(export, whole)
+    views = [(whole, utilization, "Whole capture")]
+    section.intro = ("Each row is a CUDA stream: a light column marks a bin with any GPU work, the solid fill is "
+                     "the share of the bin that was busy, white is idle. NVTX ranges are drawn above, one row per "
+                     "nesting level and thread.")
+    section.figures.append(_timeline_figure("timeline", "Whole capture", export, whole))
+    if utilization:
+        total = sum(u.busy_per_bin for u in utilization)
+        zoom = timeline.busiest_window(total, whole, ZOOM_SHARE)
+        if zoom and zoom[1] - zoom[0] <= ZOOM_MAX_FRACTION * whole.width_ns * whole.count:
+            margin = max((zoom[1] - zoom[0]) // 50, 1)
+            zoom_bins = timeline.make_bins(max(zoom[0] - margin, whole.start_ns),
+                                           min(zoom[1] + margin, whole.end_ns), bins)
+            title = (f"Zoom: the busiest {duration(zoom_bins.width_ns * zoom_bins.count)} "
+                     f"({ZOOM_SHARE:.0%} of the GPU's busy time)")
+            section.figures.append(_timeline_figure("timeline_zoom", title, export, zoom_bins))
+            views.append((zoom_bins, timeline.gpu_utilization(export, zoom_bins), title))
+    found["utilization"], found["utilization_views"] = utilization, views
+
+
+def _timeline_figure(key: str, title: str, export: NsysExport, bins: timeline.TimeBins) -> Figure:
+    lanes = timeline.stream_busy(export, bins)
+    bars, ranges = timeline.nvtx_bars(export, bins.start_ns, bins.end_ns, min_duration_ns=bins.width_ns // 2)
+    png = figures.timeline_png(bins, lanes, bars, title)
+    caption = f"{duration(bins.width_ns * bins.count)} in {bins.count} bins of {duration(bins.width_ns)}."
+    if ranges:
+        caption += (f" {len(bars):,} of {ranges:,} NVTX ranges drawn (the longest; shorter than half a bin "
+                    "they would not show).")
+    data = {
+        "bins": {"start_ns": bins.start_ns, "width_ns": bins.width_ns, "count": bins.count},
+        "streams": [{"device_id": lane.device_id, "context_id": lane.context_id, "stream_id": lane.stream_id,
+                     "kind": lane.kind, "operations": lane.operations, "busy_ns": lane.busy_ns,
+                     "busy_ns_per_bin": lane.busy_per_bin.tolist()} for lane in lanes],
+        "nvtx_ranges": [{"text": bar.text, "style": bar.style, "start_ns": bar.start_ns, "end_ns": bar.end_ns,
+                         "global_tid": bar.global_tid, "depth": bar.depth} for bar in bars],
+        "nvtx_ranges_in_window": ranges,
+    }
+    return Figure(key, title, caption, png, data)
+
+
+def fill_utilization(section: Section, found: dict[str, Any]) -> None:
+    views: list[tuple[timeline.TimeBins, list[timeline.Utilization], str]] | None = found.get("utilization_views")
+    if not views:
+        section.notes.append("No GPU operations to draw.")
+        return
+    section.intro = ("Share of each bin in which the GPU ran at least one kernel, memcpy or memset (concurrent "
+                     "work counts once). Shaded: the longest idle stretches.")
+    whole = views[0][0]
+    section.figures.append(Figure(
+        "utilization", "GPU busy % over time",
+        f"{whole.count} bins of {duration(whole.width_ns)} over the whole capture"
+        + (", then the busiest part" if len(views) > 1 else "")
+        + "; busy time summed over the whole capture's bins equals the GPU busy time of the capture section.",
+        figures.utilization_png(views),
+        {"views": [{"title": title,
+                    "bins": {"start_ns": bins.start_ns, "width_ns": bins.width_ns, "count": bins.count},
+                    "devices": [{"device_id": u.device_id, "busy_ns": u.busy_ns,
+                                 "busy_ns_per_bin": u.busy_per_bin.tolist(),
+                                 "gaps": [{"start_ns": a, "end_ns": b} for a, b in u.gaps]} for u in utils]}
+                   for bins, utils, title in views]}))
+    gaps = [{"device": u.device_id, "duration": duration(b - a), "duration_ns": b - a, "start_ns": a, "end_ns": b,
+             "start_s": f"{a / 1e9:.6f}", "end_s": f"{b / 1e9:.6f}"} for u in views[0][1] for a, b in u.gaps]
+    if gaps:
+        gaps.sort(key=lambda g: -g["duration_ns"])
+        section.tables.append(Table("idle_gaps", "Longest idle stretches", GAP_COLUMNS, gaps))
+
+
+def fill_occupancy(section: Section, export: NsysExport, ncu_csv: Path | None, top: int, found: dict[str, Any]) -> None:
+    from profkit.analysis.occupancy import attach_ncu, trace_occupancy
+
+    rows = trace_occupancy(export)
+    columns = list(OCCUPANCY_COLUMNS)
+    if ncu_csv is not None:
+        launches = _read_ncu(ncu_csv)
+        if launches:
+            rows = attach_ncu(rows, launches)
+            columns[-1:-1] = OCCUPANCY_NCU_COLUMNS
+    for row in rows:
+        row.update(
+            kernel=row.get("short_name") or row["name"], instances=row.get("launches"),
+            total_ns=row.get("total_time_ns"),
+            grid=f"{row.get('grid_x')}x{row.get('grid_y')}x{row.get('grid_z')}",
+            block=f"{row.get('block_x')}x{row.get('block_y')}x{row.get('block_z')}",
+        )
+        if row.get("time_pct") is not None:
+            row["time_pct"] = round(row["time_pct"], 1)
+    found["occupancy"] = rows
+    section.intro = ("Theoretical occupancy of every kernel launch configuration in the trace, computed the way "
+                     "the CUDA occupancy calculator does (registers, shared memory, block size, the carveout the "
+                     "driver chose), with what limits it and what would change it.")
+    for row in rows:
+        row.setdefault("advice", "")
+    if not rows:
+        section.notes.append("No kernel launches to analyse.")
+        return
+    section.tables.append(Table("occupancy", "Occupancy per launch configuration", columns, rows, top,
+                                label_key="kernel"))
+
+
+def _read_ncu(path: Path) -> list[Any]:
+    from profkit.ncu import read_ncu_csv
+
+    return read_ncu_csv(path)
+
+
+def fill_ncu(section: Section, path: Path, top: int, found: dict[str, Any]) -> None:
+    from profkit.analysis.occupancy import kernel_key
+
+    launches = _read_ncu(path)
+    section.intro = (f"Per kernel from {path.name}: averages over the profiled launches. Block limits are how "
+                     "many blocks fit on an SM by each resource; the smallest one limits occupancy.")
+    trace_total = sum(k["total_ns"] for k in found.get("kernels") or ()) or None
+    trace_time = {}
+    for k in found.get("kernels") or ():
+        trace_time[kernel_key(k["name"])] = trace_time.get(kernel_key(k["name"]), 0) + k["total_ns"]
+    groups: dict[str, list[Any]] = {}
+    for launch in launches:
+        groups.setdefault(launch.kernel_name, []).append(launch)
+    rows = []
+    for name, group in groups.items():
+        row: Row = {"name": name, "instances": len(group)}
+        for key in ("duration_ns", "dram_throughput_pct", "memory_throughput_pct", "compute_throughput_pct",
+                    "achieved_occupancy_pct", "theoretical_occupancy_pct"):
+            values = [getattr(x, key) for x in group if getattr(x, key) is not None]
+            row[key] = sum(values) / len(values) if values else None
+        first = group[0]
+        for key in ("registers_per_thread", "block_size", "grid_size", "block_limit_sm", "block_limit_registers",
+                    "block_limit_shared_mem", "block_limit_warps", "block_limit_barriers"):
+            row[key] = getattr(first, key)
+        row["limiter"] = _ncu_limiter(row)
+        matched = trace_time.get(kernel_key(name))
+        row["trace_time_pct"] = round(100.0 * matched / trace_total, 1) if matched and trace_total else None
+        row["total_ns"] = sum(x.duration_ns or 0 for x in group)
+        rows.append(row)
+    rows.sort(key=lambda r: (-(r["total_ns"] or 0), r["name"]))
+    found["ncu"] = rows
+    if not rows:
+        section.notes.append(f"{path.name} holds no kernel launches.")
+        return
+    section.tables.append(Table("ncu", "Kernels profiled by ncu", NCU_COLUMNS, rows, top))
+
+
+_NCU_LIMITS = (("block_limit_sm", "blocks per SM"), ("block_limit_registers", "registers"),
+               ("block_limit_shared_mem", "shared memory"), ("block_limit_warps", "warps"),
+               ("block_limit_barriers", "barriers"))
+
+
+def _ncu_limiter(row: Row) -> str:
+    limits = {label: row.get(key) for key, label in _NCU_LIMITS if row.get(key) is not None}
+    if not limits:
+        return ""
+    lowest = min(limits.values())
+    return ", ".join(label for label, value in limits.items() if value == lowest)
+
+
+# -- synchronization stalls (profkit.analysis.stalls) -------------------------------------
+def stalls_section(export: NsysExport, top: int, found: dict[str, Any]) -> Section | None:
+    """The "Synchronization stalls" section, or None while profkit.analysis.stalls does not exist."""
+    try:
+        from profkit.analysis import stalls
+    except ModuleNotFoundError as exc:
+        if exc.name == "profkit.analysis.stalls":
+            return None
+        raise
+    section = Section("stalls", "Synchronization stalls")
+    try:
+        result = stalls.analyze_stalls(export)
+    except ProfkitError as exc:
+        section.notes.append(exc.one_line())
+        return section
+    found["stall_findings"] = list(result.findings)
+    sites = []
+    for site in result.sites:
+        row = dict(site)
+        per_step = row.get("per_step") or {}
+        row.update(where=row.get("source") or "(source unknown)", per_step_syncs=per_step.get("syncs"))
+        sites.append(row)
+    section.intro = ("Places in the program where the CPU waited for the GPU (synchronize calls, .item(), "
+                     "blocking copies): how long the CPU was blocked, and how long the GPU then sat idle "
+                     "because no work was queued (see profkit stalls --help for the exact definitions).")
+    window = stalls.timeline(export, result)
+    if window is not None:
+        from profkit.report.stalls_figure import stalls_timeline_png
+
+        section.figures.append(Figure(
+            "stalls_timeline", "Syncs and the GPU idle time they caused",
+            f"{window.title}: red bars are syncs (the CPU waiting), hatched spans the GPU idle time they caused; "
+            f"{duration(window.end - window.start)} shown.", stalls_timeline_png(window),
+            {"start_ns": window.start, "end_ns": window.end, "device": window.device, "syncs": window.syncs,
+             "steps": [{"index": i, "start_ns": a, "end_ns": b} for i, a, b in window.steps],
+             "gpu_operations": len(window.gpu)}))
+    # Every sync event and step would make report.json grow with the run; the sites and
+    # step_stats sum them up (`profkit stalls --format json` lists them all).
+    section.data = {key: value for key, value in result.to_dict().items() if key not in ("events", "steps")}
+    section.data.update(events_count=len(result.events), steps_count=len(result.steps))
+    if sites:
+        section.tables.append(Table("stall_sites", "Synchronization sites, by GPU idle time caused",
+                                    STALL_COLUMNS, sites, top, label_key="where",
+                                    sum_keys=("count", "cpu_blocked_ns", "gpu_idle_ns")))
+    else:
+        section.notes.append("No synchronizations found.")
+    return section
