@@ -72,7 +72,7 @@ API_CAUSES = {"device": "device synchronize", "stream": "stream synchronize",
 NO_RANGE = "(no NVTX range)"
 
 
-@dataclass
+@dataclass(slots=True)
 class SyncEvent:
     """One synchronization; the fields after ``calls`` are filled by the attach_* steps."""
 
@@ -89,10 +89,12 @@ class SyncEvent:
     source: str | None = None  # "file.py:LINE"
     code: str | None = None
     step: int | None = None
+    cpu_blocked_ns: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
         if self.device is None:
             self.device = next((c.device for c in self.calls if c.device is not None), None)
+        self.cpu_blocked_ns = sum(c.end - c.start for c in self.calls if c.blocks_cpu)
 
     @property
     def start(self) -> int:
@@ -110,10 +112,6 @@ class SyncEvent:
     @property
     def api(self) -> str:
         return " + ".join(c.name for c in self.calls)
-
-    @property
-    def cpu_blocked_ns(self) -> int:
-        return sum(c.end - c.start for c in self.calls if c.blocks_cpu)
 
     @property
     def cause(self) -> str:
@@ -313,6 +311,13 @@ def attach_nvtx(events: Sequence[SyncEvent], ranges: Iterable[NvtxRange], step_r
     scan = NvtxScan()
     matches = step_matcher(step_range) if step_range else None
     by_thread = sorted(events, key=lambda e: (e.global_tid, e.anchor.start))
+    sites: dict[str | None, tuple[str, str, str] | None] = {}  # a few distinct texts, many ranges
+
+    def site_of(r: NvtxRange) -> tuple[str, str, str] | None:
+        if r.text not in sites:
+            sites[r.text] = decode_site(r.text)
+        return sites[r.text]
+
     k = 0
     thread: int | None = None
     open_ranges: list[NvtxRange] = []
@@ -323,16 +328,21 @@ def attach_nvtx(events: Sequence[SyncEvent], ranges: Iterable[NvtxRange], step_r
         nonlocal k
         while k < len(by_thread) and (by_thread[k].global_tid, by_thread[k].anchor.start) < (tid, time):
             if by_thread[k].global_tid == thread:
-                _enclose(by_thread[k], open_ranges)
+                _enclose(by_thread[k], open_ranges, site_of)
             k += 1
 
+    prune_at = 64
     for r in ranges:
         if r.global_tid != thread:
             attach_before(r.global_tid, -math.inf)
             thread, open_ranges, push_pop_stack = r.global_tid, [], []
         attach_before(r.global_tid, r.start)
         open_ranges.append(r)
-        is_site = decode_site(r.text) is not None
+        if len(open_ranges) > prune_at:
+            # later events start at or after r.start: ranges ended before it can hold none
+            open_ranges[:] = [o for o in open_ranges if o.end >= r.start]
+            prune_at = max(64, 2 * len(open_ranges))
+        is_site = site_of(r) is not None
         if matches is not None and not is_site and matches(r):
             scan.named.append(r)
         if r.push_pop:
@@ -345,20 +355,21 @@ def attach_nvtx(events: Sequence[SyncEvent], ranges: Iterable[NvtxRange], step_r
     return scan
 
 
-def _enclose(event: SyncEvent, open_ranges: list[NvtxRange]) -> None:
+def _enclose(event: SyncEvent, open_ranges: list[NvtxRange],
+             site_of: Callable[[NvtxRange], tuple[str, str, str] | None]) -> None:
     anchor = event.anchor
     open_ranges[:] = [r for r in open_ranges if r.end >= anchor.start]
     enclosing = [r for r in open_ranges if r.start <= anchor.start and anchor.end <= r.end]
     site = None
     for r in reversed(enclosing):
-        if (site := decode_site(r.text)) is not None:
+        if (site := site_of(r)) is not None:
             break
     if site is not None:
         event.kind, event.source, event.code = site
-    event.nvtx = tuple(r for r in enclosing if decode_site(r.text) is None)
+    event.nvtx = tuple(r for r in enclosing if site_of(r) is None)
 
 
-@dataclass
+@dataclass(slots=True)
 class Step:
     index: int
     name: str

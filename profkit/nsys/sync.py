@@ -41,9 +41,11 @@ cuda_memcpy_async and cuda_memset_sync flag the same calls):
 
 from __future__ import annotations
 
+import functools
+import itertools
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from profkit.nsys import queries
@@ -91,6 +93,7 @@ def base_api_name(name: str) -> str:
     return name
 
 
+@functools.lru_cache(maxsize=1024)  # called per row with a handful of distinct names
 def api_role(base: str) -> str | None:
     """"sync", "copy", "memset" for the calls that can block the CPU; None for the rest."""
     if base in SYNC_APIS:
@@ -102,7 +105,7 @@ def api_role(base: str) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ApiCall:
     """One CUDA API call that may block, with what CUPTI recorded for it.
 
@@ -247,7 +250,7 @@ def iter_api_calls(export: NsysExport) -> Iterator[ApiCall]:
         if pending is not None and (pending.global_tid, pending.correlation_id, pending.start) == (
                 tid, corr, start):
             # one call, several activity rows: keep one call, sum the bytes
-            pending = ApiCall(**{**pending.__dict__, "bytes": (pending.bytes or 0) + (call.bytes or 0)})
+            pending = replace(pending, bytes=(pending.bytes or 0) + (call.bytes or 0))
             continue
         if pending is not None:
             yield pending
@@ -314,13 +317,7 @@ def iter_gpu_activity(export: NsysExport, device: int, batch: int = 65536) -> It
     if not parts:
         return
     rows = export.iter_rows(" UNION ALL ".join(parts) + " ORDER BY 1, 2", batch=batch)
-    chunk: list[tuple[int, int]] = []
-    for row in rows:
-        chunk.append(row)
-        if len(chunk) >= batch:
-            yield chunk
-            chunk = []
-    if chunk:
+    while chunk := list(itertools.islice(rows, batch)):
         yield chunk
 
 
@@ -335,7 +332,7 @@ def gpu_activity_window(export: NsysExport, device: int, start: int, end: int) -
 
 
 # -- NVTX -------------------------------------------------------------------------
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NvtxRange:
     """An NVTX push/pop or start/end range on one thread."""
 
