@@ -67,10 +67,11 @@ def test_api_names_and_roles(raw: str, base: str, role: str | None) -> None:
 
 @pytest.mark.parametrize("c, blocks", [
     (ssync(0, 10), True),
-    (call("cudaStreamWaitEvent", 0, 1), True),
+    (call("cudaStreamWaitEvent", 0, 1), False),  # the stream waits, not the CPU
     (d2h(0, 10, dst=PINNED), False),  # async into pinned memory returns at once
     (d2h(0, 10, dst=PAGEABLE), True),  # async into pageable memory waits for the copy
-    (call("cudaMemcpyAsync", 0, 1, copy_kind=H2D, src_kind=PAGEABLE, dst_kind=DEVICE), False),
+    (call("cudaMemcpyAsync", 0, 1, copy_kind=H2D, src_kind=PAGEABLE, dst_kind=DEVICE), True),  # staged by the CPU
+    (call("cudaMemcpyAsync", 0, 1, copy_kind=H2D, src_kind=PINNED, dst_kind=DEVICE), False),
     (call("cudaMemcpy", 0, 1, copy_kind=H2D, src_kind=PINNED, dst_kind=DEVICE), True),
     (call("cudaMemcpy", 0, 1, copy_kind=D2D, src_kind=DEVICE, dst_kind=DEVICE), False),
     (call("cudaMemset", 0, 1, mem_kind=DEVICE), False),
@@ -108,6 +109,12 @@ def test_lone_calls() -> None:
     assert [(e.api, e.cpu_blocked_ns) for e in events] == [
         ("cudaMemcpyAsync", 20), ("cudaMemset", 5), ("cudaDeviceSynchronize", 15)]
     assert [e.cause for e in events] == ["blocking copy", "blocking copy", "device synchronize"]
+
+
+def test_stream_wait_is_an_event_that_does_not_take_the_copy() -> None:
+    events = build_events([d2h(0, 10, dst=PAGEABLE), call("cudaStreamWaitEvent", 20, 25, device=0)])
+    assert [(e.api, e.cpu_blocked_ns, e.cause) for e in events] == [
+        ("cudaMemcpyAsync", 10, "blocking copy"), ("cudaStreamWaitEvent", 0, "stream wait event")]
 
 
 def test_copy_and_sync_on_different_threads_stay_apart() -> None:

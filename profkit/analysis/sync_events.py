@@ -14,7 +14,7 @@ Definitions (all times in ns, on the export's clock):
   ``"cudaMemcpyAsync + cudaStreamSynchronize"``.
 - **CPU time blocked**: the time the thread spent inside the event's calls
   that wait for the GPU (the sync call; a copy only when it blocks itself,
-  e.g. into pageable memory).  An async copy to pinned memory costs its
+  e.g. from or to pageable memory; never cudaStreamWaitEvent).  An async copy to pinned memory costs its
   launch time only and is not counted.
 - **GPU idle time caused**: on the event's device, let ``R`` be when the
   event returned, ``F`` the latest end of any kernel/memcpy/memset that
@@ -137,7 +137,7 @@ def build_events(calls: Iterable[ApiCall], copy_labels: dict[int, str] | None = 
     """Sync events from candidate calls ordered by thread, then start.
 
     A host<->device copy directly followed (next candidate call on its
-    thread) by a sync call joins it as one event; any other blocking call is
+    thread) by a sync call that blocks the CPU joins it as one event; any other blocking call is
     an event alone; copies that do not block and are not followed by a sync
     are not events.
     """
@@ -164,12 +164,12 @@ def build_events(calls: Iterable[ApiCall], copy_labels: dict[int, str] | None = 
         if held is not None and held.global_tid != call.global_tid:
             release()
         role = call.role
-        if role == "sync":
-            if held is not None:
-                emit(held, call)
-                held = None
-            else:
-                emit(call)
+        if role == "sync" and held is not None and call.blocks_cpu:
+            emit(held, call)
+            held = None
+        elif role == "sync":
+            release()
+            emit(call)
         elif role == "copy" and call.host_copy:
             release()
             held = call

@@ -31,10 +31,13 @@ Which calls block the CPU (the CUDA runtime's "API synchronization
 behavior" notes; nsys's own expert rules cuda_api_sync, cuda_memcpy_sync,
 cuda_memcpy_async and cuda_memset_sync flag the same calls):
 
-- stream/device/event synchronize, and cudaStreamWaitEvent (it blocks a
-  stream, not the CPU, but it orders GPU work on the host's request);
+- stream/device/event synchronize; cudaStreamWaitEvent is a sync too, but
+  it makes a stream wait, not the CPU (its CPU time blocked is 0);
 - cudaMemcpy* without "Async", except device-to-device copies (no host sync);
-- cudaMemcpy*Async into pageable host memory (returns after the copy ends);
+- cudaMemcpy*Async from or to pageable host memory (nsys's cuda_memcpy_async
+  rule): the driver stages the data through a pinned buffer with the CPU,
+  so the call returns only after the data moved, and into pageable memory
+  only after the work queued before it on the stream;
 - cudaMemset* without "Async" on pinned host or managed memory (others are
   asynchronous with respect to the host).
 """
@@ -152,10 +155,10 @@ class ApiCall:
         """True when the call itself waits for the GPU (see the module docstring)."""
         role = self.role
         if role == "sync":
-            return True
+            return SYNC_APIS.get(self.name) != "stream wait"  # orders GPU work; the CPU goes on
         if role == "copy":
             if self.is_async:
-                return self.dst_kind == PAGEABLE
+                return PAGEABLE in (self.src_kind, self.dst_kind)
             return self.copy_kind not in (DEVICE_TO_DEVICE, PEER_TO_PEER)
         if role == "memset":
             return self.mem_kind in (PINNED, MANAGED)
