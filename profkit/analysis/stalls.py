@@ -47,17 +47,20 @@ def local_source_line(source: str, roots: Sequence[Path] = ()) -> tuple[str | No
     """(path found here, its line) for a recorded "file:line", or (None, None).
 
     The hook records paths relative to the profiled program's working folder
-    (often "../../x/y.py"); the file is looked up as given, under each root,
-    then by ever shorter tails of the path under each root.
+    (often "../../x/y.py"); the file is looked up as given under each root
+    (the current folder last), then by ever shorter tails of the path
+    ("x/y.py", then "y.py"), longest first.  ``local_code`` differing from
+    the recorded code shows when the file changed since, or another file
+    of that name was found.
     """
     path, _, line = source.rpartition(":")
     if not path or not line.isdigit():
         return None, None
-    parts = [p for p in Path(path).parts if p not in ("..", ".")]
+    parts = [p for p in Path(path).parts if p not in ("..", ".", "/")]
+    all_roots = [*roots, Path.cwd()]
     candidates = [Path(path)] if Path(path).is_absolute() else []
-    for root in [*roots, Path.cwd()]:
-        candidates.append(Path(os.path.normpath(root / path)))
-        candidates += [root.joinpath(*parts[i:]) for i in range(len(parts)) if parts[i:]]
+    candidates += [Path(os.path.normpath(root / path)) for root in all_roots]
+    candidates += [root.joinpath(*parts[i:]) for i in range(len(parts)) for root in all_roots]
     for candidate in candidates:
         if candidate.is_file():
             text = linecache.getline(str(candidate), int(line))

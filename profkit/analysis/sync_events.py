@@ -119,8 +119,7 @@ class SyncEvent:
             return CAUSES.get(self.kind, self.kind)
         if any(c.role in ("copy", "memset") for c in self.calls):
             return BLOCKING_COPY
-        what = sql.SYNC_APIS.get(self.anchor.name)
-        return API_CAUSES.get(what, "CUPTI synchronization") if what else "CUPTI synchronization"
+        return API_CAUSES.get(sql.SYNC_APIS.get(self.anchor.name, ""), "CUPTI synchronization")
 
     @property
     def pid(self) -> int:
@@ -137,9 +136,9 @@ def build_events(calls: Iterable[ApiCall], copy_labels: dict[int, str] | None = 
     """Sync events from candidate calls ordered by thread, then start.
 
     A host<->device copy directly followed (next candidate call on its
-    thread) by a sync call that blocks the CPU joins it as one event; any other blocking call is
-    an event alone; copies that do not block and are not followed by a sync
-    are not events.
+    thread) by a sync call that blocks the CPU joins it as one event; any
+    other blocking call or sync is an event alone; copies that do not block
+    and are not followed by a sync are not events.
     """
     copy_labels = copy_labels if copy_labels is not None else sql.COPY_KIND_LABELS
     mem_labels = mem_labels if mem_labels is not None else sql.MEM_KIND_LABELS
@@ -183,9 +182,10 @@ def build_events(calls: Iterable[ApiCall], copy_labels: dict[int, str] | None = 
 def _describe_copy(call: ApiCall, copy_labels: dict[int, str], mem_labels: dict[int, str], with_size: bool) -> str:
     direction = copy_labels.get(call.copy_kind, "copy") if call.copy_kind is not None else "copy"
     size = f" {call.bytes:,} B" if call.bytes is not None and with_size else ""
-    host_kind = call.dst_kind if call.copy_kind in (2, 4, 12) else call.src_kind
+    to_host = call.copy_kind in sql.TO_HOST_COPIES
+    host_kind = call.dst_kind if to_host else call.src_kind
     host = mem_labels.get(host_kind) if host_kind is not None else None
-    prep = "to" if call.copy_kind in (2, 4, 12) else "from"
+    prep = "to" if to_host else "from"
     return f"{direction}{size}" + (f" {prep} {host}" if host and host != "Device" else "")
 
 
@@ -311,12 +311,15 @@ def attach_nvtx(events: Sequence[SyncEvent], ranges: Iterable[NvtxRange], step_r
     scan = NvtxScan()
     matches = step_matcher(step_range) if step_range else None
     by_thread = sorted(events, key=lambda e: (e.global_tid, e.anchor.start))
-    sites: dict[str | None, tuple[str, str, str] | None] = {}  # a few distinct texts, many ranges
+    sites: dict[str | None, tuple[str, str, str] | None] = {}  # hook ranges: few texts, many ranges
 
     def site_of(r: NvtxRange) -> tuple[str, str, str] | None:
-        if r.text not in sites:
-            sites[r.text] = decode_site(r.text)
-        return sites[r.text]
+        if r.text in sites:
+            return sites[r.text]
+        site = decode_site(r.text)
+        if len(sites) < 4096:  # bounded: "step 1" ... "step 100000" would fill it for nothing
+            sites[r.text] = site
+        return site
 
     k = 0
     thread: int | None = None

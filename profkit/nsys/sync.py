@@ -84,6 +84,10 @@ SYNC_TYPE_LABELS = {0: "Unknown", 1: "Event sync", 2: "Stream wait sync", 3: "St
 PAGEABLE, PINNED, MANAGED = 0, 1, 4
 DEVICE_TO_DEVICE, PEER_TO_PEER = 8, 10
 HOST_MEM_KINDS = (PAGEABLE, PINNED)
+# copyKind values that never touch host memory (array/device/peer/unified device-to-device)
+DEVICE_SIDE_COPIES = (5, 6, 7, DEVICE_TO_DEVICE, PEER_TO_PEER, 13)
+# copyKind values that write host memory (device/array/unified device-to-host)
+TO_HOST_COPIES = (2, 4, 12)
 
 _SUFFIX = re.compile(r"(_v\d+|_ptsz|_ptds|_spt)$")
 
@@ -147,7 +151,7 @@ class ApiCall:
         if self.role != "copy":
             return False
         if self.copy_kind is not None:
-            return self.copy_kind not in (DEVICE_TO_DEVICE, PEER_TO_PEER, 5, 6, 7, 13)
+            return self.copy_kind not in DEVICE_SIDE_COPIES
         return self.src_kind in HOST_MEM_KINDS or self.dst_kind in HOST_MEM_KINDS
 
     @property
