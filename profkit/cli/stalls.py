@@ -140,7 +140,8 @@ def _render(report: StallReport, comparison: dict[str, Any] | None, fmt: str) ->
     if not report.events:
         click.echo("No synchronizations found.")
     else:
-        emit_rows(_site_rows(report), SITE_COLUMNS, fmt, title="Sync sites (by cost)")
+        columns = SITE_COLUMNS if report.steps else [c for c in SITE_COLUMNS if c.key != "idle_per_step_ns"]
+        emit_rows(_site_rows(report), columns, fmt, title="Sync sites (by cost)")
         click.echo("")
         emit_rows(report.by_nvtx, NVTX_COLUMNS, fmt, title="Per NVTX range")
     step_rows = [{"run": report.export, "step_range": report.step_range, **report.step_stats}] \
