@@ -388,6 +388,25 @@ def test_export_without_cuda_trace_is_an_error_unless_partial(tmp_path: Path) ->
     assert "-t cuda" in data["sections"]["kernels"]["notes"][0]
 
 
+def test_many_devices_and_streams_hand_built(tmp_path: Path) -> None:
+    """A hand-built export (scale/edge test): 4 GPUs, 30 streams each, kernels only, no NVTX,
+    no launch configuration columns.  The report still comes out, every lane in report.json."""
+    from tests.test_report_timeline import build_synthetic
+
+    export = tmp_path / "many-streams.sqlite"
+    build_synthetic(export, 3000, seed=5)
+    with sqlite3.connect(export) as conn:
+        conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET deviceId = (rowid / 30) % 4, streamId = rowid % 30")
+    paths = write_report(export, tmp_path / "out")
+    html, md, data = load(paths)
+    assert "## Timeline" in md
+    lanes = data["sections"]["timeline"]["figures"]["timeline"]["data"]["streams"]
+    assert len({(x["device_id"], x["stream_id"]) for x in lanes if x["kind"] == "kernel"}) == 4 * 30
+    assert len(data["sections"]["utilization"]["figures"]["utilization"]["data"]["views"][0]["devices"]) == 4
+    assert data["sections"]["occupancy"]["notes"] and data["sections"]["nvtx"]["notes"]
+    assert len(parse_html(html).images) == 2
+
+
 def _digest(path: Path) -> tuple[str, int, set[str]]:
     return hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_mtime_ns, set(os.listdir(path.parent))
 

@@ -19,6 +19,7 @@ matplotlib.use("Agg")  # no display, no GUI toolkit; must precede pyplot
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
@@ -30,6 +31,8 @@ NVTX_PALETTE = [plt.get_cmap("tab20")(i) for i in range(20)]
 DPI = 100
 WIDTH_IN = 12.0
 MAX_NVTX_ROWS = 14  # NVTX levels drawn above the streams, all threads together
+MAX_STREAM_ROWS = 24
+MAX_DEVICE_PANELS = 2  # more devices share one panel per view, one line each
 _RC = {"text.parse_math": False, "text.usetex": False, "font.size": 9, "svg.fonttype": "none"}
 
 
@@ -107,11 +110,14 @@ def timeline_png(bins: TimeBins, lanes: Sequence[StreamActivity], bars: Sequence
     """
     divisor, unit = time_axis(bins)
     x = _x(bins, divisor)
-    streams: list[tuple] = []
+    busy: dict[tuple, int] = {}
     for lane in lanes:
         key = (lane.device_id, lane.context_id, lane.stream_id)
-        if key not in streams:
-            streams.append(key)
+        busy[key] = busy.get(key, 0) + lane.busy_ns
+    # The busiest streams, in device/stream order; the rest are named in a note.
+    kept = set(sorted(busy, key=lambda k: -busy[k])[:MAX_STREAM_ROWS])
+    streams = [key for key in busy if key in kept]
+    hidden = len(busy) - len(streams)
     contexts_matter = len({(d, s) for d, _, s in streams}) < len(streams)
     placed, nvtx_labels, dropped = _nvtx_rows(bars)
     n_nvtx, n_streams = len(nvtx_labels), max(len(streams), 1)
@@ -171,8 +177,10 @@ def timeline_png(bins: TimeBins, lanes: Sequence[StreamActivity], bars: Sequence
             handles.append(Patch(color="#bbbbbb", alpha=0.5, label="light: some work in the bin"))
             ax.legend(handles=handles, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=len(handles),
                       fontsize=7, frameon=False, borderaxespad=0.2)
-        if dropped:
-            ax.text(1.0, -0.02, f"{dropped} deeper NVTX ranges not drawn", transform=ax.transAxes,
+        left_out = [f"{dropped} deeper NVTX ranges"] if dropped else []
+        left_out += [f"{hidden} quieter streams"] if hidden else []
+        if left_out:
+            ax.text(1.0, -0.02, " and ".join(left_out) + " not drawn", transform=ax.transAxes,
                     ha="right", va="top", fontsize=7, color="#666666")
         return _png(fig)
 
@@ -180,15 +188,20 @@ def timeline_png(bins: TimeBins, lanes: Sequence[StreamActivity], bars: Sequence
 def utilization_png(views: Sequence[tuple[TimeBins, Sequence[Utilization], str]]) -> bytes:
     """Busy % per bin for each device, its average, and the longest idle gaps shaded.
 
-    One panel per device and view; a view is (bins, utilization, title),
-    e.g. the whole capture and a zoom on its busiest part.
+    A view is (bins, utilization, title), e.g. the whole capture and a zoom
+    on its busiest part.  Up to MAX_DEVICE_PANELS devices get a panel each
+    per view; more share one panel per view, a line each.
     """
-    panels = [(bins, util, title) for bins, utils, title in views for util in utils] or [
-        (views[0][0], None, views[0][2])] if views else []
+    panels: list[tuple[TimeBins, list[Utilization], str]] = []
+    for bins, utils, title in views:
+        if len(utils) > MAX_DEVICE_PANELS:
+            panels.append((bins, list(utils), title))
+        else:
+            panels += [(bins, [util], title) for util in utils] or [(bins, [], title)]
     with plt.rc_context(_RC):
         fig, axes = plt.subplots(max(len(panels), 1), 1, figsize=(WIDTH_IN, 0.6 + 2.1 * max(len(panels), 1)),
                                  layout="constrained", squeeze=False)
-        for ax, (bins, util, title) in zip(axes[:, 0], panels):
+        for ax, (bins, utils, title) in zip(axes[:, 0], panels):
             divisor, unit = time_axis(bins)
             x = _x(bins, divisor)
             ax.set_xlim(x[0], x[-1])
@@ -198,21 +211,33 @@ def utilization_png(views: Sequence[tuple[TimeBins, Sequence[Utilization], str]]
                           f"bin = {_duration(bins.width_ns)}")
             ax.grid(color="#e5e5e5", linewidth=0.5)
             ax.set_axisbelow(True)
-            if util is None:
+            if not utils:
                 ax.text(0.5, 0.5, "no GPU activity", ha="center", va="center", transform=ax.transAxes)
-                continue
-            pct = 100.0 * util.busy_per_bin / bins.width_ns
-            ax.fill_between(x, 0, _step(pct), step="post", color=KIND_COLORS["kernel"], linewidth=0)
-            mean = 100.0 * util.busy_ns / (bins.width_ns * bins.count)
-            ax.axhline(mean, color="#333333", linestyle="--", linewidth=0.8)
-            ax.text(x[0], mean, f" average {mean:.2f}%", va="bottom", ha="left", fontsize=7)
-            for start, end in util.gaps:
-                if end - start < 0.02 * bins.width_ns * bins.count:
-                    continue
-                left = (max(start, bins.start_ns) - bins.start_ns) / divisor
-                right = (min(end, bins.end_ns) - bins.start_ns) / divisor
-                ax.axvspan(left, right, color="#f2c14e", alpha=0.25, linewidth=0)
-                ax.text((left + right) / 2, 92, f"idle {_duration(end - start)}", ha="center", va="top",
-                        fontsize=7, color="#7a5a00", clip_on=True)
-            ax.set_ylabel(f"GPU {util.device_id} busy %")
+            elif len(utils) == 1:
+                _one_device(ax, bins, utils[0], x, divisor)
+            else:
+                for util in utils:
+                    mean = 100.0 * util.busy_ns / (bins.width_ns * bins.count)
+                    ax.step(x, _step(100.0 * util.busy_per_bin / bins.width_ns), where="post", linewidth=0.8,
+                            label=f"GPU {util.device_id} (average {mean:.2f}%)")
+                ax.set_ylabel("busy %")
+                ax.set_ylim(0, 105)  # a line at 100% would hide in the frame
+                ax.legend(loc="upper right", fontsize=7, ncols=min(len(utils), 4), framealpha=0.85)
         return _png(fig)
+
+
+def _one_device(ax: Axes, bins: TimeBins, util: Utilization, x: np.ndarray, divisor: float) -> None:
+    pct = 100.0 * util.busy_per_bin / bins.width_ns
+    ax.fill_between(x, 0, _step(pct), step="post", color=KIND_COLORS["kernel"], linewidth=0)
+    mean = 100.0 * util.busy_ns / (bins.width_ns * bins.count)
+    ax.axhline(mean, color="#333333", linestyle="--", linewidth=0.8)
+    ax.text(x[0], mean, f" average {mean:.2f}%", va="bottom", ha="left", fontsize=7)
+    for start, end in util.gaps:
+        if end - start < 0.02 * bins.width_ns * bins.count:
+            continue
+        left = (max(start, bins.start_ns) - bins.start_ns) / divisor
+        right = (min(end, bins.end_ns) - bins.start_ns) / divisor
+        ax.axvspan(left, right, color="#f2c14e", alpha=0.25, linewidth=0)
+        ax.text((left + right) / 2, 92, f"idle {_duration(end - start)}", ha="center", va="top",
+                fontsize=7, color="#7a5a00", clip_on=True)
+    ax.set_ylabel(f"GPU {util.device_id} busy %")
