@@ -208,7 +208,7 @@ def gpu_utilization(export: NsysExport, bins: TimeBins, gaps: int = 5) -> list[U
     if not present:
         return []
     union = " UNION ALL ".join(
-        f'SELECT {_column(export, table, "deviceId", "0")} AS dev, start AS s, max("end", start) AS e '
+        f'SELECT coalesce({_column(export, table, "deviceId", "0")}, 0) AS dev, start AS s, max("end", start) AS e '
         f'FROM "{table}" WHERE start >= :t0 AND "end" <= :t1'
         for _, table in present)
     sql = f"SELECT dev, s, e FROM ({union}) ORDER BY dev, s"
