@@ -127,16 +127,6 @@ class DevTools:
                 return reply.get("result", {})
             self.events.append(reply)
 
-    def wait_for(self, method: str, session: str) -> dict:
-        deadline = time.monotonic() + TIMEOUT_S
-        for event in self.events:
-            if event.get("method") == method and event.get("sessionId") == session:
-                return event
-        while True:
-            event = self._read_message(deadline)
-            self.events.append(event)
-            if event.get("method") == method and event.get("sessionId") == session:
-                return event
 
 
 # Runs in the page: what a reader would see.
@@ -161,8 +151,16 @@ def open_in_chromium(html: Path, tmp_path: Path) -> tuple[dict, list[str]]:
         session = tools.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         for domain in ("Runtime", "Log", "Page"):
             tools.send(f"{domain}.enable", session=session)
-        tools.send("Page.navigate", {"url": html.resolve().as_uri()}, session=session)
-        tools.wait_for("Page.loadEventFired", session)
+        url = html.resolve().as_uri()
+        tools.send("Page.navigate", {"url": url}, session=session)
+        # about:blank may fire a load event of its own: wait until the report itself has loaded.
+        loaded = f"location.href === {json.dumps(url)} && document.readyState === 'complete'"
+        deadline = time.monotonic() + TIMEOUT_S
+        while not tools.send("Runtime.evaluate", {"expression": loaded, "returnByValue": True},
+                             session=session)["result"].get("value"):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{url} did not load")
+            time.sleep(0.05)
         result = tools.send("Runtime.evaluate", {"expression": PAGE_STATE, "returnByValue": True},
                             session=session)
         state = json.loads(result["result"]["value"])
