@@ -14,6 +14,7 @@ direct SQL on the exports.
 from __future__ import annotations
 
 import csv
+import re
 import sqlite3
 import statistics
 from collections import Counter
@@ -26,7 +27,7 @@ from profkit.analysis.stalls import analyze_stalls, compare_steps
 from profkit.errors import ProfkitError
 from profkit.nsys import open_export
 from profkit.report.stalls_figure import stalls_timeline_png
-from tests.conftest import nsys_fixture, oracle_csv
+from tests.conftest import nsys_fixture, nsys_fixture_names, oracle_csv
 
 ROOT = Path(__file__).parents[1]
 TRAIN = ROOT / "sample_kernels/train_mlp.py"
@@ -204,6 +205,38 @@ def test_nsys2023_has_no_python_records_but_the_same_syncs_grouped_by_api() -> N
     assert {s["nvtx"] for s in old.sites} == {stalls.NO_RANGE}
     assert {s["cause"] for s in old.sites} == {"blocking copy", "device synchronize"}
     assert Counter((e.api, e.copy_pattern) for e in new.events) == Counter((e.api, e.copy_pattern) for e in old.events)
+
+
+# -- the CUDA calls PyTorch does not make (scripts/sync_apis.cu, a C++ program) ---------------
+def traced(name: str) -> object:
+    return pytest.param(name, marks=pytest.mark.skipif(
+        name not in nsys_fixture_names(), reason=f"{name} not traced yet: scripts/sync_apis.cu on the GPU host"))
+
+
+@pytest.mark.parametrize("name", [traced("nsys2025_sync_apis"), traced("nsys2023_sync_apis")])
+def test_each_cuda_sync_api_of_a_cpp_program(name: str) -> None:
+    r = report(name)
+    steps = int(re.search(r"steps (\d+)", (nsys_fixture(name).parent / f"{name}.stdout").read_text()).group(1))
+    assert r.step_range == "step" and len(r.steps) == steps
+    assert all(s["source"] is None for s in r.sites)  # no Python, no records
+    for step in r.steps:
+        events = sorted((e for e in r.events if e.step == step.index), key=lambda e: e.start)
+        assert [(e.api, e.cause, e.copy_pattern) for e in events] == [  # the order of sync_apis.cu
+            ("cudaMemcpyAsync", "blocking copy", "Host-to-Device from Pageable"),
+            ("cudaMemcpy", "blocking copy", "Device-to-Host to Pageable"),
+            ("cudaMemset", "blocking memset", None),
+            ("cudaEventSynchronize", "event synchronize", None),
+            ("cudaStreamWaitEvent", "stream wait event", None),
+            ("cudaMemcpyAsync + cudaStreamSynchronize", "blocking copy", "Device-to-Host to Pinned"),
+            ("cudaMemcpy + cudaDeviceSynchronize", "blocking copy", "Host-to-Device from Pinned"),
+        ]
+        assert events[4].cpu_blocked_ns == 0 and all(e.cpu_blocked_ns > 0 for e in events if e is not events[4])
+    oracle = oracle_calls(name)
+    calls = Counter(c.name for e in r.events for c in e.calls)
+    for api in ("cudaEventSynchronize", "cudaStreamWaitEvent", "cudaStreamSynchronize", "cudaMemset"):
+        assert calls[api] == oracle[api][0]
+    # cudaMemcpy: the warm-up copy, then three per step; the device-to-device one is never an event
+    assert calls["cudaMemcpy"] == oracle["cudaMemcpy"][0] - steps
 
 
 # -- prices checked against plain SQL on the export -------------------------------------------

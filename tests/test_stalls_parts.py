@@ -108,7 +108,7 @@ def test_lone_calls() -> None:
     ])
     assert [(e.api, e.cpu_blocked_ns) for e in events] == [
         ("cudaMemcpyAsync", 20), ("cudaMemset", 5), ("cudaDeviceSynchronize", 15)]
-    assert [e.cause for e in events] == ["blocking copy", "blocking copy", "device synchronize"]
+    assert [e.cause for e in events] == ["blocking copy", "blocking memset", "device synchronize"]
 
 
 def test_stream_wait_is_an_event_that_does_not_take_the_copy() -> None:

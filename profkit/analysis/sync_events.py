@@ -67,6 +67,7 @@ CAUSES = {
     sync_hook.SYNCHRONIZE: "torch.cuda.synchronize()",
 }
 BLOCKING_COPY = "blocking copy"
+BLOCKING_MEMSET = "blocking memset"
 API_CAUSES = {"device": "device synchronize", "stream": "stream synchronize",
               "event": "event synchronize", "stream wait": "stream wait event"}
 NO_RANGE = "(no NVTX range)"
@@ -117,8 +118,10 @@ class SyncEvent:
     def cause(self) -> str:
         if self.kind is not None:
             return CAUSES.get(self.kind, self.kind)
-        if any(c.role in ("copy", "memset") for c in self.calls):
+        if any(c.role == "copy" for c in self.calls):
             return BLOCKING_COPY
+        if any(c.role == "memset" for c in self.calls):
+            return BLOCKING_MEMSET
         return API_CAUSES.get(sql.SYNC_APIS.get(self.anchor.name, ""), "CUPTI synchronization")
 
     @property
