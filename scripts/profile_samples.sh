@@ -21,6 +21,10 @@ cd "$ROOT"
 if [ -f .gpu-kit/setup.sh ]; then source .gpu-kit/setup.sh; fi
 export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
 export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/tmp/torch_ext} PYTHONUNBUFFERED=1
+# no inductor compile-worker pool: under ncu every worker process would be
+# attached and initialised, which makes each ncu pass take minutes
+export TORCHINDUCTOR_COMPILE_THREADS=1
+PROFILE_TIMEOUT=${PROFILE_TIMEOUT:-0}   # seconds per sample, 0 = none
 PY=${PYTHON:-python3}
 WORK=${WORK:-/tmp/profile-samples}
 rm -rf "$WORK" && mkdir -p "$WORK" "$OUT"
@@ -55,8 +59,9 @@ profile() {  # name, ncu-top N, script and its arguments
   if [ -n "${SAMPLES:-}" ] && [[ " $SAMPLES " != *" $name "* ]]; then return; fi
   local run="$WORK/$name" dest="$OUT/$name"
   echo "== $name: profkit trace --ncu-top $top $*"
-  $PY -m profkit trace -o "$run" --tmp-dir "$WORK" --ncu-top "$top" "$@"
+  timeout --kill-after=15 "$PROFILE_TIMEOUT" $PY -m profkit trace -o "$run" --tmp-dir "$WORK" --ncu-top "$top" "$@"
   local status=$?
+  pkill -f "ncu .*--export $run" 2>/dev/null
   if [ $status -ne 0 ]; then
     echo "  exit $status"; FAILED+=("$name (exit $status)")
   fi
@@ -72,12 +77,12 @@ profile() {  # name, ncu-top N, script and its arguments
 
 # The lecture's GELU size (16384 x 16384 fp32, 1 GiB per tensor); softmax large
 # enough (256 MiB in, 256 MiB out) that the H100/H200's 50-60 MB L2 cannot hold it.
-profile gelu 6 sample_kernels/gelu.py --n 16384 --trials 10 --warmup 3
-profile softmax 5 sample_kernels/softmax.py --rows 16384 --cols 4096 --trials 10 --warmup 3
-profile vector_add 3 sample_kernels/vector_add.py --trials 10 --warmup 3
-profile bad_kernels 4 sample_kernels/bad_kernels.py --trials 10 --warmup 3
-profile train_print 3 sample_kernels/train_mlp.py --steps 20 --print-loss
-profile train_noprint 3 sample_kernels/train_mlp.py --steps 20
+profile gelu 3 sample_kernels/gelu.py --n 16384 --trials 5 --warmup 2
+profile softmax 3 sample_kernels/softmax.py --rows 16384 --cols 4096 --trials 5 --warmup 2
+profile vector_add 1 sample_kernels/vector_add.py --trials 10 --warmup 3
+profile bad_kernels 2 sample_kernels/bad_kernels.py --trials 10 --warmup 3
+profile train_print 1 sample_kernels/train_mlp.py --steps 20 --print-loss
+profile train_noprint 0 sample_kernels/train_mlp.py --steps 20
 profile sync_elementwise 0 scripts/sync_elementwise.py --steps 8
 
 echo "== reports/README.md"
