@@ -6,6 +6,7 @@
 #   bash scripts/make_fixtures.sh nsys OUTDIR   # nsys 2025.3 + 2023.4 exports, nsys stats oracles
 #   bash scripts/make_fixtures.sh ncu OUTDIR    # ncu CSVs, cudaOccupancy* values
 #   bash scripts/make_fixtures.sh nvtx OUTDIR   # every NVTX flavour, both nsys versions
+#   bash scripts/make_fixtures.sh sync_apis OUTDIR  # the blocking CUDA calls PyTorch never makes
 #
 # Each part leaves one tar.xz in OUTDIR to unpack into tests/data/.
 set -uo pipefail
@@ -87,6 +88,19 @@ if [ "$PART" = nvtx ]; then
   ls -la
   for db in *.sqlite; do xz -T0 -9 "$db"; done
   tar cf "$DEST/nvtx_fixtures.tar" ./*.sqlite.xz ./*.csv ./*.stdout
+fi
+
+if [ "$PART" = sync_apis ]; then
+  mkdir -p /tmp/nsys2023 && tar xJf "$ROOT/.tools-carry/nsys-2023.4-cli.tar.xz" -C /tmp/nsys2023
+  NSYS23=/tmp/nsys2023/nsys/target-linux-x64/nsys
+  nvcc -O2 -arch=native -o sync_apis "$ROOT/scripts/sync_apis.cu"
+  nsys25 nsys2025_sync_apis ./sync_apis 6
+  $NSYS23 profile "${NSYS_FLAGS[@]}" -o nsys2023_sync_apis ./sync_apis 6 > nsys2023_sync_apis.stdout 2>&1 || echo "  exit $?"
+  rm -f ./*.qdstrm
+  stats nsys nsys2025_sync_apis.sqlite
+  stats "$NSYS23" nsys2023_sync_apis.sqlite
+  for db in *.sqlite; do xz -T0 -9 "$db"; done
+  tar cf "$DEST/sync_apis_fixtures.tar" ./*.sqlite.xz ./*.csv ./*.stdout
 fi
 
 if [ "$PART" = ncu ]; then
