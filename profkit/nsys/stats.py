@@ -167,6 +167,7 @@ def collect_columns(export: NsysExport, query: ColumnsQuery,
 
 
 _EMPTY = np.zeros(0, dtype=np.int64)
+SCAN_MMAP_BYTES = 1 << 30
 PARALLEL_MIN_ROWS = 400_000
 
 
@@ -186,6 +187,7 @@ def _parallel_chunks(export: NsysExport, sql: str, chunks: list[tuple[int, int]]
         conn = getattr(local, "conn", None)
         if conn is None:
             conn = local.conn = export.new_connection()
+            conn.execute(f"PRAGMA mmap_size = {SCAN_MMAP_BYTES}")
             with lock:
                 opened.append(conn)
         try:
@@ -227,7 +229,20 @@ def stats_from_columns(keys: Sequence[Sequence[Any]], values: np.ndarray,
         return []
     codes, unique_keys = encode_keys(keys)
     n_groups = len(unique_keys)
-    if n_groups <= PARTITION_MAX_GROUPS:
+    packed = _pack_sorted(codes, values, n_groups)
+    if packed is not None:
+        # Codes are dense (every code 0..n_groups-1 occurs), so each group
+        # starts where its code does in the packed, sorted array.
+        starts = np.searchsorted(packed, np.arange(n_groups, dtype=np.int64) << _VALUE_BITS)
+        grouped = packed & ((1 << _VALUE_BITS) - 1)
+        del packed
+        counts = np.diff(np.r_[starts, len(grouped)])
+        group_codes = np.arange(n_groups)
+        mins = grouped[starts]
+        maxs = grouped[starts + counts - 1]
+        lo = grouped[starts + (counts - 1) // 2]
+        hi = grouped[starts + counts // 2]
+    elif n_groups <= PARTITION_MAX_GROUPS:
         grouped, starts, counts = _group_by_code(codes, values, n_groups)
         group_codes = np.arange(n_groups)
         mins = np.minimum.reduceat(grouped, starts)
@@ -242,6 +257,7 @@ def stats_from_columns(keys: Sequence[Sequence[Any]], values: np.ndarray,
         maxs = grouped[starts + counts - 1]
         lo = grouped[starts + (counts - 1) // 2]
         hi = grouped[starts + counts // 2]
+    del codes
     totals = np.add.reduceat(grouped, starts)
     means = totals / counts
     deviations = grouped - np.repeat(means, counts)
@@ -271,10 +287,24 @@ def stats_from_columns(keys: Sequence[Sequence[Any]], values: np.ndarray,
     return results
 
 
-# Up to this many groups, values are grouped with an O(n) radix argsort and
-# each median found with np.partition; beyond it, one sort of (group, value)
-# pairs is cheaper than a Python loop over the groups.
+# When (group code, value) pairs fit one int64 (values of 0 to 2**40 - 1 ns,
+# i.e. up to 18 minutes, which is every real duration), one in-place sort of
+# the packed pairs orders every group by value: numpy sorts int64 with SIMD,
+# 2.5M pairs in ~10 ms, after which min, max, median are plain lookups.
+# Otherwise: up to this many groups, values are grouped with an O(n) radix
+# argsort and each median found with np.partition; beyond it, one lexsort of
+# (group, value) pairs is cheaper than a Python loop over the groups.
 PARTITION_MAX_GROUPS = 2000
+
+
+def _pack_sorted(codes: np.ndarray, values: np.ndarray, n_groups: int) -> np.ndarray | None:
+    """``code << 40 | value`` sorted, or None when the pairs do not fit."""
+    if n_groups >= (1 << (62 - _VALUE_BITS)) or values.min() < 0 or values.max() >= (1 << _VALUE_BITS):
+        return None
+    packed = codes << _VALUE_BITS
+    packed |= values
+    packed.sort()
+    return packed
 
 
 def _group_by_code(codes: np.ndarray, values: np.ndarray, n_groups: int
