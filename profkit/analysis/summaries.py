@@ -342,6 +342,7 @@ def nvtx_kernel_summary(export: NsysExport) -> list[Row]:
     pid = np.where(pairs.global_tid == NULL_INT, -1, (pairs.global_tid >> 24) & 0xFFFFFF)
     tid = np.where(pairs.global_tid == NULL_INT, -1, pairs.global_tid & 0xFFFFFF)
     group, group_keys = _group_codes([pairs.range_label, pid, tid, pairs.kernel_name_id])
+    del pid, tid
     stats = stats_from_columns([group], pairs.duration, export.rounding_mode)
     nvtx_instances = _distinct_per_group(group, pairs.range_row, ignore=-1)
     kernel_instances = _distinct_per_group(group, pairs.kernel_row)

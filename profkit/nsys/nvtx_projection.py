@@ -49,7 +49,6 @@ def kernel_range_pairs(export: NsysExport) -> KernelRangePairs:
     (k_corr, k_gpid, k_name, k_dur), _ = collect_columns(export, ColumnsQuery(
         queries.KERNELS.table, queries.KERNELS.table,
         ("correlationId", "globalPid", "demangledName", '"end" - start')))
-    k_row = np.arange(len(k_corr), dtype=np.int64)  # identifies a kernel instance
     # Only API calls that launched a kernel are kept (often fewer than half).
     launch_ids = np.unique(k_corr)
 
@@ -89,7 +88,7 @@ def kernel_range_pairs(export: NsysExport) -> KernelRangePairs:
     all_range = np.concatenate([pair_range, np.full(len(alone), -1, dtype=np.int64)])
     kernel_index = launch_k[all_launch]
     return KernelRangePairs(
-        kernel_row=k_row[kernel_index],
+        kernel_row=kernel_index,  # the kernel's row in the scan identifies the instance
         kernel_name_id=k_name[kernel_index],
         duration=k_dur[kernel_index],
         global_tid=launch_gtid[all_launch],

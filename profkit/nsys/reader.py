@@ -90,6 +90,11 @@ class NsysExport:
         self.conn = conn
         self.tables = tables
         self._columns: dict[str, set[str]] = {}
+        # Bytes of the file each parallel scan connection may memory-map
+        # (PRAGMA mmap_size).  Mapping skips a copy per page (~10 % faster
+        # scans), but mapped pages count as resident memory, so it is off
+        # unless a caller that reads one table and exits turns it on.
+        self.scan_mmap_bytes: int = 0
         meta = self.meta_table("META_DATA_EXPORT")
         self.export_meta: dict[str, str] = meta
         self.schema_version: str | None = meta.get("EXPORT_SCHEMA_VERSION") or _joined_version(meta)

@@ -167,7 +167,6 @@ def collect_columns(export: NsysExport, query: ColumnsQuery,
 
 
 _EMPTY = np.zeros(0, dtype=np.int64)
-SCAN_MMAP_BYTES = 1 << 30
 PARALLEL_MIN_ROWS = 400_000
 
 
@@ -187,7 +186,8 @@ def _parallel_chunks(export: NsysExport, sql: str, chunks: list[tuple[int, int]]
         conn = getattr(local, "conn", None)
         if conn is None:
             conn = local.conn = export.new_connection()
-            conn.execute(f"PRAGMA mmap_size = {SCAN_MMAP_BYTES}")
+            if export.scan_mmap_bytes:
+                conn.execute(f"PRAGMA mmap_size = {int(export.scan_mmap_bytes)}")
             with lock:
                 opened.append(conn)
         try:
@@ -260,8 +260,13 @@ def stats_from_columns(keys: Sequence[Sequence[Any]], values: np.ndarray,
     del codes
     totals = np.add.reduceat(grouped, starts)
     means = totals / counts
-    deviations = grouped - np.repeat(means, counts)
-    squares = np.add.reduceat(deviations * deviations, starts)
+    # In place, so the peak is two row-sized arrays, not four.
+    deviations = grouped.astype(np.float64)
+    del grouped
+    deviations -= np.repeat(means, counts)
+    deviations *= deviations
+    squares = np.add.reduceat(deviations, starts)
+    del deviations
     stddevs = np.where(counts > 1, np.sqrt(squares / np.maximum(counts - 1, 1)), 0.0)
 
     results = []
