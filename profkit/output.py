@@ -177,3 +177,19 @@ def _json_default(value: Any) -> Any:
 
         return asdict(value)
     raise TypeError(f"not JSON serializable: {type(value).__name__}")
+
+
+# -- the columns of the nsys summaries (terminal tables and the report alike) -------------
+TIME_COLUMNS = [
+    Column("time_pct", "Time %", "pct"),
+    Column("total_ns", "Total (ns)", "ns"),
+    Column("instances", "Instances", "int"),
+    Column("avg_ns", "Avg (ns)", "float"),
+    Column("med_ns", "Med (ns)", "float"),
+    Column("min_ns", "Min (ns)", "ns"),
+    Column("max_ns", "Max (ns)", "ns"),
+    Column("stddev_ns", "StdDev (ns)", "float"),
+]
+KERNEL_COLUMNS = [*TIME_COLUMNS, Column("name", "Kernel")]
+API_COLUMNS = [*TIME_COLUMNS, Column("name", "API function")]
+NVTX_COLUMNS = [*TIME_COLUMNS, Column("style", "Style"), Column("name", "Range")]

@@ -15,21 +15,8 @@ import click
 
 from profkit.analysis import summaries
 from profkit.nsys import open_export
-from profkit.output import Column, emit_rows, format_option
+from profkit.output import API_COLUMNS, KERNEL_COLUMNS, NVTX_COLUMNS, Column, emit_rows, format_option
 
-_TIME_COLUMNS = [
-    Column("time_pct", "Time %", "pct"),
-    Column("total_ns", "Total (ns)", "ns"),
-    Column("instances", "Instances", "int"),
-    Column("avg_ns", "Avg (ns)", "float"),
-    Column("med_ns", "Med (ns)", "float"),
-    Column("min_ns", "Min (ns)", "ns"),
-    Column("max_ns", "Max (ns)", "ns"),
-    Column("stddev_ns", "StdDev (ns)", "float"),
-]
-KERNEL_COLUMNS = [*_TIME_COLUMNS, Column("name", "Kernel")]
-API_COLUMNS = [*_TIME_COLUMNS, Column("name", "API function")]
-NVTX_COLUMNS = [*_TIME_COLUMNS, Column("style", "Style"), Column("name", "Range")]
 INFO_COLUMNS = [Column("field", "Field"), Column("value", "Value")]
 
 SUMMARY_SCAN_MMAP_BYTES = 1 << 30

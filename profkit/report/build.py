@@ -24,6 +24,7 @@ from profkit import __version__
 from profkit.analysis import summaries
 from profkit.errors import ProfkitError
 from profkit.nsys import queries, timeline
+from profkit.output import API_COLUMNS, KERNEL_COLUMNS, NVTX_COLUMNS
 from profkit.nsys.reader import NsysExport
 from profkit.report import sections as fill
 from profkit.report.findings import findings as make_findings
@@ -63,13 +64,13 @@ def build_report(export: NsysExport, *, ncu_csv: Path | None = None, partial: bo
     add("timeline", "Timeline", lambda s: fill.fill_timeline(s, export, bins, found))
     add("utilization", "GPU utilization", lambda s: fill.fill_utilization(s, found))
     add("kernels", "CUDA kernels", lambda s: fill.fill_summary(
-        s, summaries.kernel_summary(export), fill.KERNEL_COLUMNS, top, "kernels", found,
+        s, summaries.kernel_summary(export), KERNEL_COLUMNS, top, "kernels", found,
         "Time per kernel name, as nsys stats --report cuda_gpu_kern_sum."))
     add("api", "CUDA API", lambda s: fill.fill_summary(
-        s, summaries.api_summary(export), fill.API_COLUMNS, top, "api", found,
+        s, summaries.api_summary(export), API_COLUMNS, top, "api", found,
         "Time the CPU spent in each CUDA runtime/driver call, as nsys stats --report cuda_api_sum."))
     add("nvtx", "NVTX ranges", lambda s: fill.fill_summary(
-        s, summaries.nvtx_summary(export), fill.NVTX_COLUMNS, top, "nvtx", found,
+        s, summaries.nvtx_summary(export), NVTX_COLUMNS, top, "nvtx", found,
         "Push/pop and start/end ranges, as nsys stats --report nvtx_sum."))
     add("nvtx_kernels", "Kernels per NVTX range", lambda s: fill.fill_nvtx_kernels(s, export, top, found))
     add("memory", "Memory copies and sets", lambda s: fill.fill_memory(s, export, top, found))

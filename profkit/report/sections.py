@@ -26,19 +26,6 @@ ZOOM_MAX_FRACTION = 0.3  # ...when that window is at most this fraction of the w
 NO_RANGE = "(outside any range)"
 
 # -- columns ----------------------------------------------------------------------------
-_TIME = [
-    Column("time_pct", "Time %", "pct"),
-    Column("total_ns", "Total (ns)", "ns"),
-    Column("instances", "Instances", "int"),
-    Column("avg_ns", "Avg (ns)", "float"),
-    Column("med_ns", "Med (ns)", "float"),
-    Column("min_ns", "Min (ns)", "ns"),
-    Column("max_ns", "Max (ns)", "ns"),
-    Column("stddev_ns", "StdDev (ns)", "float"),
-]
-KERNEL_COLUMNS = [*_TIME, Column("name", "Kernel")]
-API_COLUMNS = [*_TIME, Column("name", "API function")]
-NVTX_COLUMNS = [*_TIME, Column("style", "Style"), Column("name", "Range")]
 RANGE_GPU_COLUMNS = [
     Column("time_pct", "Kernel time %", "pct"),
     Column("total_ns", "Kernel time (ns)", "ns"),
