@@ -85,6 +85,12 @@ profile train_print 1 sample_kernels/train_mlp.py --steps 20 --print-loss
 profile train_noprint 0 sample_kernels/train_mlp.py --steps 20
 profile sync_elementwise 0 scripts/sync_elementwise.py --steps 8
 
+echo "== train_print vs train_noprint: step time with and without print(loss.item())"
+if [ -f "$WORK/train_print/trace.sqlite" ] && [ -f "$WORK/train_noprint/trace.sqlite" ]; then
+  $PY -m profkit report "$WORK/train_print/trace.sqlite" --baseline "$WORK/train_noprint/trace.sqlite" \
+    -o "$OUT/train_print_vs_noprint" || FAILED+=("train_print_vs_noprint")
+fi
+
 echo "== reports/README.md"
 if [ -d "$OUT/gelu" ] && [ -d "$OUT/softmax" ]; then
   $PY scripts/samples_table.py "$OUT/gelu" "$OUT/softmax" -o "$OUT/README.md" || FAILED+=("samples_table")

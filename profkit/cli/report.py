@@ -28,11 +28,14 @@ EXAMPLE = "train_print.sqlite.xz"
                                   "(default: the export's folder).")
 @click.option("--top", type=click.IntRange(min=1), default=20, show_default=True, metavar="N",
               help="Rows per table; the rest are summed into one '(other K)' row.")
+@click.option("--baseline", type=click.Path(path_type=Path), default=None, metavar="OTHER.sqlite",
+              help="Compare step times (NVTX step ranges) with another export of the same program.")
 @click.option("--ncu", "ncu_csv", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None, metavar="CSV",
               help="Add an ncu section from an Nsight Compute CSV (ncu --csv, details or raw page).")
 @click.option("--example", is_flag=True,
               help="Report on the real export that ships with profkit (a small PyTorch training run).")
-def report(export: Path | None, out_dir: Path | None, top: int, ncu_csv: Path | None, example: bool) -> None:
+def report(export: Path | None, out_dir: Path | None, top: int, baseline: Path | None, ncu_csv: Path | None,
+           example: bool) -> None:
     """Write report.html, report.md and report.json for an Nsight Systems SQLite export.
 
     \b
@@ -40,6 +43,7 @@ def report(export: Path | None, out_dir: Path | None, top: int, ncu_csv: Path | 
       profkit report run.sqlite                  # next to run.sqlite
       profkit report run.sqlite -o reports/run1 --top 10
       profkit report run.sqlite --ncu ncu.csv    # add ncu's per-kernel figures
+      profkit report print.sqlite --baseline noprint.sqlite   # step time vs a baseline run
       profkit report --example                   # the bundled real export
 
     report.html is one self-contained file (figures and CSS inline, nothing
@@ -60,7 +64,7 @@ def report(export: Path | None, out_dir: Path | None, top: int, ncu_csv: Path | 
         export = unpack_example()
         out_dir = out_dir or export.parent / "report"
     assert export is not None
-    paths = write_report(export, out_dir, ncu_csv=ncu_csv, top=top)
+    paths = write_report(export, out_dir, ncu_csv=ncu_csv, top=top, baseline=baseline)
     click.echo(str(paths.html.resolve()))
 
 

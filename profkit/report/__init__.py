@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from dataclasses import dataclass
@@ -29,14 +30,15 @@ class ReportPaths:
 
 def write_report(export_path: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None, *,
                  ncu_csv: Path | None = None, partial: bool = False, run_info: dict[str, Any] | None = None,
-                 top: int = 20) -> ReportPaths:
+                 top: int = 20, baseline: str | os.PathLike[str] | None = None) -> ReportPaths:
     """Read an nsys SQLite export and write report.html, report.md and report.json into
     ``out_dir`` (default: the export's folder).
 
     ``ncu_csv`` adds an ncu section (an ncu CSV, details or raw page);
     ``partial`` marks the run as failed (a banner, and ``"partial": true``);
     ``run_info`` (from ``profkit trace``) adds the command, exit status and tools;
-    ``top`` cuts long tables to the first N rows by time plus one summed row.
+    ``top`` cuts long tables to the first N rows by time plus one summed row;
+    ``baseline`` (another export of the same program) adds a step-time comparison.
     Raises ProfkitError for a bad export or an unwritable folder.  The export
     is opened read-only and never modified.
     """
@@ -48,9 +50,11 @@ def write_report(export_path: str | os.PathLike[str], out_dir: str | os.PathLike
 
     export_path = Path(export_path)
     target = Path(out_dir) if out_dir is not None else export_path.resolve().parent
-    with open_export(export_path) as export:
+    with contextlib.ExitStack() as stack:
+        export = stack.enter_context(open_export(export_path))
+        base = stack.enter_context(open_export(Path(baseline))) if baseline is not None else None
         report = build_report(export, ncu_csv=Path(ncu_csv) if ncu_csv is not None else None, partial=partial,
-                              run_info=run_info, top=top)
+                              run_info=run_info, top=top, baseline=base)
     texts = {HTML_NAME: render_html(report), MD_NAME: render_markdown(report), JSON_NAME: render_json(report)}
     try:
         target.mkdir(parents=True, exist_ok=True)

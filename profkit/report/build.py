@@ -35,7 +35,8 @@ from profkit.report.text import duration, percent, size
 
 # -- building ----------------------------------------------------------------------------
 def build_report(export: NsysExport, *, ncu_csv: Path | None = None, partial: bool = False,
-                 run_info: dict[str, Any] | None = None, top: int = 20, bins: int = fill.TIMELINE_BINS) -> Report:
+                 run_info: dict[str, Any] | None = None, top: int = 20, bins: int = fill.TIMELINE_BINS,
+                 baseline: NsysExport | None = None) -> Report:
     """Everything the report shows.  Raises ProfkitError when the export holds no
     CUDA trace at all (unless ``partial``: a failed run still gets its report)."""
     if top < 1:
@@ -75,7 +76,7 @@ def build_report(export: NsysExport, *, ncu_csv: Path | None = None, partial: bo
     add("nvtx_kernels", "Kernels per NVTX range", lambda s: fill.fill_nvtx_kernels(s, export, top, found))
     add("memory", "Memory copies and sets", lambda s: fill.fill_memory(s, export, top, found))
     add("occupancy", "Occupancy and registers", lambda s: fill.fill_occupancy(s, export, ncu_csv, top, found))
-    stalls = fill.stalls_section(export, top, found)
+    stalls = fill.stalls_section(export, top, found, baseline)
     if stalls is not None:
         sections.append(stalls)
     if ncu_csv is not None:

@@ -306,8 +306,12 @@ def _ncu_limiter(row: Row) -> str:
 
 
 # -- synchronization stalls (profkit.analysis.stalls) -------------------------------------
-def stalls_section(export: NsysExport, top: int, found: dict[str, Any]) -> Section | None:
-    """The "Synchronization stalls" section, or None while profkit.analysis.stalls does not exist."""
+def stalls_section(export: NsysExport, top: int, found: dict[str, Any],
+                   baseline: NsysExport | None = None) -> Section | None:
+    """The "Synchronization stalls" section, or None while profkit.analysis.stalls does not exist.
+
+    With a ``baseline`` export (the same program without a change, e.g. without
+    a print), the section also compares the two runs' NVTX step times."""
     try:
         from profkit.analysis import stalls
     except ModuleNotFoundError as exc:
@@ -351,4 +355,35 @@ def stalls_section(export: NsysExport, top: int, found: dict[str, Any]) -> Secti
                                     sum_keys=("count", "cpu_blocked_ns", "gpu_idle_ns")))
     else:
         section.notes.append("No synchronizations found.")
+    if baseline is not None:
+        _add_step_comparison(section, result, baseline, found)
     return section
+
+
+STEP_COMPARISON_COLUMNS = [
+    Column("run", "Run"),
+    Column("export", "Export"),
+    Column("step_range", "Step range"),
+    Column("count", "Steps", "int"),
+    Column("median_ns", "Median step (ns)", "ns"),
+    Column("mean_ns", "Mean step (ns)", "ns"),
+    Column("syncs_per_step", "Syncs / step", "float"),
+    Column("estimated_median_without_syncs_ns", "Est. median without syncs (ns)", "ns"),
+]
+
+
+def _add_step_comparison(section: Section, result: Any, baseline: NsysExport, found: dict[str, Any]) -> None:
+    """Step times of this run next to the baseline's, from both runs' NVTX step ranges."""
+    from profkit.analysis import stalls
+
+    try:
+        comparison = stalls.compare_steps(result, stalls.analyze_stalls(baseline))
+    except ProfkitError as exc:
+        section.notes.append(f"Step comparison with {baseline.path.name}: {exc.one_line()}")
+        return
+    rows = [{"run": label, **comparison[side]} for label, side in (("this run", "a"), ("baseline", "b"))]
+    section.tables.append(Table("step_comparison", "Step time vs the baseline run", STEP_COMPARISON_COLUMNS,
+                                rows, None, label_key="run"))
+    section.notes.append(comparison["finding"])
+    found.setdefault("stall_findings", []).append(comparison["finding"])
+    section.data["baseline_comparison"] = comparison
