@@ -157,3 +157,16 @@ def test_gpu_busy_counts_overlap_once() -> None:
     ends = np.array([10, 8, 30, 25, 41], dtype=np.int64)
     assert summaries.union_length(starts, ends) == 10 + 10 + 1
     assert summaries.union_length(starts[::-1].copy(), ends[::-1].copy()) == 21
+
+
+def test_global_pid_sql_keeps_the_process_bits() -> None:
+    """The SQL mask must stay an integer: a decimal literal above 2**63 turns into a float."""
+    import sqlite3
+
+    from profkit.nsys.reader import global_pid_sql
+
+    with open_export(nsys_fixture("nsys2025_gelu")) as export:
+        global_tid = export.scalar("SELECT globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME LIMIT 1")
+    got = sqlite3.connect(":memory:").execute(f"SELECT {global_pid_sql('?')}", (global_tid,)).fetchone()[0]
+    assert got == global_tid & 0xFFFFFFFFFF000000
+    assert decode_global_tid(got) == (decode_global_tid(global_tid)[0], 0)

@@ -55,8 +55,11 @@ def tid_sql(column: str) -> str:
 
 
 def global_pid_sql(column: str) -> str:
-    """SQL turning a ``globalTid`` into the ``globalPid`` of its process."""
-    return f"({column} & {GLOBAL_PID_MASK})"
+    """SQL turning a ``globalTid`` into the ``globalPid`` of its process.
+
+    The mask is written in hex: SQLite reads a decimal literal above 2**63 as a
+    float, and ``&`` with a float gives the wrong bits."""
+    return f"({column} & 0x{GLOBAL_PID_MASK:X})"
 
 
 def normalize_api_name(name: str) -> str:
