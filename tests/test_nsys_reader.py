@@ -161,8 +161,6 @@ def test_gpu_busy_counts_overlap_once() -> None:
 
 def test_global_pid_sql_keeps_the_process_bits() -> None:
     """The SQL mask must stay an integer: a decimal literal above 2**63 turns into a float."""
-    import sqlite3
-
     from profkit.nsys.reader import global_pid_sql
 
     with open_export(nsys_fixture("nsys2025_gelu")) as export:
