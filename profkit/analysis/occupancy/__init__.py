@@ -1,0 +1,77 @@
+"""Theoretical occupancy, exactly as CUDA computes it, and what it costs.
+
+* ``calculator``: the cuda_occupancy.h rules, per-architecture limits, the
+  next occupancy step, advice and the block-size table;
+* ``waves``: wave quantization of a grid and tail effects;
+* ``trace``: the calculator applied to every kernel of an nsys trace;
+* ``ncu``: profkit's figures next to ncu's, and ncu's achieved occupancy on
+  trace rows.
+
+Every public name is re-exported here, so ``from profkit.analysis.occupancy
+import occupancy, trace_occupancy, compare_ncu`` keeps working.
+"""
+
+from __future__ import annotations
+
+# The constants (noqa) are not in __all__, as on the single module; they stay reachable as attributes.
+from profkit.analysis.occupancy.calculator import (
+    ARCH_DEFAULTS,
+    BARRIERS,  # noqa: F401
+    BLOCKS,  # noqa: F401
+    KIB,  # noqa: F401
+    MAX_REGISTERS_PER_THREAD,  # noqa: F401
+    REGISTERS,  # noqa: F401
+    SHARED_MEMORY,  # noqa: F401
+    UNLIMITED,  # noqa: F401
+    WARPS,  # noqa: F401
+    DeviceLimits,
+    Occupancy,
+    Step,
+    advice,
+    block_size_table,
+    carveout_steps,
+    device_limits,
+    occupancy,
+    parse_arch,
+    register_steps,
+    shared_memory_step,
+)
+from profkit.analysis.occupancy.ncu import (
+    NCU_LIMITS,  # noqa: F401
+    attach_ncu,
+    compare_ncu,
+    kernel_key,
+)
+from profkit.analysis.occupancy.trace import (
+    device_from_info,
+    occupancy_row,
+    trace_occupancy,
+)
+from profkit.analysis.occupancy.waves import (
+    TAIL_MIN_IDLE_PCT,  # noqa: F401
+    Waves,
+    waves,
+)
+
+__all__ = [
+    "ARCH_DEFAULTS",
+    "DeviceLimits",
+    "Occupancy",
+    "Step",
+    "Waves",
+    "advice",
+    "attach_ncu",
+    "block_size_table",
+    "carveout_steps",
+    "compare_ncu",
+    "device_from_info",
+    "device_limits",
+    "kernel_key",
+    "occupancy",
+    "occupancy_row",
+    "parse_arch",
+    "register_steps",
+    "shared_memory_step",
+    "trace_occupancy",
+    "waves",
+]
