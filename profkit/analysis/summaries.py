@@ -106,7 +106,7 @@ def _direction(operation: str) -> str:
     return inner[len("CUDA memcpy "):] if inner.startswith("CUDA memcpy ") else inner.replace("CUDA ", "")
 
 
-def _summary_rows(export: NsysExport, groups: Sequence[GroupStats], label) -> list[Row]:  # noqa: ANN001
+def _summary_rows(export: NsysExport, groups: Sequence[GroupStats], label) -> list[Row]:
     grand_total = sum(g.total for g in groups)
     # nsys: round(total * 100.0 / grand_total, 1), rounded by its SQLite.
     pcts = round_like_nsys([g.total * 100.0 / grand_total if grand_total else 0.0 for g in groups], 1,
@@ -334,7 +334,9 @@ def nvtx_kernel_summary(export: NsysExport) -> list[Row]:
     instances; the time figures are over the kernels of the row.  Ordered as
     nsys orders it: range, pid, tid, total time descending.
     """
-    from profkit.nsys.nvtx_projection import kernel_range_pairs  # imports pandas: only here
+    from profkit.nsys.nvtx_projection import (
+        kernel_range_pairs,  # imports pandas: only here
+    )
 
     pairs = kernel_range_pairs(export)
     if len(pairs.duration) == 0:

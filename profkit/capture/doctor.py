@@ -20,7 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from profkit.capture.gpu import GpuStatus, detect_gpus
-from profkit.capture.tools import HOW_TO_GET, TOOLS, find_tool, nsys_layout_problem, tool_version
+from profkit.capture.tools import (
+    HOW_TO_GET,
+    TOOLS,
+    find_tool,
+    nsys_layout_problem,
+    tool_version,
+)
 
 OK, MISSING, WARN, INFO = "ok", "missing", "warn", "info"
 

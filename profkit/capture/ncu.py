@@ -77,7 +77,7 @@ JOIN StringIds AS m ON m.id = k.mangledName
 """
 
 
-def mangled_names(export) -> dict[str, str]:  # noqa: ANN001 - profkit.nsys.NsysExport
+def mangled_names(export) -> dict[str, str]:
     """{demangled name: mangled name} of the export's kernels; empty when the schema lacks mangledName.
 
     ncu prints demangled template arguments differently from nsys

@@ -213,9 +213,9 @@ def _make_nvtx() -> tuple[Callable[[str], Any], Callable[[Any], Any], Callable[[
     return (lambda text: text), (lambda attributes: None), (lambda: None)
 
 
-_make_attributes: Callable[[str], Any] = lambda text: text  # noqa: E731
-_push_range: Callable[[Any], Any] = lambda attributes: None  # noqa: E731
-_pop_range: Callable[[], Any] = lambda: None  # noqa: E731
+_make_attributes: Callable[[str], Any] = lambda text: text
+_push_range: Callable[[Any], Any] = lambda attributes: None
+_pop_range: Callable[[], Any] = lambda: None
 
 
 def _skip_dirs(torch_dir: str) -> tuple[str, ...]:
@@ -246,7 +246,7 @@ def install() -> None:
 class _InstallAfterTorch(importlib.abc.MetaPathFinder):
     """Calls install() right after the program's own ``import torch`` finishes."""
 
-    def find_spec(self, name, path=None, target=None):  # noqa: ANN001, ANN201 - importlib's protocol
+    def find_spec(self, name, path=None, target=None):
         if name != "torch":
             return None
         sys.meta_path.remove(self)
@@ -255,7 +255,7 @@ class _InstallAfterTorch(importlib.abc.MetaPathFinder):
             return spec
         exec_module = spec.loader.exec_module
 
-        def exec_then_install(module):  # noqa: ANN001, ANN202
+        def exec_then_install(module):
             exec_module(module)
             install()
 

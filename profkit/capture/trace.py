@@ -38,7 +38,12 @@ from profkit.capture.run import (
     Stopwatch,
     create_run_dir,
 )
-from profkit.capture.tools import FoundTool, nsys_layout_problem, require_tool, tool_version
+from profkit.capture.tools import (
+    FoundTool,
+    nsys_layout_problem,
+    require_tool,
+    tool_version,
+)
 from profkit.errors import ProfkitError
 
 LAUNCH_MODULE = "profkit.capture.launch"
@@ -240,9 +245,8 @@ def _profile(options: TraceOptions, nsys: FoundTool, program: list[str], run_dir
 def kernel_rows(export: Path) -> tuple[list[dict[str, Any]], int]:
     """Kernel summary rows (dicts, busiest first) and the total kernel time in ns."""
     from profkit.analysis.summaries import kernel_summary
-    from profkit.nsys import open_export
-
     from profkit.capture.ncu import mangled_names
+    from profkit.nsys import open_export
 
     with open_export(export) as trace:
         if not trace.has_table("CUPTI_ACTIVITY_KIND_KERNEL"):

@@ -54,7 +54,7 @@ class LazyGroup(click.Group):
             raise
         return getattr(module, attr)
 
-    def invoke(self, ctx: click.Context):  # noqa: ANN201 - click's signature
+    def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
         except ProfkitError as exc:

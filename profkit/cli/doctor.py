@@ -6,7 +6,6 @@ import click
 
 from profkit.output import FORMATS, Column
 
-
 COLUMNS = (
     Column("status", "Status"),
     Column("group", "Group"),

@@ -15,7 +15,14 @@ import click
 
 from profkit.analysis import summaries
 from profkit.nsys import open_export
-from profkit.output import API_COLUMNS, KERNEL_COLUMNS, NVTX_COLUMNS, Column, emit_rows, format_option
+from profkit.output import (
+    API_COLUMNS,
+    KERNEL_COLUMNS,
+    NVTX_COLUMNS,
+    Column,
+    emit_rows,
+    format_option,
+)
 
 INFO_COLUMNS = [Column("field", "Field"), Column("value", "Value")]
 

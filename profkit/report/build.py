@@ -24,8 +24,8 @@ from profkit import __version__
 from profkit.analysis import summaries
 from profkit.errors import ProfkitError
 from profkit.nsys import queries, timeline
-from profkit.output import API_COLUMNS, KERNEL_COLUMNS, NVTX_COLUMNS
 from profkit.nsys.reader import NsysExport
+from profkit.output import API_COLUMNS, KERNEL_COLUMNS, NVTX_COLUMNS
 from profkit.report import sections as fill
 from profkit.report.findings import findings as make_findings
 from profkit.report.findings import longest_gap
