@@ -110,17 +110,23 @@ def rows_to_rich_table(rows: Sequence[dict[str, Any]], columns: Sequence[Column]
 
     table = Table(title=title, show_lines=False, header_style="bold")
     cells = [[c.show(row.get(c.key)) for c in columns] for row in rows]
-    for i, c in enumerate(columns):
+    widths = _content_widths(cells, columns)
+    for c, widest in zip(columns, widths):
         if c.kind == "text":
             # names fold onto several lines; they give up width first
             table.add_column(c.title, justify="left", overflow="fold", ratio=1, min_width=12)
         else:
             # numbers are never cut: reserve their widest value
-            widest = max([len(cell[i]) for cell in cells] + [max(map(len, c.title.split()), default=0)])
             table.add_column(c.title, justify="right", no_wrap=True, min_width=widest)
     for cell in cells:
         table.add_row(*cell)
     return table
+
+
+def _content_widths(cells: Sequence[Sequence[str]], columns: Sequence[Column]) -> list[int]:
+    """Per column, its widest formatted value or title word (titles may wrap between words)."""
+    return [max([len(cell[i]) for cell in cells] + [max(map(len, c.title.split()), default=0)])
+            for i, c in enumerate(columns)]
 
 
 def emit_rows(rows: Sequence[dict[str, Any]], columns: Sequence[Column], fmt: str, title: str | None = None) -> None:
@@ -156,14 +162,12 @@ NAME_MIN_WIDTH = 30
 
 def fit_columns(rows: Sequence[dict[str, Any]], columns: Sequence[Column], width: int) -> list[Column]:
     """The columns that fit in ``width`` terminal cells with a readable name column."""
-    def cell_width(c: Column) -> int:
-        values = [len(c.show(row.get(c.key))) for row in rows]
-        return max(values + [max(map(len, c.title.split()), default=0)]) + 3  # padding and border
-
+    cells = [[c.show(row.get(c.key)) for c in columns] for row in rows]
+    cell_width = {c.key: NAME_MIN_WIDTH if c.kind == "text" else widest + 3  # padding and border
+                  for c, widest in zip(columns, _content_widths(cells, columns))}
     shown = list(columns)
     for key in DROPPABLE_KEYS:
-        needed = sum(NAME_MIN_WIDTH if c.kind == "text" else cell_width(c) for c in shown)
-        if needed <= width:
+        if sum(cell_width[c.key] for c in shown) <= width:
             break
         shown = [c for c in shown if c.key != key]
     return shown

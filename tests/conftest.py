@@ -20,16 +20,10 @@ def nsys_fixture(name: str) -> Path:
     Exports are committed xz-compressed; the first call decompresses one next
     to it (ignored by git) and later calls reuse it.
     """
-    plain = NSYS_DATA / f"{name}.sqlite"
     packed = NSYS_DATA / f"{name}.sqlite.xz"
     if not packed.exists():
         raise FileNotFoundError(f"no fixture {packed}")
-    if not plain.exists() or plain.stat().st_mtime < packed.stat().st_mtime:
-        tmp = plain.with_suffix(f".sqlite.tmp{os.getpid()}")
-        with lzma.open(packed) as src, open(tmp, "wb") as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
-        tmp.replace(plain)
-    return plain
+    return _decompressed(packed)
 
 
 def nsys_fixture_names(prefix: str = "") -> list[str]:
@@ -42,13 +36,23 @@ def ncu_fixture(name: str) -> Path:
     and decompressed once next to it (ignored by git)."""
     plain = NCU_DATA / name
     packed = NCU_DATA / f"{name}.xz"
-    if packed.exists() and (not plain.exists() or plain.stat().st_mtime < packed.stat().st_mtime):
+    if packed.exists():
+        return _decompressed(packed)
+    if not plain.exists():
+        raise FileNotFoundError(f"no fixture {plain}")
+    return plain
+
+
+def _decompressed(packed: Path) -> Path:
+    """``x.xz`` decompressed to ``x`` beside it (ignored by git), redone only when
+    the .xz is newer; written under a temporary name so parallel runs never
+    see half a file."""
+    plain = packed.with_suffix("")
+    if not plain.exists() or plain.stat().st_mtime < packed.stat().st_mtime:
         tmp = plain.with_name(f"{plain.name}.tmp{os.getpid()}")
         with lzma.open(packed) as src, open(tmp, "wb") as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
         tmp.replace(plain)
-    if not plain.exists():
-        raise FileNotFoundError(f"no fixture {plain}")
     return plain
 
 

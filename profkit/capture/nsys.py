@@ -211,6 +211,17 @@ def run_streaming(cmd: Sequence[str], *, env: Mapping[str, str], cwd: Path | Non
     tail: list[str] = []
     interrupted = False
     open_streams = 2
+
+    def on_interrupt() -> None:
+        """First Ctrl-C: pass it to nsys, which then writes what it captured.
+        Second: kill the process group and re-raise (called inside the except)."""
+        nonlocal interrupted
+        if interrupted:
+            _kill_group(proc)
+            raise  # noqa: PLE0704 - the KeyboardInterrupt being handled by the caller
+        interrupted = True
+        _forward_sigint(proc)
+
     with open(log_path, "ab") as log:
         while open_streams:
             try:
@@ -220,11 +231,7 @@ def run_streaming(cmd: Sequence[str], *, env: Mapping[str, str], cwd: Path | Non
             except queue.Empty:
                 continue
             except KeyboardInterrupt:
-                if interrupted:
-                    _kill_group(proc)
-                    raise
-                interrupted = True
-                _forward_sigint(proc)
+                on_interrupt()
                 reporter.stage("interrupted", "waiting for nsys to write what it captured (Ctrl-C again to abort)")
                 continue
             if not data:
@@ -250,11 +257,7 @@ def run_streaming(cmd: Sequence[str], *, env: Mapping[str, str], cwd: Path | Non
             except subprocess.TimeoutExpired:
                 continue
             except KeyboardInterrupt:
-                if interrupted:
-                    _kill_group(proc)
-                    raise
-                interrupted = True
-                _forward_sigint(proc)
+                on_interrupt()
     return ProcessResult(returncode, interrupted, tail[-20:])
 
 

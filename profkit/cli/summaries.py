@@ -37,17 +37,15 @@ _TOP_OPTION = click.option(
 )
 
 
-def _summary_command(summarize: Callable, columns: list[Column], title: str) -> Callable:
-    def run(export: Path, top: int | None, fmt: str) -> None:
-        with open_export(export) as ex:
-            # One scan, then exit: mapped file pages (faster) cost no memory that matters.
-            ex.scan_mmap_bytes = SUMMARY_SCAN_MMAP_BYTES
-            rows = summarize(ex)
-        if top is not None:
-            rows = summaries.top_n(rows, top)
-        emit_rows(rows, columns, fmt, title=title)
-
-    return run
+def _print_summary(summarize: Callable, columns: list[Column], title: str,
+                   export: Path, top: int | None, fmt: str) -> None:
+    with open_export(export) as ex:
+        # One scan, then exit: mapped file pages (faster) cost no memory that matters.
+        ex.scan_mmap_bytes = SUMMARY_SCAN_MMAP_BYTES
+        rows = summarize(ex)
+    if top is not None:
+        rows = summaries.top_n(rows, top)
+    emit_rows(rows, columns, fmt, title=title)
 
 
 @click.command()
@@ -68,7 +66,7 @@ def kernels(export: Path, top: int | None, fmt: str) -> None:
     to 0.1 ns as nsys rounds them).  EXPORT.sqlite comes from
     `nsys profile -t cuda ... --export sqlite` or `nsys export --type sqlite`.
     """
-    _summary_command(summaries.kernel_summary, KERNEL_COLUMNS, "CUDA kernels")(export, top, fmt)
+    _print_summary(summaries.kernel_summary, KERNEL_COLUMNS, "CUDA kernels", export, top, fmt)
 
 
 @click.command()
@@ -86,7 +84,7 @@ def api(export: Path, top: int | None, fmt: str) -> None:
     Version suffixes are dropped from names as nsys does
     (cudaLaunchKernel_v7000 -> cudaLaunchKernel).  Needs `nsys profile -t cuda`.
     """
-    _summary_command(summaries.api_summary, API_COLUMNS, "CUDA API")(export, top, fmt)
+    _print_summary(summaries.api_summary, API_COLUMNS, "CUDA API", export, top, fmt)
 
 
 @click.command()
@@ -105,7 +103,7 @@ def nvtx(export: Path, top: int | None, fmt: str) -> None:
     Ranges in a named domain show as "domain:text"; a range that never
     ended lasts until the last NVTX event.  Needs `nsys profile -t nvtx`.
     """
-    _summary_command(summaries.nvtx_summary, NVTX_COLUMNS, "NVTX ranges")(export, top, fmt)
+    _print_summary(summaries.nvtx_summary, NVTX_COLUMNS, "NVTX ranges", export, top, fmt)
 
 
 @click.command()
