@@ -10,7 +10,7 @@ import pytest
 
 from profkit.capture import ncu
 from profkit.errors import ProfkitError
-from profkit.nsys import open_export
+from profkit.nsys import open_export, queries
 from tests.conftest import ncu_fixture, nsys_fixture
 
 
@@ -23,7 +23,7 @@ def gelu_rows():
 
 def test_mangled_names_from_a_real_export():
     with open_export(nsys_fixture("nsys2025_gelu")) as export:
-        names = ncu.mangled_names(export)
+        names = queries.mangled_names(export)
     assert names["gelu_kernel(const float *, float *, int)"] == "_Z11gelu_kernelPKfPfi"
     assert names["gelu_kernel"] == "gelu_kernel"  # Triton kernels are not mangled
     assert names["triton_poi_fused_add_mul_pow_tanh_0"] == "triton_poi_fused_add_mul_pow_tanh_0"

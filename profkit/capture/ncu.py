@@ -67,32 +67,6 @@ def pick_targets(rows: Sequence[Mapping], n: int) -> list[KernelTarget]:
     return targets
 
 
-# Needs: CUPTI_ACTIVITY_KIND_KERNEL(demangledName, mangledName), StringIds.
-# (Kept here until profkit.nsys.queries offers kernel name variants.)
-MANGLED_NAMES_SQL = """
-SELECT DISTINCT d.value, m.value
-FROM CUPTI_ACTIVITY_KIND_KERNEL AS k
-JOIN StringIds AS d ON d.id = k.demangledName
-JOIN StringIds AS m ON m.id = k.mangledName
-"""
-
-
-def mangled_names(export) -> dict[str, str]:
-    """{demangled name: mangled name} of the export's kernels; empty when the schema lacks mangledName.
-
-    ncu prints demangled template arguments differently from nsys
-    ("<4, ...>" where nsys says "<(int)4, ...>"), so only the mangled name
-    matches a kernel exactly in both tools.
-    """
-    table = "CUPTI_ACTIVITY_KIND_KERNEL"
-    if not {"demangledName", "mangledName"} <= export.columns(table) or not export.has_table("StringIds"):
-        return {}
-    names: dict[str, str] = {}
-    for demangled, mangled in export.rows(MANGLED_NAMES_SQL):
-        names.setdefault(demangled, mangled)
-    return names
-
-
 def build_ncu_command(ncu: Path | str, target: KernelTarget, report_base: Path, program: Sequence[str],
                       extra_args: Sequence[str] = ()) -> list[str]:
     """``ncu --section ... -k NAME -c 1 -o REPORT program...``."""

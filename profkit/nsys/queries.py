@@ -60,6 +60,31 @@ def kernel_durations(export: NsysExport) -> ColumnsQuery:
 # Needs: CUPTI_ACTIVITY_KIND_RUNTIME(start, end, nameId), StringIds.
 # nsys groups by nameId and only then strips the "_v7000" suffix for display,
 # so cudaLaunchKernel and cudaLaunchKernel_v7000 stay two rows, as in nsys.
+# Needs: CUPTI_ACTIVITY_KIND_KERNEL(demangledName, mangledName), StringIds.
+MANGLED_NAMES_SQL = """
+SELECT DISTINCT d.value, m.value
+FROM CUPTI_ACTIVITY_KIND_KERNEL AS k
+JOIN StringIds AS d ON d.id = k.demangledName
+JOIN StringIds AS m ON m.id = k.mangledName
+"""
+
+
+def mangled_names(export: NsysExport) -> dict[str, str]:
+    """{demangled name: mangled name} of the export's kernels; empty when the schema lacks mangledName.
+
+    ncu prints demangled template arguments differently from nsys
+    ("<4, ...>" where nsys says "<(int)4, ...>"), so only the mangled name
+    matches a kernel exactly in both tools.
+    """
+    table = KERNELS.table
+    if not {"demangledName", "mangledName"} <= export.columns(table) or not export.has_table("StringIds"):
+        return {}
+    names: dict[str, str] = {}
+    for demangled, mangled in export.rows(MANGLED_NAMES_SQL):
+        names.setdefault(demangled, mangled)
+    return names
+
+
 def api_durations(export: NsysExport) -> ColumnsQuery:
     check(export, RUNTIME, STRINGS)
     export.require_columns(RUNTIME.table, ("start", "end", "nameId"), "the CUDA API summary")
