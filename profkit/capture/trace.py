@@ -246,10 +246,10 @@ def kernel_rows(export: Path) -> tuple[list[dict[str, Any]], int]:
     """Kernel summary rows (dicts, busiest first) and the total kernel time in ns."""
     from profkit.analysis.summaries import kernel_summary
     from profkit.nsys import open_export
-    from profkit.nsys.queries import mangled_names
+    from profkit.nsys.queries import KERNELS, mangled_names
 
     with open_export(export) as trace:
-        if not trace.has_table("CUPTI_ACTIVITY_KIND_KERNEL"):
+        if not trace.has_table(KERNELS.table):
             return [], 0
         rows = [_as_dict(row) for row in kernel_summary(trace)]
         mangled = mangled_names(trace)
