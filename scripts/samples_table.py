@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from profkit.analysis.summaries import capture_info, nvtx_kernel_summary, nvtx_summary  # noqa: E402
 from profkit.errors import ProfkitError  # noqa: E402
-from profkit.nsys import open_export  # noqa: E402
+from profkit.readers.nsys import open_export  # noqa: E402
 
 DOMAIN = "samples"
 VARIANTS = ("manual", "pytorch", "cuda", "triton", "compiled")
@@ -145,7 +145,7 @@ def _ncu_by_kernel(path: Path) -> dict[str, Any]:
     """
     if not path.is_dir() or not (path / "ncu.csv").exists() or not (path / "run.json").exists():
         return {}
-    from profkit.ncu.launches import read_ncu_csv
+    from profkit.readers.ncu.launches import read_ncu_csv
 
     launches = sorted(read_ncu_csv(path / "ncu.csv"), key=lambda launch: launch.id)
     kernels = json.loads((path / "run.json").read_text()).get("ncu", {}).get("kernels", [])

@@ -10,7 +10,7 @@ import pytest
 
 from profkit.capture import ncu
 from profkit.errors import ProfkitError
-from profkit.nsys import open_export, queries
+from profkit.readers.nsys import open_export, queries
 from tests.conftest import ncu_fixture, nsys_fixture
 
 

@@ -189,7 +189,7 @@ def test_real_nsys_accepts_our_command_line_and_keeps_the_qdstrm_in_the_temp_fol
     assert rec.stages == ["importing", "exporting"]
     assert ("stdout", "program output ['--x', '1']\n") in rec.out
     assert not [text for stream, text in rec.out if "Generat" in text or "%]" in text]
-    from profkit.nsys import open_export
+    from profkit.readers.nsys import open_export
 
     with open_export(temp / "trace.sqlite") as export:
         assert export.schema_version.startswith("3.")

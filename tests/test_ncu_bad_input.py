@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from profkit.cli import cli
 from profkit.errors import ProfkitError
-from profkit.ncu import read_ncu_csv
+from profkit.readers.ncu import read_ncu_csv
 
 
 def _write(tmp_path, name, content):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from profkit.ncu import launches_frame, read_csv_file, read_ncu_csv
+from profkit.readers.ncu import launches_frame, read_csv_file, read_ncu_csv
 from tests.conftest import NCU_DATA
 
 PROBE_DETAILS = NCU_DATA / "probe_details_import.csv.xz"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from profkit.ncu.units import exact_bytes, parse_number, parse_value, unit_scale
+from profkit.readers.ncu.units import exact_bytes, parse_number, parse_value, unit_scale
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -13,9 +13,9 @@ from click.testing import CliRunner
 from profkit.analysis import summaries
 from profkit.cli import cli
 from profkit.errors import ProfkitError
-from profkit.nsys import NsysExport, decode_global_tid, normalize_api_name, open_export
-from profkit.nsys.reader import api_name_sql, pid_sql, tid_sql
-from profkit.nsys.stats import DECIMAL_HALF_UP, SQLITE_LEGACY
+from profkit.readers.nsys import NsysExport, decode_global_tid, normalize_api_name, open_export
+from profkit.readers.nsys.reader import api_name_sql, pid_sql, tid_sql
+from profkit.readers.nsys.stats import DECIMAL_HALF_UP, SQLITE_LEGACY
 from tests.conftest import nsys_fixture, nsys_fixture_names
 
 FIXTURES = nsys_fixture_names()
@@ -161,7 +161,7 @@ def test_gpu_busy_counts_overlap_once() -> None:
 
 def test_global_pid_sql_keeps_the_process_bits() -> None:
     """The SQL mask must stay an integer: a decimal literal above 2**63 turns into a float."""
-    from profkit.nsys.reader import global_pid_sql
+    from profkit.readers.nsys.reader import global_pid_sql
 
     with open_export(nsys_fixture("nsys2025_gelu")) as export:
         global_tid = export.scalar("SELECT globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME LIMIT 1")

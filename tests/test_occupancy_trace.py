@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from profkit.analysis.occupancy import device_from_info, trace_occupancy
 from profkit.cli import cli
 from profkit.errors import ProfkitError
-from profkit.nsys import open_export
-from profkit.nsys.launches import gpu_info, launch_configs
+from profkit.readers.nsys import open_export
+from profkit.readers.nsys.launches import gpu_info, launch_configs
 from tests.conftest import nsys_fixture, nsys_fixture_names, oracle_csv
 
 EXPORTS = nsys_fixture_names()
@@ -140,7 +140,7 @@ def test_trace_rows_with_ncu_achieved_occupancy():
     """nsys and ncu runs of the same program: ncu's launches find their trace rows
     despite the two tools spelling kernel names differently."""
     from profkit.analysis.occupancy import attach_ncu, kernel_key
-    from profkit.ncu import read_ncu_csv
+    from profkit.readers.ncu import read_ncu_csv
     from tests.conftest import NCU_DATA
 
     ncu_path = NCU_DATA / "bad_live_raw.csv"

@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 from profkit.analysis.occupancy import compare_ncu, device_limits, occupancy
 from profkit.cli import cli
-from profkit.ncu import read_ncu_csv
+from profkit.readers.ncu import read_ncu_csv
 from tests.conftest import NCU_DATA
 
 API_JSON = NCU_DATA / "occupancy_api.json.xz"

@@ -24,8 +24,8 @@ from click.testing import CliRunner
 from profkit.analysis import summaries
 from profkit.cli import cli
 from profkit.errors import ProfkitError
-from profkit.ncu import read_ncu_csv
-from profkit.nsys import open_export
+from profkit.readers.ncu import read_ncu_csv
+from profkit.readers.nsys import open_export
 from profkit.output import md_escape
 from profkit.report import ReportPaths, write_report
 from tests.conftest import ncu_fixture, nsys_fixture, nsys_fixture_names

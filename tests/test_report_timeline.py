@@ -1,4 +1,4 @@
-"""profkit.nsys.timeline: binned busy time per stream, GPU utilization, NVTX bars.
+"""profkit.readers.nsys.timeline: binned busy time per stream, GPU utilization, NVTX bars.
 
 Checked against a brute-force computation in plain Python (every interval
 clipped to every bin) on the real exports, and on a hand-built scale/edge
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from profkit.analysis import summaries
-from profkit.nsys import open_export, timeline
+from profkit.readers.nsys import open_export, timeline
 from tests.conftest import nsys_fixture
 
 REAL = ["nsys2025_train_print", "nsys2025_sync", "nsys2023_vector_add", "nsys2023_nvtx", "nsys2025_nvtx"]

@@ -25,7 +25,7 @@ import pytest
 from profkit.analysis import stalls
 from profkit.analysis.stalls import analyze_stalls, compare_steps
 from profkit.errors import ProfkitError
-from profkit.nsys import open_export
+from profkit.readers.nsys import open_export
 from profkit.report.stalls_figure import stalls_timeline_png
 from tests.conftest import nsys_fixture, nsys_fixture_names, oracle_csv
 

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from profkit.analysis.stalls import analyze_stalls
 from profkit.cli import cli
-from profkit.nsys import open_export
+from profkit.readers.nsys import open_export
 from tests.conftest import nsys_fixture
 
 REQUIRED_KEYS = {"source", "code", "api", "count", "cpu_blocked_ns", "gpu_idle_ns", "nvtx"}

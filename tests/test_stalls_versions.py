@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from profkit.analysis.stalls import analyze_stalls
-from profkit.nsys import open_export
+from profkit.readers.nsys import open_export
 from tests.conftest import nsys_fixture
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "sync_elementwise.py"

@@ -19,8 +19,8 @@ from click.testing import CliRunner
 
 from profkit.analysis import summaries
 from profkit.cli import cli
-from profkit.nsys import open_export
-from profkit.nsys.stats import DECIMAL_HALF_UP, SQLITE_LEGACY, round_like_nsys, stats_from_columns
+from profkit.readers.nsys import open_export
+from profkit.readers.nsys.stats import DECIMAL_HALF_UP, SQLITE_LEGACY, round_like_nsys, stats_from_columns
 from tests.conftest import nsys_fixture, nsys_fixture_names, oracle_csv
 
 FIXTURES = nsys_fixture_names()

@@ -318,7 +318,7 @@ def gpu_trace(tmp_path: Path, *extra: str):
 @pytest.mark.gpu
 def test_gpu_trace_gelu_has_the_kernels_and_ranges(tmp_path):
     from profkit.analysis.summaries import kernel_summary, nvtx_summary
-    from profkit.nsys import open_export
+    from profkit.readers.nsys import open_export
 
     result, run_dir = gpu_trace(tmp_path)
     with open_export(run_dir / "trace.sqlite") as export:
@@ -341,7 +341,7 @@ def test_gpu_trace_gelu_has_the_kernels_and_ranges(tmp_path):
 
 @pytest.mark.gpu
 def test_gpu_trace_gelu_with_ncu_top_2(tmp_path):
-    from profkit.ncu.launches import read_ncu_csv
+    from profkit.readers.ncu.launches import read_ncu_csv
 
     result, run_dir = gpu_trace(tmp_path, "--ncu-top", "2")
     assert (run_dir / "ncu-1.ncu-rep").is_file() and (run_dir / "ncu-2.ncu-rep").is_file()

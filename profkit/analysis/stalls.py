@@ -1,6 +1,6 @@
 """Sync stalls: every CPU-GPU synchronization, its Python line, and what it cost.
 
-``analyze_stalls(export)`` streams the export through ``profkit.nsys.sync``
+``analyze_stalls(export)`` streams the export through ``profkit.readers.nsys.sync``
 into the event functions of ``profkit.analysis.sync_events`` (where the
 definitions of CPU time blocked, GPU idle time caused, source and steps
 live), then aggregates per call site and per NVTX range, prices the steps
@@ -34,10 +34,10 @@ from profkit.analysis.sync_events import (
     step_matcher,
 )
 from profkit.errors import ProfkitError
-from profkit.nsys import queries
-from profkit.nsys import sync as sql
-from profkit.nsys.reader import NsysExport
-from profkit.nsys.sync import NvtxRange
+from profkit.readers.nsys import queries
+from profkit.readers.nsys import sync as sql
+from profkit.readers.nsys.reader import NsysExport
+from profkit.readers.nsys.sync import NvtxRange
 
 __all__ = ["StallReport", "Step", "SyncEvent", "analyze_stalls", "compare_steps"]
 

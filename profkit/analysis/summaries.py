@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from profkit.nsys import queries
-from profkit.nsys.reader import NsysExport, decode_global_tid, normalize_api_name
-from profkit.nsys.stats import (
+from profkit.readers.nsys import queries
+from profkit.readers.nsys.reader import NsysExport, decode_global_tid, normalize_api_name
+from profkit.readers.nsys.stats import (
     NULL_INT,
     GroupStats,
     collect_columns,
@@ -334,7 +334,7 @@ def nvtx_kernel_summary(export: NsysExport) -> list[Row]:
     instances; the time figures are over the kernels of the row.  Ordered as
     nsys orders it: range, pid, tid, total time descending.
     """
-    from profkit.nsys.nvtx_projection import (
+    from profkit.readers.nsys.nvtx_projection import (
         kernel_range_pairs,  # imports pandas: only here
     )
 

@@ -1,13 +1,13 @@
 """Sync events from plain data: detection, GPU idle gaps, Python sites, steps.
 
-The functions take what ``profkit.nsys.sync`` streams (``ApiCall``,
+The functions take what ``profkit.readers.nsys.sync`` streams (``ApiCall``,
 ``NvtxRange``, batches of ``(start, end)``) or hand-built lists of the same,
 fill ``SyncEvent``/``Step`` records and never print;
 ``profkit.analysis.stalls`` aggregates them.
 
 Definitions (all times in ns, on the export's clock):
 
-- **sync event**: one blocking CUDA call (see ``profkit.nsys.sync``), or a
+- **sync event**: one blocking CUDA call (see ``profkit.readers.nsys.sync``), or a
   host<->device copy immediately followed, on the same thread, by a sync
   call -- PyTorch's ``.item()`` is ``cudaMemcpyAsync`` (DtoH, pinned) then
   ``cudaStreamSynchronize``; the pair is one event, its ``api`` reads
@@ -56,9 +56,9 @@ import numpy as np
 
 from profkit.capture import sync_hook
 from profkit.errors import ProfkitError
-from profkit.nsys import sync as sql
-from profkit.nsys.reader import GLOBAL_PID_MASK, decode_global_tid
-from profkit.nsys.sync import ApiCall, NvtxRange
+from profkit.readers.nsys import sync as sql
+from profkit.readers.nsys.reader import GLOBAL_PID_MASK, decode_global_tid
+from profkit.readers.nsys.sync import ApiCall, NvtxRange
 
 # cause labels
 CAUSES = {

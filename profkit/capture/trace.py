@@ -245,8 +245,8 @@ def _profile(options: TraceOptions, nsys: FoundTool, program: list[str], run_dir
 def kernel_rows(export: Path) -> tuple[list[dict[str, Any]], int]:
     """Kernel summary rows (dicts, busiest first) and the total kernel time in ns."""
     from profkit.analysis.summaries import kernel_summary
-    from profkit.nsys import open_export
-    from profkit.nsys.queries import KERNELS, mangled_names
+    from profkit.readers.nsys import open_export
+    from profkit.readers.nsys.queries import KERNELS, mangled_names
 
     with open_export(export) as trace:
         if not trace.has_table(KERNELS.table):

@@ -87,7 +87,7 @@ def occupancy(export: str | None, arch: str | None, block: int | None, regs: int
 
     launches = None
     if ncu_csv:
-        from profkit.ncu import read_ncu_csv
+        from profkit.readers.ncu import read_ncu_csv
 
         launches = read_ncu_csv(ncu_csv)
         if not export:
@@ -95,7 +95,7 @@ def occupancy(export: str | None, arch: str | None, block: int | None, regs: int
             emit_rows(rows, NCU_COLUMNS, fmt, title=f"Occupancy: profkit vs ncu ({ncu_csv})")
             return
     if export:
-        from profkit.nsys import open_export
+        from profkit.readers.nsys import open_export
 
         with open_export(export) as ex:
             rows = occ.trace_occupancy(ex, device=occ.device_limits(arch, sm_count=sms) if arch else None)

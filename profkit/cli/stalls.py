@@ -15,7 +15,7 @@ import click
 
 from profkit.analysis.stalls import StallReport, analyze_stalls, compare_steps
 from profkit.errors import ProfkitError
-from profkit.nsys import open_export
+from profkit.readers.nsys import open_export
 from profkit.output import Column, emit_rows, format_option, md_escape, rows_to_json
 
 SITE_COLUMNS = [

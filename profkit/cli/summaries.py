@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from profkit.analysis import summaries
-from profkit.nsys import open_export
+from profkit.readers.nsys import open_export
 from profkit.output import (
     API_COLUMNS,
     KERNEL_COLUMNS,

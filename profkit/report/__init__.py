@@ -42,7 +42,7 @@ def write_report(export_path: str | os.PathLike[str], out_dir: str | os.PathLike
     Raises ProfkitError for a bad export or an unwritable folder.  The export
     is opened read-only and never modified.
     """
-    from profkit.nsys import open_export
+    from profkit.readers.nsys import open_export
     from profkit.report.build import build_report
     from profkit.report.html import render_html
     from profkit.report.json_report import render_json

@@ -3,7 +3,7 @@
 The renderers (html.py, markdown.py, json_report.py) only turn a ``Report``
 into text.  Every figure comes from the readers and analyses:
 ``profkit.analysis.summaries`` (equal to ``nsys stats``),
-``profkit.nsys.timeline`` (binned in SQLite, bounded memory),
+``profkit.readers.nsys.timeline`` (binned in SQLite, bounded memory),
 ``profkit.analysis.occupancy``, ``profkit.analysis.stalls`` and the ncu
 reader; sections.py fills one section each.
 
@@ -23,8 +23,8 @@ from typing import Any
 from profkit import __version__
 from profkit.analysis import summaries
 from profkit.errors import ProfkitError
-from profkit.nsys import queries, timeline
-from profkit.nsys.reader import NsysExport
+from profkit.readers.nsys import queries, timeline
+from profkit.readers.nsys.reader import NsysExport
 from profkit.output import API_COLUMNS, KERNEL_COLUMNS, NVTX_COLUMNS
 from profkit.report import sections as fill
 from profkit.report.findings import findings as make_findings

@@ -1,6 +1,6 @@
 """The report's figures, drawn with matplotlib (Agg) into PNG data URIs.
 
-Each function takes plain data from ``profkit.nsys.timeline`` and returns
+Each function takes plain data from ``profkit.readers.nsys.timeline`` and returns
 PNG bytes; ``data_uri`` makes them embeddable.  Text from the export
 (kernel names, NVTX ranges) is drawn with math parsing off, so a "$" in a
 name is just a character.
@@ -23,7 +23,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from profkit.nsys.timeline import NvtxBar, StreamActivity, TimeBins, Utilization
+from profkit.readers.nsys.timeline import NvtxBar, StreamActivity, TimeBins, Utilization
 from profkit.report.text import duration as _duration
 
 KIND_COLORS = {"kernel": "#1f6fb4", "memcpy": "#d1495b", "memset": "#8e6bbf"}

@@ -13,8 +13,8 @@ from typing import Any
 
 from profkit.analysis import summaries
 from profkit.errors import ProfkitError
-from profkit.nsys import timeline
-from profkit.nsys.reader import NsysExport
+from profkit.readers.nsys import timeline
+from profkit.readers.nsys.reader import NsysExport
 from profkit.output import Column
 from profkit.report import figures
 from profkit.report.model import Figure, Row, Section, Table
@@ -250,7 +250,7 @@ def fill_occupancy(section: Section, export: NsysExport, ncu_csv: Path | None, t
 
 
 def _read_ncu(path: Path) -> list[Any]:
-    from profkit.ncu import read_ncu_csv
+    from profkit.readers.ncu import read_ncu_csv
 
     return read_ncu_csv(path)
 

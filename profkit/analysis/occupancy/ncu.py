@@ -17,7 +17,7 @@ NCU_LIMITS = (("block_limit_sm", "block_limit_blocks"), ("block_limit_registers"
 
 
 def compare_ncu(launch: Any, exact_registers: int | None = None) -> dict[str, Any]:
-    """profkit's occupancy for one ncu launch (``profkit.ncu.NcuLaunch``),
+    """profkit's occupancy for one ncu launch (``profkit.readers.ncu.NcuLaunch``),
     computed from the launch's inputs (block, registers, shared memory, the
     carveout the driver chose, barriers), next to ncu's own figures.
 

@@ -21,8 +21,8 @@ def trace_occupancy(export: Any, device: DeviceLimits | None = None) -> list[dic
     """Occupancy of every kernel an nsys export recorded, one row per kernel
     name and launch configuration, sorted by GPU time.
 
-    ``export`` is an opened export (``profkit.nsys.open_export``), a sqlite3
-    connection to one, or rows of ``profkit.nsys.launches.launch_configs``
+    ``export`` is an opened export (``profkit.readers.nsys.open_export``), a sqlite3
+    connection to one, or rows of ``profkit.readers.nsys.launches.launch_configs``
     (then ``device`` must be given).  ``device`` overrides the export's GPU.
 
     Each row has the launch_configs keys (name, short_name, device_id,
@@ -37,7 +37,7 @@ def trace_occupancy(export: Any, device: DeviceLimits | None = None) -> list[dic
     (local memory in use), waves, last_wave_fill_pct, wave_efficiency_pct,
     tail_effect, time_pct, advice (sentences joined by "; ", "" if none).
     """
-    from profkit.nsys import launches as nsys_launches
+    from profkit.readers.nsys import launches as nsys_launches
 
     if isinstance(export, Sequence):
         rows, devices = [dict(r) for r in export], {}
@@ -58,7 +58,7 @@ def trace_occupancy(export: Any, device: DeviceLimits | None = None) -> list[dic
 
 
 def device_from_info(info: Mapping[str, Any]) -> DeviceLimits:
-    """DeviceLimits from a trace's GPU description (``profkit.nsys.launches.gpu_info``):
+    """DeviceLimits from a trace's GPU description (``profkit.readers.nsys.launches.gpu_info``):
     the architecture's rules with the limits the trace recorded."""
     warp = info.get("warp_size") or 32
     threads_per_sm = info.get("max_threads_per_sm") or (
@@ -83,7 +83,7 @@ def device_from_info(info: Mapping[str, Any]) -> DeviceLimits:
 def occupancy_row(launch: Mapping[str, Any], device: DeviceLimits,
                   total_ns: int | None = None) -> dict[str, Any]:
     """The occupancy row for one grouped launch configuration (keys as in
-    ``profkit.nsys.launches.launch_configs``)."""
+    ``profkit.readers.nsys.launches.launch_configs``)."""
     row = dict(launch)
     kwargs = {"smem_config_bytes": launch.get("smem_config_bytes") or None}
     occ = occupancy(device, row["block_size"], row["registers_per_thread"],

@@ -3,7 +3,7 @@
 Each query mirrors the nsys ``reports/*.py`` script named in its docstring
 (nsys 2023.4; the 2025.3 oracles in tests/data/nsys check the newer schema).
 Each query is a ``ColumnsQuery``: the group key columns, then one integer
-value (a duration in ns or a size in bytes); ``profkit.nsys.stats`` computes
+value (a duration in ns or a size in bytes); ``profkit.readers.nsys.stats`` computes
 the statistics.  Only this module and
 reader.py hold SQL for nsys tables.
 """
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from profkit.nsys.reader import NsysExport
-from profkit.nsys.stats import ColumnsQuery
+from profkit.readers.nsys.reader import NsysExport
+from profkit.readers.nsys.stats import ColumnsQuery
 
 # NVTX_EVENTS.eventType values (nsys's kernel_helper.py / nvtx_sum.py).
 NVTX_PUSHPOP_RANGE = 59

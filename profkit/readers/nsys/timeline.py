@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from profkit.nsys import queries
-from profkit.nsys.reader import NsysExport
+from profkit.readers.nsys import queries
+from profkit.readers.nsys.reader import NsysExport
 
 # (kind, table) of everything that occupies the GPU, drawn in this order.
 ACTIVITY_TABLES = (

@@ -118,7 +118,7 @@ class NsysExport:
         - nvtx_sum names a range of the default domain ":text" in 2025.3 and
           "text" in 2023.4.
         """
-        from profkit.nsys.stats import DECIMAL_HALF_UP, SQLITE_LEGACY
+        from profkit.readers.nsys.stats import DECIMAL_HALF_UP, SQLITE_LEGACY
 
         self.rounding_mode = SQLITE_LEGACY if year < 2024 else DECIMAL_HALF_UP
         self.nvtx_default_domain_prefix = year >= 2024

@@ -1,10 +1,10 @@
 """Reading Nsight Systems SQLite exports.
 
 ``open_export(path)`` gives a validated, read-only ``NsysExport``; the SQL
-for each summary lives in ``profkit.nsys.queries``.
+for each summary lives in ``profkit.readers.nsys.queries``.
 """
 
-from profkit.nsys.reader import (
+from profkit.readers.nsys.reader import (
     NsysExport,
     api_name_sql,
     decode_global_tid,

@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from profkit.ncu.csv_reader import NcuCsv, RawLaunch, RuleRow, read_csv_file
-from profkit.ncu.units import Quantity, exact_bytes, parse_value
+from profkit.readers.ncu.csv_reader import NcuCsv, RawLaunch, RuleRow, read_csv_file
+from profkit.readers.ncu.units import Quantity, exact_bytes, parse_value
 
 # field -> (details display names, raw metric ids, kind); kind: int | float | size
 # ("size": a shared-memory size, snapped back to whole bytes from a rounded print)

@@ -51,8 +51,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from profkit.nsys import queries
-from profkit.nsys.reader import GLOBAL_PID_MASK, NsysExport, normalize_api_name
+from profkit.readers.nsys import queries
+from profkit.readers.nsys.reader import GLOBAL_PID_MASK, NsysExport, normalize_api_name
 
 # SQLite reads a decimal literal above 2**63 as a REAL, which turns "&" into
 # nonsense; a hex literal is a 64-bit two's-complement integer, as intended.

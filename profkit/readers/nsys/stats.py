@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from profkit.nsys.reader import NsysExport
+from profkit.readers.nsys.reader import NsysExport
 
 _collector_ids = itertools.count()
 

@@ -1,7 +1,7 @@
 """Reading Nsight Compute (ncu) CSV output: ``read_ncu_csv(path) -> list[NcuLaunch]``."""
 
-from profkit.ncu.csv_reader import NcuCsv, parse_csv_text, read_csv_file
-from profkit.ncu.launches import (
+from profkit.readers.ncu.csv_reader import NcuCsv, parse_csv_text, read_csv_file
+from profkit.readers.ncu.launches import (
            FIELDS,
            NcuLaunch,
            launches_frame,

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from profkit.nsys import queries
-from profkit.nsys.reader import GLOBAL_PID_MASK, NsysExport
-from profkit.nsys.stats import NULL_INT, ColumnsQuery, collect_columns
+from profkit.readers.nsys import queries
+from profkit.readers.nsys.reader import GLOBAL_PID_MASK, NsysExport
+from profkit.readers.nsys.stats import NULL_INT, ColumnsQuery, collect_columns
 
 
 @dataclass
