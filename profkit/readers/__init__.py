@@ -6,3 +6,52 @@
 
 ``profkit.readers.open_trace`` detects the source from the file's content.
 """
+
+from __future__ import annotations
+
+
+
+from pathlib import Path
+
+from profkit.errors import ProfkitError
+from profkit.model import Trace
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def detect_source(path: str | Path) -> str:
+    """``"nsys"`` or ``"kineto"``, from the file's first bytes, never its name.
+
+    A folder is a Kineto folder (``tensorboard_trace_handler`` output) unless
+    it is a ``profkit trace`` run folder, whose ``run.json`` names its trace."""
+    p = Path(path)
+    if p.is_dir():
+        return "kineto"
+    try:
+        with p.open("rb") as f:
+            head = f.read(64)
+    except FileNotFoundError:
+        raise ProfkitError(f"{p}: no such file") from None
+    except IsADirectoryError:
+        return "kineto"
+    except OSError as exc:
+        raise ProfkitError(f"{p}: cannot read it ({exc.strerror or exc})") from None
+    if head.startswith(SQLITE_MAGIC):
+        return "nsys"
+    if head.startswith(GZIP_MAGIC) or head.lstrip()[:1] in (b"{", b"["):
+        return "kineto"
+    if not head:
+        raise ProfkitError(f"{p.name} is empty: not an nsys export or a PyTorch profiler trace")
+    raise ProfkitError(f"{p.name} is neither an nsys SQLite export nor a PyTorch profiler (Kineto) JSON trace",
+                       hint="export an .nsys-rep with: nsys export --type sqlite FILE.nsys-rep")
+
+
+def open_trace(path: str | Path) -> Trace:
+    """Open any supported trace as a ``Trace`` (read-only; the file is never changed)."""
+    source = detect_source(path)
+    if source == "nsys":
+        from profkit.readers.nsys.model_source import open_nsys_trace
+        return open_nsys_trace(Path(path))
+    from profkit.readers.kineto import open_kineto_trace
+    return open_kineto_trace(Path(path))

@@ -1,0 +1,174 @@
+"""The columns of every table of the trace model, in one place.
+
+A reader fills these tables; analyses read them.  Every reader must produce
+exactly these column names and kinds (a column the source does not record is
+filled with the table's missing value: ``-1`` for integers, ``NaN``-free
+empty category ``""`` for text) so that an analysis never needs to know
+which source a trace came from.
+
+Kinds:
+- ``int``: int64.  Times are integer nanoseconds on the trace's own clock
+  (nsys: since the session start; Kineto: the JSON's microseconds times
+  1000, rounded: ``round(ts * 1000)``).  ``end`` is exclusive-free: the
+  duration of an event is ``end - start``.
+- ``category``: a pandas ``Categorical`` (codes plus the distinct strings).
+  A million kernels of 300 names are a million small integers and 300
+  strings, like nsys's StringIds and HTA's symbol table; ``groupby(...,
+  observed=True)`` on it is a hash on the codes.
+- ``float``: float64.
+
+Why pandas and not a list of objects: a 1M-kernel trace is 1M rows; as
+dataclasses that is ~1 GB and seconds of Python.  As columns it is ~8 MB per
+integer column, and the summaries are vectorised (numpy) operations.  pandas
+rather than bare numpy because joins (launch <-> kernel by correlation id),
+group-bys and categoricals come with it, and it is already in the stack.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+INT = "int"
+CATEGORY = "category"
+FLOAT = "float"
+
+MISSING_INT = -1
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    kind: str
+    doc: str
+
+
+def _cols(*spec: tuple[str, str, str]) -> tuple[Column, ...]:
+    return tuple(Column(*s) for s in spec)
+
+
+# One row per CUDA device seen in the trace.
+DEVICES = _cols(
+    ("device", INT, "CUDA device id (as kernels/memcpy refer to it)"),
+    ("name", CATEGORY, "e.g. 'NVIDIA H200'"),
+    ("sm_count", INT, "streaming multiprocessors"),
+    ("cc_major", INT, "compute capability, major"),
+    ("cc_minor", INT, "compute capability, minor"),
+    ("memory_bandwidth_bps", INT, "peak DRAM bandwidth, bytes/s (-1 unknown)"),
+    ("memory_total_bytes", INT, "device memory (-1 unknown)"),
+    ("max_threads_per_sm", INT, "occupancy limit (-1 unknown)"),
+    ("max_blocks_per_sm", INT, "occupancy limit (-1 unknown)"),
+    ("max_registers_per_sm", INT, "occupancy limit (-1 unknown)"),
+    ("max_shared_memory_per_sm", INT, "bytes (-1 unknown)"),
+    ("max_shared_memory_per_block", INT, "bytes, opt-in maximum (-1 unknown)"),
+    ("warp_size", INT, "threads per warp (-1 unknown)"),
+)
+
+# One row per GPU kernel execution.
+KERNELS = _cols(
+    ("start", INT, "ns"),
+    ("end", INT, "ns"),
+    ("device", INT, "CUDA device id"),
+    ("stream", INT, "stream id (nsys streamId, Kineto args.stream)"),
+    ("pid", INT, "process that launched it"),
+    ("correlation", INT, "id shared with the API call that launched it (-1 none)"),
+    ("name", CATEGORY, "demangled name, as nsys's cuda_gpu_kern_sum and Kineto's event name"),
+    ("short_name", CATEGORY, "base name without template arguments and parameters (nsys shortName)"),
+    ("grid_x", INT, ""), ("grid_y", INT, ""), ("grid_z", INT, ""),
+    ("block_x", INT, ""), ("block_y", INT, ""), ("block_z", INT, ""),
+    ("registers_per_thread", INT, "-1 unknown"),
+    ("static_smem_bytes", INT, "static shared memory per block, -1 unknown"),
+    ("dynamic_smem_bytes", INT, "dynamic shared memory per block, -1 unknown"),
+    ("smem_config_bytes", INT, "shared memory carveout the launch ran with, -1 unknown"),
+)
+
+# One row per memcpy.
+MEMCPY = _cols(
+    ("start", INT, "ns"), ("end", INT, "ns"),
+    ("device", INT, ""), ("stream", INT, ""), ("pid", INT, ""), ("correlation", INT, ""),
+    ("bytes", INT, ""),
+    ("copy_kind", CATEGORY, "'Host-to-Device', 'Device-to-Host', 'Device-to-Device', 'Peer-to-Peer', ..."),
+    ("src_kind", CATEGORY, "'Pageable', 'Pinned', 'Device', 'Managed', ... ('' unknown)"),
+    ("dst_kind", CATEGORY, "same labels as src_kind"),
+)
+
+# One row per memset.
+MEMSET = _cols(
+    ("start", INT, "ns"), ("end", INT, "ns"),
+    ("device", INT, ""), ("stream", INT, ""), ("pid", INT, ""), ("correlation", INT, ""),
+    ("bytes", INT, ""),
+    ("dst_kind", CATEGORY, "memory kind set ('Device', 'Managed', ...; '' unknown)"),
+)
+
+# One row per CUDA runtime or driver API call on a CPU thread.
+API = _cols(
+    ("start", INT, "ns"), ("end", INT, "ns"),
+    ("pid", INT, ""), ("tid", INT, ""), ("correlation", INT, ""),
+    ("name", CATEGORY, "version suffix stripped: cudaLaunchKernel_v7000 -> cudaLaunchKernel"),
+    ("layer", CATEGORY, "'runtime' or 'driver'"),
+)
+
+# Annotated ranges: NVTX push/pop and start/end, record_function /
+# user_annotation, GPU-side annotations, ProfilerStep#N, and profkit's sync
+# sites (kind 'sync_site', name 'file.py:59 print(loss.item())' as recorded).
+RANGES = _cols(
+    ("start", INT, "ns"),
+    ("end", INT, "ns (-1 for a range never closed)"),
+    ("pid", INT, ""), ("tid", INT, "CPU thread (-1 for GPU-side ranges)"),
+    ("device", INT, "for GPU-side annotations, else -1"),
+    ("stream", INT, "for GPU-side annotations, else -1"),
+    ("name", CATEGORY, "range text"),
+    ("domain", CATEGORY, "NVTX domain ('' default domain); Kineto: the event category"),
+    ("style", CATEGORY, "'PushPop' or 'StartEnd' (nvtx_sum's Style)"),
+    ("kind", CATEGORY, "'nvtx', 'user_annotation', 'gpu_user_annotation', 'profiler_step', 'sync_site'"),
+)
+
+# Framework CPU operators (Kineto cat 'cpu_op'; nsys has none).
+CPU_OPS = _cols(
+    ("start", INT, "ns"), ("end", INT, "ns"),
+    ("pid", INT, ""), ("tid", INT, ""),
+    ("name", CATEGORY, "e.g. 'aten::mm'"),
+    ("external_id", INT, "Kineto 'External id' linking ops to launches (-1 none)"),
+)
+
+# CUDA synchronization activity recorded by CUPTI (nsys
+# CUPTI_ACTIVITY_KIND_SYNCHRONIZATION; Kineto cat 'cuda_sync').
+SYNCS = _cols(
+    ("start", INT, "ns"), ("end", INT, "ns"),
+    ("pid", INT, ""), ("tid", INT, ""), ("correlation", INT, ""),
+    ("device", INT, ""), ("stream", INT, "-1 when not stream-specific"),
+    ("sync_type", CATEGORY, "'Event sync', 'Stream wait sync', 'Stream sync', 'Context sync', ..."),
+)
+
+PROCESSES = _cols(
+    ("pid", INT, ""),
+    ("name", CATEGORY, "process name ('' unknown)"),
+)
+
+THREADS = _cols(
+    ("pid", INT, ""), ("tid", INT, ""),
+    ("name", CATEGORY, "thread name ('' unknown)"),
+)
+
+TABLES: dict[str, tuple[Column, ...]] = {
+    "devices": DEVICES,
+    "kernels": KERNELS,
+    "memcpy": MEMCPY,
+    "memset": MEMSET,
+    "api": API,
+    "ranges": RANGES,
+    "cpu_ops": CPU_OPS,
+    "syncs": SYNCS,
+    "processes": PROCESSES,
+    "threads": THREADS,
+}
+
+
+def column_names(table: str) -> tuple[str, ...]:
+    return tuple(c.name for c in TABLES[table])
+
+
+def column_kind(table: str, column: str) -> str:
+    for c in TABLES[table]:
+        if c.name == column:
+            return c.kind
+    raise KeyError(f"table {table!r} has no column {column!r}")
