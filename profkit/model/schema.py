@@ -61,6 +61,11 @@ DEVICES = _cols(
     ("max_shared_memory_per_sm", INT, "bytes (-1 unknown)"),
     ("max_shared_memory_per_block", INT, "bytes, opt-in maximum (-1 unknown)"),
     ("warp_size", INT, "threads per warp (-1 unknown)"),
+    # Added by the nsys reader (occupancy needs them; nsys TARGET_INFO_GPU has them):
+    ("max_threads_per_block", INT, "-1 unknown"),
+    ("max_registers_per_block", INT, "-1 unknown"),
+    ("default_shared_memory_per_block", INT, "bytes without opt-in (48 KiB), -1 unknown"),
+    ("reserved_shared_memory_per_block", INT, "bytes the driver reserves per block, -1 unknown"),
 )
 
 # One row per GPU kernel execution.
@@ -79,6 +84,8 @@ KERNELS = _cols(
     ("static_smem_bytes", INT, "static shared memory per block, -1 unknown"),
     ("dynamic_smem_bytes", INT, "dynamic shared memory per block, -1 unknown"),
     ("smem_config_bytes", INT, "shared memory carveout the launch ran with, -1 unknown"),
+    # Added by the nsys reader: non-zero means the kernel spills to local memory.
+    ("local_memory_per_thread", INT, "bytes of local memory per thread, -1 unknown"),
 )
 
 # One row per memcpy.
@@ -114,6 +121,9 @@ RANGES = _cols(
     ("start", INT, "ns"),
     ("end", INT, "ns (-1 for a range never closed)"),
     ("pid", INT, ""), ("tid", INT, "CPU thread (-1 for GPU-side ranges)"),
+    # Added by the nsys reader: nvtx_kern_sum and the stall analysis leave out
+    # ranges ended on another thread (start/end ranges may cross threads).
+    ("end_tid", INT, "thread that ended the range where the source records it (nsys endGlobalTid), else -1"),
     ("device", INT, "for GPU-side annotations, else -1"),
     ("stream", INT, "for GPU-side annotations, else -1"),
     ("name", CATEGORY, "range text"),
@@ -134,9 +144,11 @@ CPU_OPS = _cols(
 # CUPTI_ACTIVITY_KIND_SYNCHRONIZATION; Kineto cat 'cuda_sync').
 SYNCS = _cols(
     ("start", INT, "ns"), ("end", INT, "ns"),
-    ("pid", INT, ""), ("tid", INT, ""), ("correlation", INT, ""),
+    ("pid", INT, ""), ("tid", INT, "-1 where unknown (nsys: take it from the api row of the same correlation)"),
+    ("correlation", INT, ""),
     ("device", INT, ""), ("stream", INT, "-1 when not stream-specific"),
-    ("sync_type", CATEGORY, "'Event sync', 'Stream wait sync', 'Stream sync', 'Context sync', ..."),
+    ("sync_type", CATEGORY, "'Event sync', 'Stream wait sync', 'Stream sync', 'Context sync', ... "
+                            "(nsys schema 3.20: 'CUPTI sync type <n>', its labels do not fit the values)"),
 )
 
 PROCESSES = _cols(

@@ -1,0 +1,437 @@
+"""An nsys SQLite export as a trace model source (``profkit.model.Trace``).
+
+``open_nsys_trace(path)`` wraps ``open_export``; the ``NsysExport`` stays the
+trace's ``native`` handle.  ``NsysSource.load(table, columns)`` reads only the
+asked columns, each as an SQL expression over one nsys table:
+
+- integer columns leave SQLite through ``stats.collect_columns`` (chunked
+  ``group_concat`` scans parsed by numpy, several connections at once on big
+  tables), in rowid order, so columns loaded at different times line up;
+- text columns stored as StringIds keys (kernel, API and thread names) are
+  scanned as integers, encoded densely (``stats.encode_keys``) and only the
+  distinct keys are looked up in StringIds: a million kernels of 300 names
+  cost 300 string lookups;
+- enum columns (copy kind, memory kind, sync type) are mapped through the
+  export's ENUM_* label tables, as ``profkit.readers.nsys.sync`` labels them.
+
+Which nsys table fills which model table (both schema 3.7 / nsys 2023.4 and
+3.20 / nsys 2025.3):
+
+==========  =====================================================
+devices     TARGET_INFO_GPU (limits via ``launches.gpu_info``)
+kernels     CUPTI_ACTIVITY_KIND_KERNEL
+memcpy      CUPTI_ACTIVITY_KIND_MEMCPY (+ ENUM_CUDA_MEMCPY_OPER, ENUM_CUDA_MEM_KIND)
+memset      CUPTI_ACTIVITY_KIND_MEMSET (+ ENUM_CUDA_MEM_KIND)
+api         CUPTI_ACTIVITY_KIND_RUNTIME (runtime and driver: eventClass 0 / 1)
+ranges      NVTX_EVENTS push/pop and start/end ranges (+ domain-create events)
+syncs       CUPTI_ACTIVITY_KIND_SYNCHRONIZATION (+ ENUM_CUPTI_SYNC_TYPE)
+processes   PROCESSES
+threads     ThreadNames
+==========  =====================================================
+
+Never read: TARGET_INFO_SYSTEM_ENV and the environment rows of
+META_DATA_CAPTURE (the profiled process's environment).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from profkit.capture.sync_hook import PREFIX as SYNC_SITE_PREFIX
+from profkit.model import schema
+from profkit.model.trace import NSYS, Trace, TraceMeta, empty_table
+from profkit.readers.nsys import launches, queries, sync
+from profkit.readers.nsys.reader import (
+    NsysExport,
+    normalize_api_name,
+    open_export,
+    pid_sql,
+    tid_sql,
+)
+from profkit.readers.nsys.stats import NULL_INT, ColumnsQuery, collect_columns, encode_keys
+
+# -- column specs ----------------------------------------------------------------
+# An integer column: an SQL expression (NULL -> -1).
+INT = "int"
+# A text column stored as a StringIds key: the key's expression.
+STRING_ID = "string_id"
+# A text column stored as an enum: the expression of the enum value; labels from a function of the export.
+ENUM = "enum"
+# A text column stored inline (few rows only: it leaves SQLite row by row).
+TEXT = "text"
+
+
+@dataclass(frozen=True)
+class Spec:
+    kind: str
+    sql: str | None          # None: the source lacks it (filled with the missing value)
+    labels: Callable[[NsysExport], dict[int, str]] | None = None
+    rename: Callable[[str], str] | None = None  # applied to each distinct string (API names)
+
+
+@dataclass
+class TableSpec:
+    table: str                # the nsys table scanned
+    where: str = "1"
+    columns: dict[str, Spec] = field(default_factory=dict)
+
+
+def _col(export: NsysExport, table: str, column: str, sql: str | None = None) -> str | None:
+    """``sql`` (default: the quoted column) when ``table`` has ``column``, else None."""
+    return (sql or f'"{column}"') if export.has_column(table, column) else None
+
+
+def _int(export: NsysExport, table: str, column: str, sql: str | None = None) -> Spec:
+    return Spec(INT, _col(export, table, column, sql))
+
+
+def _pid(export: NsysExport, table: str, column: str) -> Spec:
+    return Spec(INT, _col(export, table, column, pid_sql(column)))
+
+
+def _tid(export: NsysExport, table: str, column: str) -> Spec:
+    return Spec(INT, _col(export, table, column, tid_sql(column)))
+
+
+def _activity(export: NsysExport, table: str) -> dict[str, Spec]:
+    """The columns every GPU activity table shares."""
+    return {
+        "start": _int(export, table, "start"), "end": _int(export, table, "end"),
+        "device": _int(export, table, "deviceId"), "stream": _int(export, table, "streamId"),
+        "pid": _pid(export, table, "globalPid"), "correlation": _int(export, table, "correlationId"),
+    }
+
+
+def _kernels(export: NsysExport) -> TableSpec:
+    t = queries.KERNELS.table
+    cols = _activity(export, t)
+    cols.update({
+        # cuda_gpu_kern_sum groups by demangledName; shortName is the base name.
+        "name": Spec(STRING_ID, _col(export, t, "demangledName")),
+        "short_name": Spec(STRING_ID, _col(export, t, "shortName") or _col(export, t, "demangledName")),
+        "grid_x": _int(export, t, "gridX"), "grid_y": _int(export, t, "gridY"), "grid_z": _int(export, t, "gridZ"),
+        "block_x": _int(export, t, "blockX"), "block_y": _int(export, t, "blockY"),
+        "block_z": _int(export, t, "blockZ"),
+        "registers_per_thread": _int(export, t, "registersPerThread"),
+        "static_smem_bytes": _int(export, t, "staticSharedMemory"),
+        "dynamic_smem_bytes": _int(export, t, "dynamicSharedMemory"),
+        "smem_config_bytes": _int(export, t, "sharedMemoryExecuted"),
+        "local_memory_per_thread": _int(export, t, "localMemoryPerThread"),
+    })
+    return TableSpec(t, columns=cols)
+
+
+def _memcpy(export: NsysExport) -> TableSpec:
+    t = queries.MEMCPY.table
+    cols = _activity(export, t)
+    cols.update({
+        "bytes": _int(export, t, "bytes"),
+        "copy_kind": Spec(ENUM, _col(export, t, "copyKind"), sync.copy_kind_labels),
+        "src_kind": Spec(ENUM, _col(export, t, "srcKind"), sync.mem_kind_labels),
+        "dst_kind": Spec(ENUM, _col(export, t, "dstKind"), sync.mem_kind_labels),
+    })
+    return TableSpec(t, columns=cols)
+
+
+def _memset(export: NsysExport) -> TableSpec:
+    t = queries.MEMSET.table
+    cols = _activity(export, t)
+    cols.update({
+        "bytes": _int(export, t, "bytes"),
+        "dst_kind": Spec(ENUM, _col(export, t, "memKind"), sync.mem_kind_labels),
+    })
+    return TableSpec(t, columns=cols)
+
+
+# ENUM_NSYS_EVENT_CLASS: 0 "CUDA runtime", 1 "CUDA driver" (same ids in 3.7 and 3.20).
+_LAYERS = {0: "runtime", 1: "driver"}
+
+
+def _api(export: NsysExport) -> TableSpec:
+    t = queries.RUNTIME.table
+    layer = (Spec(ENUM, _col(export, t, "eventClass"), lambda _: dict(_LAYERS)) if
+             export.has_column(t, "eventClass") else
+             # No eventClass: driver calls are the cu* names that are not cuda*.
+             Spec(STRING_ID, _col(export, t, "nameId"),
+                  rename=lambda n: "driver" if n.startswith("cu") and not n.startswith("cuda") else "runtime"))
+    return TableSpec(t, columns={
+        "start": _int(export, t, "start"), "end": _int(export, t, "end"),
+        "pid": _pid(export, t, "globalTid"), "tid": _tid(export, t, "globalTid"),
+        "correlation": _int(export, t, "correlationId"),
+        # Suffix stripped as cuda_api_sum prints it (cudaLaunchKernel_v7000 -> cudaLaunchKernel).
+        "name": Spec(STRING_ID, _col(export, t, "nameId"), rename=normalize_api_name),
+        "layer": layer,
+    })
+
+
+def _ranges(export: NsysExport) -> TableSpec:
+    t = queries.NVTX.table
+    types = ", ".join(map(str, queries.NVTX_RANGE_TYPES))
+    push_pop = (queries.NVTX_PUSHPOP_RANGE, queries.NVTXT_PUSHPOP_RANGE)
+    start_end = (queries.NVTX_STARTEND_RANGE, queries.NVTXT_STARTEND_RANGE)
+    styles = {**{v: "PushPop" for v in push_pop}, **{v: "StartEnd" for v in start_end}}
+    return TableSpec(t, where=f"eventType IN ({types})", columns={
+        "start": _int(export, t, "start"), "end": _int(export, t, "end"),
+        "pid": _pid(export, t, "globalTid"), "tid": _tid(export, t, "globalTid"),
+        "end_tid": _tid(export, t, "endGlobalTid"),
+        "device": Spec(INT, None), "stream": Spec(INT, None),
+        # name, domain and kind are built by _range_text (text may be inline or a StringIds key).
+        "style": Spec(ENUM, _col(export, t, "eventType"), lambda _: dict(styles)),
+    })
+
+
+def _syncs(export: NsysExport) -> TableSpec:
+    t = sync.SYNC
+    cols = _activity(export, t)
+    cols["tid"] = Spec(INT, None)
+    cols["sync_type"] = Spec(ENUM, _col(export, t, "syncType"), _sync_labels)
+    return TableSpec(t, columns=cols)
+
+
+def _sync_labels(export: NsysExport) -> dict[int, str]:
+    # As readers/nsys/sync.py labels them: schema 3.20 records syncType values
+    # its own ENUM table mislabels, so those stay "CUPTI sync type <n>".
+    labels = sync._sync_type_labels(export)
+    if labels is not None:
+        return labels
+    values = export.rows(f'SELECT DISTINCT syncType FROM "{sync.SYNC}"')
+    return {int(v): f"CUPTI sync type {int(v)}" for (v,) in values if v is not None}
+
+
+def _processes(export: NsysExport) -> TableSpec:
+    t = "PROCESSES"
+    pid = _int(export, t, "pid") if export.has_column(t, "pid") else _pid(export, t, "globalPid")
+    return TableSpec(t, columns={"pid": pid, "name": Spec(TEXT, _col(export, t, "name"))})
+
+
+def _threads(export: NsysExport) -> TableSpec:
+    t = "ThreadNames"
+    return TableSpec(t, columns={"pid": _pid(export, t, "globalTid"), "tid": _tid(export, t, "globalTid"),
+                                 "name": Spec(STRING_ID, _col(export, t, "nameId"))})
+
+
+_SPECS: dict[str, Callable[[NsysExport], TableSpec]] = {
+    "kernels": _kernels, "memcpy": _memcpy, "memset": _memset, "api": _api, "ranges": _ranges,
+    "syncs": _syncs, "processes": _processes, "threads": _threads,
+}
+_NSYS_TABLES = {
+    "devices": "TARGET_INFO_GPU", "kernels": queries.KERNELS.table, "memcpy": queries.MEMCPY.table,
+    "memset": queries.MEMSET.table, "api": queries.RUNTIME.table, "ranges": queries.NVTX.table,
+    "syncs": sync.SYNC, "processes": "PROCESSES", "threads": "ThreadNames",
+}
+_RANGE_TEXT_COLUMNS = ("name", "domain", "kind")
+
+
+class NsysSource:
+    """``TraceSource`` over an open ``NsysExport`` (see the module docstring)."""
+
+    def __init__(self, export: NsysExport) -> None:
+        self.export = export
+        self.meta = _meta(export)
+        self._specs: dict[str, TableSpec] = {}
+        self._labels: dict[int, dict[int, str]] = {}
+
+    def has(self, table: str) -> bool:
+        nsys_table = _NSYS_TABLES.get(table)
+        return nsys_table is not None and self.export.has_table(nsys_table)
+
+    def close(self) -> None:
+        self.export.close()
+
+    def spec(self, table: str) -> TableSpec:
+        if table not in self._specs:
+            self._specs[table] = _SPECS[table](self.export)
+        return self._specs[table]
+
+    def load(self, table: str, columns: Sequence[str]) -> pd.DataFrame:
+        if table == "devices":
+            return _devices(self.export)[list(columns)]
+        spec = self.spec(table)
+        wanted = list(columns)
+        text_columns = [c for c in wanted if c in _RANGE_TEXT_COLUMNS] if table == "ranges" else []
+        plain = [c for c in wanted if c not in text_columns]
+        scanned = [c for c in plain if spec.columns[c].sql is not None and spec.columns[c].kind != TEXT]
+        texts = [c for c in plain if spec.columns[c].sql is not None and spec.columns[c].kind == TEXT]
+        extra_ints, extra_texts = _range_text_sql(self.export) if text_columns else ((), ())
+        query = ColumnsQuery(spec.table, f'"{spec.table}"',
+                             tuple(spec.columns[c].sql for c in scanned) + extra_ints,  # type: ignore[misc]
+                             tuple(spec.columns[c].sql for c in texts) + extra_texts,  # type: ignore[misc]
+                             where=spec.where)
+        ints, text_values = collect_columns(self.export, query)
+        n = len(ints[0]) if ints else len(text_values[0]) if text_values else self._count(spec)
+        data: dict[str, Any] = {}
+        for name, values in zip(scanned, ints):
+            data[name] = self._column(spec.columns[name], values)
+        for name, values in zip(texts, text_values):
+            data[name] = pd.Categorical(["" if v is None else str(v) for v in values])
+        if text_columns:
+            data.update(self._range_texts(ints[len(scanned):], text_values[len(texts):], text_columns))
+        for name in plain:
+            if name not in data:  # the export lacks it
+                data[name] = _missing(table, name, n)
+        if table == "ranges" and "end" in data:
+            self._note_nvtx_end(data["end"])
+        return pd.DataFrame({c: data[c] for c in wanted}, copy=False)
+
+    # -- helpers -------------------------------------------------------------
+    def _count(self, spec: TableSpec) -> int:
+        return int(self.export.scalar(f'SELECT count(*) FROM "{spec.table}" WHERE {spec.where}') or 0)
+
+    def _column(self, spec: Spec, values: np.ndarray) -> Any:
+        if spec.kind == INT:
+            values[values == NULL_INT] = schema.MISSING_INT
+            return values
+        if spec.kind == STRING_ID:
+            return _categorical(values, self.export.strings, spec.rename)
+        key = id(spec.labels)
+        if key not in self._labels:
+            self._labels[key] = spec.labels(self.export)  # type: ignore[misc]
+        labels = self._labels[key]
+        return _categorical(values, lambda ids: {i: labels.get(i, f"<{i}>") for i in ids}, spec.rename)
+
+    def _range_texts(self, ints: list[np.ndarray], texts: list[list[Any]], wanted: list[str]) -> dict[str, Any]:
+        """name, domain and kind of each NVTX range.
+
+        The text is StringIds[textId], else the inline ``text`` (nvtx_sum.py's
+        rule); the domain comes from the domain-create events of the same
+        process (the first creation wins, as in nvtx_sum.py)."""
+        text_id, global_tid, domain_id = ints
+        names = _categorical(text_id, self.export.strings)
+        if texts and any(v is not None for v in texts[0]):
+            inline = np.array(["" if v is None else str(v) for v in texts[0]], dtype=object)
+            merged = np.where(text_id == NULL_INT, inline, np.asarray(names, dtype=object))
+            names = pd.Categorical(merged)
+        out: dict[str, Any] = {}
+        if "name" in wanted:
+            out["name"] = names
+        if "kind" in wanted:
+            is_site = np.array([str(c).startswith(SYNC_SITE_PREFIX) for c in names.categories], dtype=bool)
+            site = is_site[names.codes] if len(is_site) else np.zeros(len(names), dtype=bool)
+            out["kind"] = pd.Categorical.from_codes(site.astype(np.int8), ["nvtx", "sync_site"])
+        if "domain" in wanted:
+            domains = sync.nvtx_domains(self.export)
+            gpid = np.where(global_tid == NULL_INT, 0, global_tid & np.int64(sync.GLOBAL_PID_MASK - (1 << 64)))
+            key_codes, keys = encode_keys([gpid, domain_id])
+            labels = [domains.get((int(g), int(d)), "") if d != NULL_INT else "" for g, d in keys]
+            out["domain"] = _categorical_from_labels(key_codes, labels)
+        return out
+
+    def _note_nvtx_end(self, end: np.ndarray) -> None:
+        # nvtx_sum ends a never-closed range at the last timestamp of any NVTX
+        # event (marks and domain creations too), which the ranges alone do not hold.
+        if len(end) and (end == schema.MISSING_INT).any() and "nvtx_last_timestamp_ns" not in self.meta.extra:
+            self.meta.extra["nvtx_last_timestamp_ns"] = self.export.scalar(
+                'SELECT max(max(start), max("end")) FROM NVTX_EVENTS')
+
+
+def _range_text_sql(export: NsysExport) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    t = queries.NVTX.table
+    ints = (_col(export, t, "textId") or "NULL", _col(export, t, "globalTid") or "NULL",
+            _col(export, t, "domainId") or "NULL")
+    # Inline text only where there is no textId (nvtx_sum prefers the StringIds value).
+    text = ("CASE WHEN textId IS NULL THEN text END" if export.has_column(t, "textId") else "text") \
+        if export.has_column(t, "text") else None
+    return ints, ((text,) if text else ())
+
+
+def _categorical(ids: np.ndarray, lookup: Callable[[list[int]], dict[int, str]],
+                 rename: Callable[[str], str] | None = None) -> pd.Categorical:
+    """Text of integer keys as a Categorical: one lookup of the distinct keys, NULL -> ''."""
+    codes, keys = encode_keys([ids])
+    distinct = [k[0] for k in keys]
+    found = lookup([k for k in distinct if k is not None and k != NULL_INT])
+    labels = [found.get(k, "") if k is not None else "" for k in distinct]
+    if rename is not None:
+        labels = [rename(label) for label in labels]
+    return _categorical_from_labels(codes, labels)
+
+
+def _categorical_from_labels(codes: np.ndarray, labels: list[str]) -> pd.Categorical:
+    """Codes into ``labels`` (which may repeat a string) as a Categorical of distinct strings."""
+    categories: dict[str, int] = {}
+    remap = np.array([categories.setdefault(label, len(categories)) for label in labels], dtype=np.int64)
+    new_codes = remap[codes] if len(codes) else np.zeros(0, dtype=np.int64)
+    return pd.Categorical.from_codes(new_codes, list(categories))
+
+
+def _missing(table: str, column: str, n: int) -> Any:
+    kind = schema.column_kind(table, column)
+    if kind == schema.INT:
+        return np.full(n, schema.MISSING_INT, dtype=np.int64)
+    if kind == schema.FLOAT:
+        return np.full(n, np.nan)
+    return pd.Categorical.from_codes(np.zeros(n, dtype=np.int8), [""])
+
+
+# -- devices -------------------------------------------------------------------------
+# model column -> key of launches.gpu_info (the occupancy limits) or of queries.gpus.
+_DEVICE_KEYS = {
+    "name": "name", "sm_count": "sm_count", "cc_major": "cc_major", "cc_minor": "cc_minor",
+    "max_threads_per_sm": "max_threads_per_sm", "max_blocks_per_sm": "max_blocks_per_sm",
+    "max_registers_per_sm": "regs_per_sm", "max_shared_memory_per_sm": "smem_per_sm",
+    "max_shared_memory_per_block": "smem_per_block_optin", "warp_size": "warp_size",
+    "max_threads_per_block": "max_threads_per_block", "max_registers_per_block": "regs_per_block",
+    "default_shared_memory_per_block": "smem_per_block",
+    "reserved_shared_memory_per_block": "reserved_smem_per_block",
+}
+
+
+def _devices(export: NsysExport) -> pd.DataFrame:
+    limits = launches.gpu_info(export)
+    described = {g.get("id"): g for g in queries.gpus(export)}
+    rows: dict[str, list[Any]] = {c: [] for c in schema.column_names("devices")}
+    for device, info in sorted(limits.items()):
+        info = dict(info)
+        if not info.get("max_threads_per_sm") and info.get("max_warps_per_sm"):
+            info["max_threads_per_sm"] = info["max_warps_per_sm"] * (info.get("warp_size") or 32)
+        gpu = described.get(device, {})
+        rows["device"].append(device)
+        rows["memory_bandwidth_bps"].append(gpu.get("memory_bandwidth"))
+        rows["memory_total_bytes"].append(gpu.get("total_memory"))
+        for column, key in _DEVICE_KEYS.items():
+            value = info.get(key)
+            rows[column].append(("" if value is None else str(value)) if column == "name" else value)
+    if not rows["device"]:
+        return empty_table("devices")
+    data: dict[str, Any] = {}
+    for column, values in rows.items():
+        if schema.column_kind("devices", column) == schema.CATEGORY:
+            data[column] = pd.Categorical(values)
+        else:
+            data[column] = np.array([schema.MISSING_INT if v is None else int(v) for v in values], dtype=np.int64)
+    return pd.DataFrame(data)
+
+
+# -- meta ------------------------------------------------------------------------------
+# META_DATA_CAPTURE CAPTURE_EVENT_TYPE values -> the model's names.
+_TRACED = {"Cuda": "cuda", "NvtxEvents": "nvtx", "OSRuntime": "osrt", "CuBlas": "cublas", "CuDnn": "cudnn",
+           "OpenGL": "opengl", "OpenAcc": "openacc", "OpenMP": "openmp", "Vulkan": "vulkan", "MPI": "mpi"}
+
+
+def _meta(export: NsysExport) -> TraceMeta:
+    window = queries.analysis_window(export)
+    traced = [value for name, value in queries.capture_settings(export) if name == "CAPTURE_EVENT_TYPE"]
+    return TraceMeta(
+        source=NSYS, path=export.path, tool_version=export.nsys_version, schema_version=export.schema_version,
+        rounding_mode=export.rounding_mode, nvtx_default_domain_prefix=export.nvtx_default_domain_prefix,
+        session_start_utc=queries.session_start_utc(export),
+        capture_start_ns=int(window[0]) if window else None, capture_end_ns=int(window[1]) if window else None,
+        traced=tuple(dict.fromkeys(_TRACED.get(t, t.lower()) for t in traced)),
+    )
+
+
+def open_nsys_trace(path: str | Path) -> Trace:
+    """An nsys SQLite export as a ``Trace`` (read-only; bad files raise ProfkitError)."""
+    export = open_export(path)
+    try:
+        return Trace(NsysSource(export), native=export)
+    except BaseException:
+        export.close()
+        raise
+
