@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "occupancy": "profkit.cli.occupancy:occupancy",
     "ptx": "profkit.cli.ptx:ptx",
     "trace": "profkit.cli.trace:trace",
+    "export": "profkit.cli.export:export",
     "doctor": "profkit.cli.doctor:doctor",
 }
 

@@ -1,0 +1,91 @@
+"""`profkit export TRACE --to perfetto -o out.json.gz`: the trace as Chrome trace-event JSON.
+
+Thin: parse the options, open the trace, call ``profkit.export.perfetto``.
+Perfetto (https://ui.perfetto.dev, in any browser, the file stays local)
+and chrome://tracing open the result.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from profkit.errors import ProfkitError
+
+FORMATS = ("perfetto",)
+
+
+def parse_window(text: str) -> tuple[float | None, float | None]:
+    """'1.5:2.25' -> (1.5, 2.25) seconds; either side may be left empty."""
+    start, sep, end = text.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        return (float(start) if start.strip() else None, float(end) if end.strip() else None)
+    except ValueError:
+        raise ProfkitError(f"--window takes START:END in seconds from the capture's start, e.g. 1.5:2.0 "
+                           f"(got {text!r})") from None
+
+
+def parse_steps(text: str) -> tuple[int, int]:
+    """'3:5' -> (3, 5), both included; '4' -> (4, 4)."""
+    first, sep, last = text.partition(":")
+    try:
+        return (int(first), int(last if sep else first))
+    except ValueError:
+        raise ProfkitError(f"--steps takes A:B, step indices as `profkit steps` numbers them (got {text!r})") from None
+
+
+@click.command()
+@click.argument("trace_path", metavar="TRACE", type=click.Path(path_type=Path))
+@click.option("--to", "fmt", default="perfetto", show_default=True, metavar="FORMAT",
+              help="Output format: perfetto (Chrome trace-event JSON, which Perfetto and chrome://tracing open).")
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=None, metavar="OUT.json[.gz]",
+              help="File to write; gzip-compressed when it ends in .gz (default: TRACE's name + .perfetto.json.gz "
+                   "in the current folder).")
+@click.option("--window", default=None, metavar="START:END",
+              help="Only events overlapping this window, in seconds from the capture's start (nsys: as on "
+                   "its timeline).")
+@click.option("--steps", "step_range", default=None, metavar="A:B",
+              help="Only steps A to B (both included, numbered as by `profkit steps`).")
+def export(trace_path: Path, fmt: str, output: Path | None, window: str | None, step_range: str | None) -> None:
+    """Write a trace (nsys export or PyTorch profiler trace) as a Perfetto/Chrome trace.
+
+    \b
+    Examples:
+      profkit export run.sqlite -o run.json.gz          # then open it in ui.perfetto.dev
+      profkit export run.sqlite -o part.json --window 2.5:2.8
+      profkit export trace.json.gz -o steps.json.gz --steps 10:12
+
+    GPU streams with kernels, copies and sets; CPU threads with CUDA calls and
+    NVTX/record_function ranges; arrows from each launch to its kernel;
+    Python sync sites by file:line; the training steps; GPU busy % over time.
+    Written to a temporary file and renamed when complete.
+    """
+    if fmt not in FORMATS:
+        raise ProfkitError(f"unknown export format {fmt!r}", hint=f"--to takes: {', '.join(FORMATS)}")
+    if window is not None and step_range is not None:
+        raise ProfkitError("--window and --steps both cut the trace: give one of them")
+    bounds = parse_window(window) if window is not None else None
+    steps_wanted = parse_steps(step_range) if step_range is not None else None
+    from profkit.export.perfetto import export_perfetto
+    from profkit.export.tracks import step_table, steps_window, time_origin, trace_span
+    from profkit.readers import open_trace
+
+    out = output if output is not None else Path(f"{trace_path.name.split('.')[0]}.perfetto.json.gz")
+    with open_trace(trace_path) as trace:
+        steps = step_table(trace)
+        window_ns = None
+        if bounds is not None:
+            span = trace_span(trace)
+            if span is not None:
+                origin = time_origin(trace, span)
+                lo = span[0] if bounds[0] is None else origin + round(bounds[0] * 1e9)
+                hi = span[1] + 1 if bounds[1] is None else origin + round(bounds[1] * 1e9)
+                window_ns = (lo, hi)
+        elif steps_wanted is not None:
+            window_ns = steps_window(steps, *steps_wanted)
+        result = export_perfetto(trace, out, window_ns=window_ns, steps=steps)
+    click.echo(f"{result.path}: {result.events:,} events ({result.kernels:,} kernels, {result.flows:,} launch "
+               f"arrows); open it at https://ui.perfetto.dev")
