@@ -1,0 +1,21 @@
+# Shell functions shared by the fixture scripts (make_fixtures.sh,
+# make_training_fixtures.sh); source it from the capture's working folder.
+
+NSYS_FLAGS=(-t cuda,nvtx,osrt --sample=none --cpuctxsw=none --export sqlite --force-overwrite true)
+
+nsys25() {  # name, command... -> <name>.sqlite and <name>.stdout (Nsight Systems 2025.3)
+  local name=$1; shift
+  echo "== nsys 2025: $name"
+  nsys profile "${NSYS_FLAGS[@]}" -o "$name" "$@" > "$name.stdout" 2>&1 || echo "  exit $? (see $name.stdout)"
+  rm -f ./*.qdstrm
+}
+
+stats() {  # nsys binary, export -> <export>_<report>.csv ; runs on a copy (stats may touch the file)
+  local bin=$1 db=$2 base=${2%.sqlite}
+  cp "$db" /tmp/stats-copy.sqlite
+  "$bin" stats -q --format csv --timeunit nsec \
+    --report cuda_gpu_kern_sum --report cuda_api_sum --report nvtx_sum \
+    --report cuda_gpu_mem_time_sum --report cuda_gpu_mem_size_sum \
+    -o "/tmp/stats-copy" /tmp/stats-copy.sqlite > /dev/null 2>&1
+  for f in /tmp/stats-copy_*.csv; do mv "$f" "${base}__$(basename "$f" | sed 's/^stats-copy_//')"; done
+}
