@@ -35,8 +35,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from profkit.analysis.summaries import capture_info, nvtx_kernel_summary, nvtx_summary  # noqa: E402
+from profkit.analysis.capture import capture_info  # noqa: E402
+from profkit.analysis.summaries import nvtx_kernel_summary, nvtx_summary  # noqa: E402
 from profkit.errors import ProfkitError  # noqa: E402
+from profkit.readers import open_trace  # noqa: E402
 from profkit.readers.nsys import open_export  # noqa: E402
 
 DOMAIN = "samples"
@@ -158,8 +160,9 @@ def measure(path: Path) -> SampleTable:
     """The per-variant table of one run folder or export."""
     with tempfile.TemporaryDirectory() as scratch:
         export_path = _export_path(path, Path(scratch))
+        with open_trace(export_path) as trace:
+            info = capture_info(trace)
         with open_export(export_path) as export:
-            info = capture_info(export)
             ranges = {r["name"]: r for r in nvtx_summary(export)}
             per_kernel = nvtx_kernel_summary(export)
     sample = _sample_of(set(ranges))

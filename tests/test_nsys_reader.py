@@ -11,8 +11,11 @@ import pytest
 from click.testing import CliRunner
 
 from profkit.analysis import summaries
+from profkit.analysis.capture import capture_info
+from profkit.analysis.timeline import union_length
 from profkit.cli import cli
 from profkit.errors import ProfkitError
+from profkit.readers import open_trace
 from profkit.readers.nsys import NsysExport, decode_global_tid, normalize_api_name, open_export
 from profkit.readers.nsys.reader import api_name_sql, pid_sql, tid_sql
 from profkit.readers.nsys.stats import DECIMAL_HALF_UP, SQLITE_LEGACY
@@ -133,8 +136,9 @@ def test_strings_resolves_ids_in_bulk() -> None:
 
 @pytest.mark.parametrize("name", FIXTURES)
 def test_capture_info_never_leaks_the_environment(name: str) -> None:
+    with open_trace(nsys_fixture(name)) as trace:
+        info = capture_info(trace)
     with open_export(nsys_fixture(name)) as export:
-        info = summaries.capture_info(export)
         secrets = {r[0] for r in export.rows("SELECT value FROM TARGET_INFO_SYSTEM_ENV")}
         secrets |= {r[0] for r in export.rows(
             "SELECT value FROM META_DATA_CAPTURE WHERE name LIKE '%ENVIRONMENT_VARIABLE%'")}
@@ -155,8 +159,8 @@ def test_gpu_busy_counts_overlap_once() -> None:
 
     starts = np.array([0, 5, 20, 22, 40], dtype=np.int64)
     ends = np.array([10, 8, 30, 25, 41], dtype=np.int64)
-    assert summaries.union_length(starts, ends) == 10 + 10 + 1
-    assert summaries.union_length(starts[::-1].copy(), ends[::-1].copy()) == 21
+    assert union_length(starts, ends) == 10 + 10 + 1
+    assert union_length(starts[::-1].copy(), ends[::-1].copy()) == 21
 
 
 def test_global_pid_sql_keeps_the_process_bits() -> None:

@@ -1,4 +1,5 @@
-"""Occupancy applied to real nsys exports (schema 3.7 from nsys 2023.4, 3.20 from 2025.3)."""
+"""Occupancy applied to real nsys exports (schema 3.7 from nsys 2023.4, 3.20 from 2025.3) through
+the trace model (launch configurations and GPU limits are columns of ``trace.kernels`` / ``trace.devices``)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ from collections import defaultdict
 import pytest
 from click.testing import CliRunner
 
-from profkit.analysis.occupancy import device_from_info, trace_occupancy
+from profkit.analysis.occupancy import device_from_info, device_limits_of, launch_configs, trace_occupancy
 from profkit.cli import cli
 from profkit.errors import ProfkitError
+from profkit.readers import open_trace
 from profkit.readers.nsys import open_export
-from profkit.readers.nsys.launches import gpu_info, launch_configs
+from profkit.readers.nsys.launches import gpu_info
 from tests.conftest import nsys_fixture, nsys_fixture_names, oracle_csv
 
 EXPORTS = nsys_fixture_names()
@@ -25,8 +27,8 @@ pytestmark = pytest.mark.skipif(not EXPORTS, reason="nsys fixtures not unpacked"
 def test_launch_configs_add_up_to_nsys_stats(name):
     """Grouping per launch configuration loses nothing: per kernel name, the
     launch counts and GPU time add up to `nsys stats --report cuda_gpu_kern_sum`."""
-    with open_export(nsys_fixture(name)) as ex:
-        rows = launch_configs(ex)
+    with open_trace(nsys_fixture(name)) as trace:
+        rows = launch_configs(trace)
     per_name: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for r in rows:
         per_name[r["name"]][0] += r["launches"]
@@ -38,7 +40,7 @@ def test_launch_configs_add_up_to_nsys_stats(name):
 
 @pytest.mark.parametrize("name", EXPORTS)
 def test_launch_configs_match_the_raw_rows(name):
-    """The SQL grouping against a plain Python grouping of every kernel row."""
+    """The grouping of the model's columns against a plain Python grouping of every kernel row, read directly."""
     path = nsys_fixture(name)
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     raw = conn.execute(
@@ -49,7 +51,9 @@ def test_launch_configs_match_the_raw_rows(name):
     for *key, duration in raw:
         expected[tuple(key)][0] += 1
         expected[tuple(key)][1] += duration
-    rows = launch_configs(conn)  # a plain sqlite3 connection works too
+    conn.close()
+    with open_trace(path) as trace:
+        rows = launch_configs(trace)
     got = {(r["name"], r["grid_size"], r["block_size"], r["registers_per_thread"], r["static_smem_bytes"],
             r["dynamic_smem_bytes"], r["local_mem_per_thread"], r["smem_config_bytes"]): [r["launches"],
                                                                                          r["total_time_ns"]]
@@ -62,16 +66,20 @@ def test_launch_configs_match_the_raw_rows(name):
 def test_gpu_limits_from_both_schemas(name):
     with open_export(nsys_fixture(name)) as ex:
         info = gpu_info(ex)
-    assert list(info) == [0]
-    dev = device_from_info(info[0])
-    assert (dev.cc_major, dev.cc_minor, dev.sm_count, dev.name) == (9, 0, 132, "NVIDIA H200")
-    assert (dev.smem_per_sm, dev.smem_per_block_optin, dev.smem_per_block) == (233472, 232448, 49152)
-    assert (dev.max_warps_per_sm, dev.max_blocks_per_sm, dev.regs_per_sm, dev.regs_per_block) == (64, 32, 65536, 65536)
+    with open_trace(nsys_fixture(name)) as trace:
+        from_model = device_limits_of(trace)
+    assert list(info) == [0] == list(from_model)
+    for dev in (device_from_info(info[0]), from_model[0]):
+        assert (dev.cc_major, dev.cc_minor, dev.sm_count, dev.name) == (9, 0, 132, "NVIDIA H200")
+        assert (dev.smem_per_sm, dev.smem_per_block_optin, dev.smem_per_block) == (233472, 232448, 49152)
+        assert (dev.max_warps_per_sm, dev.max_blocks_per_sm, dev.regs_per_sm, dev.regs_per_block) == (
+            64, 32, 65536, 65536)
+    assert from_model[0] == device_from_info(info[0])
 
 
 def test_register_heavy_kernels_are_register_limited_with_advice():
-    with open_export(nsys_fixture("nsys2025_bad")) as ex:
-        rows = {r["short_name"]: r for r in trace_occupancy(ex)}
+    with open_trace(nsys_fixture("nsys2025_bad")) as trace:
+        rows = {r["short_name"]: r for r in trace_occupancy(trace)}
     cuda = rows["register_heavy_kernel"]
     # 80 registers x 32 = 2560 per warp: 6 warps per sub-partition, 24 per SM, 3 blocks of 8 warps
     assert (cuda["registers_per_thread"], cuda["block_size"], cuda["blocks_per_sm"]) == (80, 256, 3)
@@ -117,8 +125,8 @@ def test_markdown_table_for_a_report():
 
 
 def trace_rows(name):
-    with open_export(nsys_fixture(name)) as ex:
-        return trace_occupancy(ex)
+    with open_trace(nsys_fixture(name)) as trace:
+        return trace_occupancy(trace)
 
 
 def test_export_without_kernels_is_a_one_line_error(tmp_path):
@@ -129,8 +137,8 @@ def test_export_without_kernels_is_a_one_line_error(tmp_path):
     conn.execute("CREATE TABLE META_DATA_EXPORT (name TEXT, value TEXT)")
     conn.commit()
     conn.close()
-    with pytest.raises(ProfkitError, match="no CUDA kernel data"), open_export(path) as ex:
-        trace_occupancy(ex)
+    with pytest.raises(ProfkitError, match="no CUDA kernel data"), open_trace(path) as trace:
+        trace_occupancy(trace)
     result = CliRunner().invoke(cli, ["occupancy", str(path)])
     assert result.exit_code == 2 and result.output.startswith("profkit: error:")
     assert "-t cuda" in result.output

@@ -1,9 +1,9 @@
-"""profkit.readers.nsys.timeline: binned busy time per stream, GPU utilization, NVTX bars.
+"""profkit.analysis.timeline on the trace model: binned busy time per stream, GPU utilization, NVTX bars.
 
-Checked against a brute-force computation in plain Python (every interval
-clipped to every bin) on the real exports, and on a hand-built scale/edge
-export (overlapping streams, several devices, operations spanning many
-bins, zero-length operations) with tiny streaming chunks.
+Checked against a brute-force computation in plain Python (every interval,
+read directly from the export's SQLite, clipped to every bin) on the real
+exports, and on a hand-built scale/edge export (overlapping streams, several
+devices, operations spanning many bins, zero-length operations).
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from profkit.analysis import summaries
-from profkit.readers.nsys import open_export, timeline
+from profkit.analysis import summaries, timeline
+from profkit.readers import open_trace
+from profkit.readers.nsys import open_export
 from tests.conftest import nsys_fixture
 
 REAL = ["nsys2025_train_print", "nsys2025_sync", "nsys2023_vector_add", "nsys2023_nvtx", "nsys2025_nvtx"]
@@ -25,15 +26,17 @@ TABLES = {"kernel": "CUPTI_ACTIVITY_KIND_KERNEL", "memcpy": "CUPTI_ACTIVITY_KIND
 
 
 def intervals(path: Path) -> list[tuple[str, int, int, int, int, int]]:
-    """(kind, device, context, stream, start, end) of every GPU operation, read directly."""
+    """(kind, device, pid, stream, start, end) of every GPU operation, read directly (pid -1 if not recorded)."""
     conn = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
     try:
         present = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
         out = []
         for kind, table in TABLES.items():
             if table in present:
+                columns = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
+                pid = "(globalPid >> 24) & 16777215" if "globalPid" in columns else "-1"
                 out += [(kind, *row) for row in conn.execute(
-                    f'SELECT deviceId, contextId, streamId, start, "end" FROM {table}')]
+                    f'SELECT deviceId, {pid}, streamId, start, "end" FROM {table}')]
         return out
     finally:
         conn.close()
@@ -75,15 +78,15 @@ def brute_gaps(ops: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 def check_against_brute_force(path: Path, bins: timeline.TimeBins) -> None:
     ops = intervals(path)
-    with open_export(path) as export:
-        lanes = timeline.stream_busy(export, bins)
-        utilization = timeline.gpu_utilization(export, bins, gaps=10**6)
+    with open_trace(path) as trace:
+        lanes = timeline.stream_busy(trace, bins)
+        utilization = timeline.gpu_utilization(trace, bins, gaps=10**6)
     expected_lanes = {}
-    for kind, dev, ctx, stream, s, e in ops:
-        expected_lanes.setdefault((dev, ctx, stream, kind), []).append((s, e))
-    assert {(a.device_id, a.context_id, a.stream_id, a.kind) for a in lanes} == set(expected_lanes)
+    for kind, dev, pid, stream, s, e in ops:
+        expected_lanes.setdefault((dev, None if pid < 0 else pid, stream, kind), []).append((s, e))
+    assert {(a.device_id, a.pid, a.stream_id, a.kind) for a in lanes} == set(expected_lanes)
     for lane in lanes:
-        mine = expected_lanes[(lane.device_id, lane.context_id, lane.stream_id, lane.kind)]
+        mine = expected_lanes[(lane.device_id, lane.pid, lane.stream_id, lane.kind)]
         assert lane.operations == len(mine)
         assert lane.busy_ns == sum(e - s for s, e in mine)
         assert lane.busy_per_bin.tolist() == brute_bins(mine, bins)
@@ -104,32 +107,47 @@ def check_against_brute_force(path: Path, bins: timeline.TimeBins) -> None:
 @pytest.mark.parametrize("count", [1, 7, 300])
 def test_real_exports_equal_brute_force(name: str, count: int) -> None:
     path = nsys_fixture(name)
-    with open_export(path) as export:
-        window = timeline.time_window(export)
+    with open_trace(path) as trace:
+        window = timeline.time_window(trace)
     assert window is not None
     check_against_brute_force(path, timeline.make_bins(*window, count))
 
 
 @pytest.mark.parametrize("name", REAL)
 def test_utilization_equals_capture_busy_time(name: str) -> None:
-    with open_export(nsys_fixture(name)) as export:
-        busy = summaries.gpu_busy(export)
-        bins = timeline.make_bins(*timeline.time_window(export), 1000)
-        utilization = timeline.gpu_utilization(export, bins)
+    path = nsys_fixture(name)
+    with open_trace(path) as trace:
+        busy = timeline.gpu_busy(trace)
+        bins = timeline.make_bins(*timeline.time_window(trace), 1000)
+        utilization = timeline.gpu_utilization(trace, bins)
     assert {u.device_id: u.busy_ns for u in utilization} == {d["device"]: d["busy_ns"] for d in busy["per_device"]}
     assert all(int(u.busy_per_bin.max()) <= bins.width_ns for u in utilization)
+    # the union of every operation's interval, from the raw rows
+    ops = sorted((s, e) for *_, s, e in intervals(path))
+    covered, reach = 0, None
+    for s, e in ops:
+        if reach is None or s >= reach:
+            covered, reach = covered + e - s, e
+        elif e > reach:
+            covered, reach = covered + e - reach, e
+    assert busy["busy_ns"] == covered
 
 
 def test_sub_window_drops_what_lies_outside() -> None:
     path = nsys_fixture("nsys2025_train_print")
-    with open_export(path) as export:
-        lo, hi = timeline.gpu_window(export)
+    with open_trace(path) as trace:
+        lo, hi = timeline.gpu_window(trace)
         bins = timeline.make_bins(lo + (hi - lo) // 2, hi, 50)
-        lanes = timeline.stream_busy(export, bins)
+        lanes = timeline.stream_busy(trace, bins)
+        utilization = timeline.gpu_utilization(trace, bins, gaps=10**6)
     inside = [(s, e) for kind, *_, s, e in intervals(path) if kind == "kernel" and s >= bins.start_ns
               and e <= bins.end_ns]
     kernel = next(a for a in lanes if a.kind == "kernel")
     assert kernel.operations == len(inside) and kernel.busy_ns == sum(e - s for s, e in inside)
+    # utilization cuts busy time at the window's edges; gaps are those wholly inside it
+    every = [(s, e) for *_, s, e in intervals(path)]
+    assert utilization[0].busy_per_bin.tolist() == brute_union_bins(every, bins)
+    assert utilization[0].gaps == [g for g in brute_gaps(every) if g[0] >= bins.start_ns and g[1] <= bins.end_ns]
 
 
 # -- hand-built scale/edge export -----------------------------------------------------------------
@@ -161,22 +179,20 @@ def build_synthetic(path: Path, n: int, seed: int) -> None:
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-def test_synthetic_overlaps_and_chunk_edges(tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_synthetic_overlaps(tmp_path: Path, seed: int) -> None:
     path = tmp_path / "synthetic.sqlite"
     build_synthetic(path, 400, seed)
-    monkeypatch.setattr(timeline, "STREAM_CHUNK_ROWS", 7)  # the furthest-end carry crosses many chunks
-    with open_export(path) as export:
-        window = timeline.time_window(export)
+    with open_trace(path) as trace:
+        window = timeline.time_window(trace)
     for count in (1, 13, 97):
         check_against_brute_force(path, timeline.make_bins(*window, count))
 
 
-def test_only_the_longest_gaps_are_kept_across_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_only_the_longest_gaps_are_kept() -> None:
     path = nsys_fixture("nsys2025_train_print")
-    monkeypatch.setattr(timeline, "STREAM_CHUNK_ROWS", 7)
     ops = [(s, e) for *_, s, e in intervals(path)]
-    with open_export(path) as export:
-        (device0,) = timeline.gpu_utilization(export, timeline.make_bins(*timeline.time_window(export), 10), gaps=5)
+    with open_trace(path) as trace:
+        (device0,) = timeline.gpu_utilization(trace, timeline.make_bins(*timeline.time_window(trace), 10), gaps=5)
     assert len(brute_gaps(ops)) > 1000
     assert device0.gaps == brute_gaps(ops)[:5]
 
@@ -202,9 +218,10 @@ def test_busiest_window() -> None:
 @pytest.mark.parametrize("name", ["nsys2025_nvtx", "nsys2023_nvtx", "nsys2025_train_print"])
 def test_nvtx_bars_are_the_ranges_of_nvtx_sum(name: str) -> None:
     with open_export(nsys_fixture(name)) as export:
-        window = timeline.nvtx_window(export)
-        bars, total = timeline.nvtx_bars(export, window[0], window[1] + 1)
         summary = summaries.nvtx_summary(export)
+    with open_trace(nsys_fixture(name)) as trace:
+        window = timeline.nvtx_window(trace)
+        bars, total = timeline.nvtx_bars(trace, window[0], window[1] + 1)
     assert total == len(bars) == sum(r["instances"] for r in summary)
     counts: dict[tuple, int] = {}
     for bar in bars:
@@ -218,17 +235,17 @@ def test_nvtx_bars_are_the_ranges_of_nvtx_sum(name: str) -> None:
     # levels: a range inside another one of the same thread sits deeper
     for inner in bars:
         for outer in bars:
-            if (outer is not inner and outer.global_tid == inner.global_tid
+            if (outer is not inner and outer.tid == inner.tid
                     and outer.start_ns < inner.start_ns and inner.end_ns < outer.end_ns):
                 assert inner.depth > outer.depth, (inner, outer)
 
 
 def test_nvtx_bars_limit_keeps_the_longest() -> None:
-    with open_export(nsys_fixture("nsys2025_train_print")) as export:
-        window = timeline.nvtx_window(export)
-        every, total = timeline.nvtx_bars(export, *window)
-        some, total_again = timeline.nvtx_bars(export, *window, limit=5)
-        long_only, _ = timeline.nvtx_bars(export, *window, min_duration_ns=10_000_000)
+    with open_trace(nsys_fixture("nsys2025_train_print")) as trace:
+        window = timeline.nvtx_window(trace)
+        every, total = timeline.nvtx_bars(trace, *window)
+        some, total_again = timeline.nvtx_bars(trace, *window, limit=5)
+        long_only, _ = timeline.nvtx_bars(trace, *window, min_duration_ns=10_000_000)
     assert total == total_again == len(every) and len(some) == 5
     lengths = sorted((b.end_ns - b.start_ns for b in every), reverse=True)
     assert sorted((b.end_ns - b.start_ns for b in some), reverse=True) == lengths[:5]
@@ -237,8 +254,8 @@ def test_nvtx_bars_limit_keeps_the_longest() -> None:
 
 
 def test_enclosing_ranges_innermost_first() -> None:
-    with open_export(nsys_fixture("nsys2025_nvtx")) as export:
-        bars, _ = timeline.nvtx_bars(export, 0, 1 << 62)
+    with open_trace(nsys_fixture("nsys2025_nvtx")) as trace:
+        bars, _ = timeline.nvtx_bars(trace, 0, 1 << 62)
         inner = next(b for b in bars if b.text == "probe:inner")
-        names = timeline.enclosing_ranges(export, inner.start_ns + 1, inner.end_ns - 1)
+        names = timeline.enclosing_ranges(trace, inner.start_ns + 1, inner.end_ns - 1)
     assert names[0] == "probe:inner" and ":step 0" in names

@@ -7,7 +7,7 @@ Each function returns plain rows (a list of dicts) and never prints:
 - ``nvtx_summary``    = ``nvtx_sum``
 - ``memory_summary``  = ``cuda_gpu_mem_time_sum`` + ``cuda_gpu_mem_size_sum``
 - ``nvtx_kernel_summary`` = ``nvtx_kern_sum`` (kernels per enclosing NVTX range)
-- ``capture_info``    = the capture: versions, GPU, span, GPU busy %
+- ``capture_info``    = the capture: versions, GPU, span, GPU busy % (``profkit.analysis.capture``)
 
 Rows of the first three have the keys of ``SUMMARY_KEYS`` (NVTX rows add
 ``style``), in nsys's order: total time descending.  Times are integer ns;
@@ -17,19 +17,16 @@ rounds them, ``time_pct`` to 0.1 %.
 
 from __future__ import annotations
 
-import re
-import shlex
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from profkit.readers.nsys import queries
-from profkit.readers.nsys.reader import NsysExport, decode_global_tid, normalize_api_name
+from profkit.readers.nsys.reader import NsysExport, normalize_api_name
 from profkit.readers.nsys.stats import (
     NULL_INT,
     GroupStats,
-    collect_columns,
     encode_keys,
     grouped_stats,
     round_like_nsys,
@@ -166,158 +163,12 @@ def top_n(rows: Sequence[Row], n: int, label_key: str = "name") -> list[Row]:
     return [*head, other]
 
 
-# -- the capture -------------------------------------------------------------------
-def capture_info(export: NsysExport) -> dict[str, Any]:
-    """What was captured, on what, and how busy the GPU was.
-
-    Keys: nsys_version, export_schema_version, gpu_name, sm_count,
-    memory_bandwidth_gbps, compute_capability, driver_version,
-    cuda_runtime_version, gpus (all GPUs of the machine), session_start_utc,
-    span_ns (capture duration), gpu_span_ns (first to last GPU operation),
-    gpu_busy_ns (union of kernel, memcpy and memset intervals), gpu_busy_pct
-    (gpu_busy_ns / gpu_span_ns), gpu_busy_pct_of_capture, per_device_busy,
-    counts, traced (nsys event types), processes (pid, name, command line of
-    the processes that ran kernels, and of the launched command).
-
-    The driver and CUDA runtime versions come from the library paths that
-    nsys's backtraces recorded (``.../libcuda.so.580.159.04``), never from
-    TARGET_INFO_SYSTEM_ENV or the environment rows of META_DATA_CAPTURE,
-    which hold the profiled process's environment (secrets included).
-    """
-    gpus = queries.gpus(export)
-    busy = gpu_busy(export)
-    window = queries.analysis_window(export)
-    settings = queries.capture_settings(export)
-    primary = _primary_gpu(gpus, busy["per_device"])
-    driver, cudart = _library_versions(queries.library_paths(export))
-    info: dict[str, Any] = {
-        "export": export.path.name,
-        "nsys_version": export.nsys_version,
-        "export_schema_version": export.schema_version,
-        "gpu_name": primary.get("name"),
-        "sm_count": primary.get("sm_count"),
-        "memory_bandwidth_gbps": _gbps(primary.get("memory_bandwidth")),
-        "memory_total_bytes": primary.get("total_memory"),
-        "compute_capability": _compute_capability(primary),
-        "driver_version": driver,
-        "cuda_runtime_version": cudart,
-        "session_start_utc": queries.session_start_utc(export),
-        "span_ns": window[2] if window else None,
-        "gpu_span_ns": busy["span_ns"],
-        "gpu_busy_ns": busy["busy_ns"],
-        "gpu_busy_pct": busy["busy_pct"],
-        "gpu_busy_pct_of_capture": (round(100.0 * busy["busy_ns"] / window[2], 2)
-                                    if window and window[2] else None),
-        "per_device_busy": busy["per_device"],
-        "counts": queries.activity_counts(export),
-        "traced": [value for name, value in settings if name == "CAPTURE_EVENT_TYPE"],
-        "processes": _processes(export, settings),
-        "gpus": [
-            {"id": g.get("id"), "name": g.get("name"), "sm_count": g.get("sm_count"),
-             "memory_bandwidth_gbps": _gbps(g.get("memory_bandwidth")), "memory_total_bytes": g.get("total_memory"),
-             "compute_capability": _compute_capability(g), "chip": g.get("chip"), "bus": g.get("bus_location")}
-            for g in gpus
-        ],
-    }
-    return info
-
-
-def gpu_busy(export: NsysExport) -> dict[str, Any]:
-    """Union of kernel/memcpy/memset intervals, per device and over all devices.
-
-    Overlapping work (concurrent streams) counts once.  ``busy_pct`` is
-    busy time over the window from the first GPU operation's start to the
-    last one's end.
-    """
-    devices, starts, ends = [], [], []
-    for query in queries.gpu_activity(export):
-        (device, start, end), _ = collect_columns(export, query)
-        devices.append(device)
-        starts.append(start)
-        ends.append(end)
-    if not starts or not sum(len(s) for s in starts):
-        return {"span_ns": None, "busy_ns": 0, "busy_pct": None, "per_device": []}
-    device = np.concatenate(devices)
-    start = np.concatenate(starts)
-    end = np.concatenate(ends)
-    per_device = []
-    for dev in np.unique(device).tolist():
-        mask = device == dev
-        s, e = start[mask], end[mask]
-        span = int(e.max() - s.min())
-        busy_ns = union_length(s, e)
-        per_device.append({"device": int(dev), "span_ns": span, "busy_ns": busy_ns,
-                           "busy_pct": round(100.0 * busy_ns / span, 2) if span else None,
-                           "operations": int(mask.sum())})
-    span = int(end.max() - start.min())
-    busy_ns = union_length(start, end)
-    return {"span_ns": span, "busy_ns": busy_ns,
-            "busy_pct": round(100.0 * busy_ns / span, 2) if span else None, "per_device": per_device}
-
-
-def union_length(starts: np.ndarray, ends: np.ndarray) -> int:
-    """Total length covered by the intervals [start, end), overlaps counted once."""
-    if len(starts) == 0:
-        return 0
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
-    reach = np.maximum.accumulate(e)
-    previous_reach = np.concatenate(([s[0]], reach[:-1]))
-    covered = e - np.maximum(s, previous_reach)
-    return int(covered[covered > 0].sum())
-
-
-def _primary_gpu(gpus: list[dict], per_device: list[dict]) -> dict:
-    """The GPU that did the most work (TARGET_INFO_GPU.id is CUPTI's deviceId)."""
-    if not gpus:
-        return {}
-    if per_device:
-        busiest = max(per_device, key=lambda d: d["busy_ns"])["device"]
-        for g in gpus:
-            if g.get("id") == busiest:
-                return g
-    return gpus[0]
-
-
-def _gbps(bytes_per_second: Any) -> float | None:
-    return round(bytes_per_second / 1e9, 1) if isinstance(bytes_per_second, (int, float)) else None
-
-
-def _compute_capability(gpu: dict) -> str | None:
-    major, minor = gpu.get("compute_major"), gpu.get("compute_minor")
-    return f"{major}.{minor}" if major is not None and minor is not None else None
-
-
-_LIBCUDA = re.compile(r"/libcuda\.so\.(\d+\.\d+(?:\.\d+)?)$")
-_LIBCUDART = re.compile(r"/libcudart\.so\.(\d+(?:\.\d+)*)$")
-
-
-def _library_versions(paths: list[str]) -> tuple[str | None, str | None]:
-    driver = next((m.group(1) for p in paths if (m := _LIBCUDA.search(p))), None)
-    cudart = max((m.group(1) for p in paths if (m := _LIBCUDART.search(p))), key=len, default=None)
-    return driver, cudart
-
-
-def _processes(export: NsysExport, settings: list[tuple[str, str]]) -> list[dict[str, Any]]:
-    commands: dict[str, list[str]] = {}
-    for name, value in settings:
-        if ":" not in name:
-            continue
-        process, field = name.split(":", 1)
-        if field == "COMMAND":
-            commands.setdefault(process, []).insert(0, value)
-        elif field.startswith("ARGUMENT_"):
-            commands.setdefault(process, []).append(value)
-    launched = [" ".join(shlex.quote(a) for a in argv) for argv in commands.values()]
-    gpids = queries.kernel_processes(export)
-    names = queries.processes(export, gpids)
-    out: list[dict[str, Any]] = [
-        {"pid": decode_global_tid(g)[0], "name": names.get(g), "ran_kernels": True} for g in gpids
-    ]
-    for command in launched:
-        out.append({"pid": None, "name": None, "command_line": command, "launched": True})
-    return out
-
+# -- the capture ---------------------------------------------------------------------
+# The capture and the GPU busy time are analyses of their own (profkit.analysis.capture,
+# profkit.analysis.timeline: one union of the GPU intervals serves the capture, the
+# utilization figure and the findings); the names stay reachable here.
+from profkit.analysis.capture import capture_info  # noqa: E402, F401
+from profkit.analysis.timeline import gpu_busy, union_length  # noqa: E402, F401
 
 # -- kernels per NVTX range ---------------------------------------------------------
 NVTX_KERNEL_KEYS = ("range", "style", "pid", "tid", "nvtx_instances", "instances", "total_ns", "avg_ns",

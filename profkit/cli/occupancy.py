@@ -79,7 +79,7 @@ def occupancy(export: str | None, arch: str | None, block: int | None, regs: int
 
     \b
       profkit occupancy --arch sm_90 --block 256 --regs 72 --smem 48K
-      profkit occupancy run.sqlite                   every kernel of a trace
+      profkit occupancy run.sqlite                   every kernel of a trace (nsys or Kineto)
       profkit occupancy --ncu report.csv             next to ncu's figures
       profkit occupancy run.sqlite --ncu report.csv  ncu's achieved occupancy per trace kernel
     """
@@ -95,10 +95,10 @@ def occupancy(export: str | None, arch: str | None, block: int | None, regs: int
             emit_rows(rows, NCU_COLUMNS, fmt, title=f"Occupancy: profkit vs ncu ({ncu_csv})")
             return
     if export:
-        from profkit.readers.nsys import open_export
+        from profkit.readers import open_trace
 
-        with open_export(export) as ex:
-            rows = occ.trace_occupancy(ex, device=occ.device_limits(arch, sm_count=sms) if arch else None)
+        with open_trace(export) as trace:
+            rows = occ.trace_occupancy(trace, device=occ.device_limits(arch, sm_count=sms) if arch else None)
         columns = TRACE_COLUMNS
         if launches is not None:
             rows = occ.attach_ncu(rows, launches)

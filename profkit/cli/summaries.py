@@ -119,8 +119,11 @@ def info(export: Path, fmt: str) -> None:
 
     Never shows the profiled process's environment (it can hold secrets).
     """
-    with open_export(export) as ex:
-        details = summaries.capture_info(ex)
+    from profkit.analysis.capture import capture_info
+    from profkit.readers import open_trace
+
+    with open_trace(export) as trace:
+        details = capture_info(trace)
     if fmt == "json":
         click.echo(json.dumps(details, indent=2))
         return

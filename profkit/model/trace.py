@@ -127,9 +127,14 @@ class Trace:
             self.table(name, [schema.column_names(name)[0]])
         return self._lengths[name]
 
-    def forget(self, name: str) -> None:
-        """Drop a table's loaded columns (to bound memory between report sections)."""
-        self._columns.pop(name, None)
+    def forget(self, name: str, columns: Sequence[str] | None = None) -> None:
+        """Drop a table's loaded columns, or only ``columns`` of it (to bound memory
+        between report sections); a later read loads them again."""
+        if columns is None:
+            self._columns.pop(name, None)
+        else:
+            for column in columns:
+                self._columns.get(name, {}).pop(column, None)
 
     @property
     def devices(self) -> pd.DataFrame:

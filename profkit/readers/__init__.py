@@ -37,14 +37,11 @@ def detect_source(path: str | Path) -> str:
         return "kineto"
     except OSError as exc:
         raise ProfkitError(f"{p}: cannot read it ({exc.strerror or exc})") from None
-    if head.startswith(SQLITE_MAGIC):
-        return "nsys"
     if head.startswith(GZIP_MAGIC) or head.lstrip()[:1] in (b"{", b"["):
         return "kineto"
-    if not head:
-        raise ProfkitError(f"{p.name} is empty: not an nsys export or a PyTorch profiler trace")
-    raise ProfkitError(f"{p.name} is neither an nsys SQLite export nor a PyTorch profiler (Kineto) JSON trace",
-                       hint="export an .nsys-rep with: nsys export --type sqlite FILE.nsys-rep")
+    # SQLite, and everything else: the nsys reader names what is wrong with a
+    # file that is no export (empty, not SQLite, an .nsys-rep, truncated).
+    return "nsys"
 
 
 def open_trace(path: str | Path) -> Trace:

@@ -1,4 +1,4 @@
-"""The report: ``write_report(export, out_dir)`` writes report.html, report.md and report.json.
+"""The report: ``write_report(trace_path, out_dir)`` writes report.html, report.md and report.json.
 
     from profkit.report import write_report
     paths = write_report("run.sqlite", "out/")      # -> ReportPaths(html=..., md=..., json=...)
@@ -31,18 +31,19 @@ class ReportPaths:
 def write_report(export_path: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None, *,
                  ncu_csv: Path | None = None, partial: bool = False, run_info: dict[str, Any] | None = None,
                  top: int = 20, baseline: str | os.PathLike[str] | None = None) -> ReportPaths:
-    """Read an nsys SQLite export and write report.html, report.md and report.json into
-    ``out_dir`` (default: the export's folder).
+    """Read a trace (an nsys SQLite export or a PyTorch profiler / Kineto JSON trace,
+    detected from its content) and write report.html, report.md and report.json
+    into ``out_dir`` (default: the trace's folder).
 
     ``ncu_csv`` adds an ncu section (an ncu CSV, details or raw page);
     ``partial`` marks the run as failed (a banner, and ``"partial": true``);
     ``run_info`` (from ``profkit trace``) adds the command, exit status and tools;
     ``top`` cuts long tables to the first N rows by time plus one summed row;
-    ``baseline`` (another export of the same program) adds a step-time comparison.
-    Raises ProfkitError for a bad export or an unwritable folder.  The export
+    ``baseline`` (another trace of the same program) adds a step-time comparison.
+    Raises ProfkitError for a bad trace or an unwritable folder.  The trace
     is opened read-only and never modified.
     """
-    from profkit.readers.nsys import open_export
+    from profkit.readers import open_trace
     from profkit.report.build import build_report
     from profkit.report.html import render_html
     from profkit.report.json_report import render_json
@@ -51,9 +52,9 @@ def write_report(export_path: str | os.PathLike[str], out_dir: str | os.PathLike
     export_path = Path(export_path)
     target = Path(out_dir) if out_dir is not None else export_path.resolve().parent
     with contextlib.ExitStack() as stack:
-        export = stack.enter_context(open_export(export_path))
-        base = stack.enter_context(open_export(Path(baseline))) if baseline is not None else None
-        report = build_report(export, ncu_csv=Path(ncu_csv) if ncu_csv is not None else None, partial=partial,
+        trace = stack.enter_context(open_trace(export_path))
+        base = stack.enter_context(open_trace(Path(baseline))) if baseline is not None else None
+        report = build_report(trace, ncu_csv=Path(ncu_csv) if ncu_csv is not None else None, partial=partial,
                               run_info=run_info, top=top, baseline=base)
     texts = {HTML_NAME: render_html(report), MD_NAME: render_markdown(report), JSON_NAME: render_json(report)}
     try:

@@ -1,16 +1,19 @@
 """Gather everything the report shows into one data model (``Report``).
 
-The renderers (html.py, markdown.py, json_report.py) only turn a ``Report``
-into text.  Every figure comes from the readers and analyses:
-``profkit.analysis.summaries`` (equal to ``nsys stats``),
-``profkit.readers.nsys.timeline`` (binned in SQLite, bounded memory),
-``profkit.analysis.occupancy``, ``profkit.analysis.stalls`` and the ncu
-reader; sections.py fills one section each.
+``build_report(trace)`` takes a ``profkit.model.Trace`` of any source (nsys
+export, Kineto trace).  The trace loads each column once and every section
+shares it (the kernels' start/end serve the timeline, the utilization, the
+capture's GPU busy time and the summaries alike).  The renderers (html.py,
+markdown.py, json_report.py) only turn a ``Report`` into text.  Every
+figure comes from the analyses: ``profkit.analysis.summaries`` (equal to
+``nsys stats``), ``.timeline``, ``.capture``, ``.nvtx_kernels``,
+``.occupancy``, ``.stalls``, and the ncu reader; sections.py fills one
+section each.
 
-A section whose data the export lacks (no NVTX trace, no memory copies)
+A section whose data the trace lacks (no NVTX trace, no memory copies)
 carries a note saying so and how to record it, instead of failing the whole
-report.  Nothing is read from TARGET_INFO_SYSTEM_ENV or the environment
-rows of META_DATA_CAPTURE (``summaries.capture_info`` never reads them).
+report.  Nothing is read from the profiled process's environment
+(``analysis.capture.capture_info`` never reads it).
 """
 
 from __future__ import annotations
@@ -21,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from profkit import __version__
-from profkit.analysis import summaries
+from profkit.analysis import summaries, timeline
+from profkit.analysis.capture import capture_info
 from profkit.errors import ProfkitError
-from profkit.readers.nsys import queries, timeline
-from profkit.readers.nsys.reader import NsysExport
+from profkit.model import NSYS, Trace
 from profkit.output import API_COLUMNS, KERNEL_COLUMNS, NVTX_COLUMNS
 from profkit.report import sections as fill
 from profkit.report.findings import findings as make_findings
@@ -34,16 +37,18 @@ from profkit.report.text import duration, percent, size
 
 
 # -- building ----------------------------------------------------------------------------
-def build_report(export: NsysExport, *, ncu_csv: Path | None = None, partial: bool = False,
+def build_report(trace: Trace, *, ncu_csv: Path | None = None, partial: bool = False,
                  run_info: dict[str, Any] | None = None, top: int = 20, bins: int = fill.TIMELINE_BINS,
-                 baseline: NsysExport | None = None) -> Report:
-    """Everything the report shows.  Raises ProfkitError when the export holds no
+                 baseline: Trace | None = None) -> Report:
+    """Everything the report shows.  Raises ProfkitError when the trace holds no
     CUDA trace at all (unless ``partial``: a failed run still gets its report)."""
     if top < 1:
         raise ProfkitError("--top must be at least 1")
-    if not partial and not (export.has_table(queries.KERNELS.table) or export.has_table(queries.RUNTIME.table)):
-        raise ProfkitError(f"{export.path.name} has no CUDA trace data (no kernels, no CUDA API calls)",
-                           hint="re-run nsys profile with -t cuda")
+    if not partial and not (trace.has("kernels") or trace.has("api")):
+        hint = ("re-run nsys profile with -t cuda" if trace.meta.source == NSYS else
+                "profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]")
+        raise ProfkitError(f"{trace.name} has no CUDA trace data (no kernels, no CUDA API calls)", hint=hint)
+    summary_source = fill._summary_source(trace)
     found: dict[str, Any] = {}
     sections: list[Section] = []
 
@@ -58,25 +63,25 @@ def build_report(export: NsysExport, *, ncu_csv: Path | None = None, partial: bo
     capture: dict[str, Any] = {}
 
     def capture_section(section: Section) -> None:
-        capture.update(summaries.capture_info(export))
+        capture.update(capture_info(trace))
         section.facts = _capture_facts(capture, run_info)
 
     add("capture", "Capture", capture_section)
-    add("timeline", "Timeline", lambda s: fill.fill_timeline(s, export, bins, found))
+    add("timeline", "Timeline", lambda s: fill.fill_timeline(s, trace, bins, found))
     add("utilization", "GPU utilization", lambda s: fill.fill_utilization(s, found))
     add("kernels", "CUDA kernels", lambda s: fill.fill_summary(
-        s, summaries.kernel_summary(export), KERNEL_COLUMNS, top, "kernels", found,
+        s, summaries.kernel_summary(summary_source), KERNEL_COLUMNS, top, "kernels", found,
         "Time per kernel name, as nsys stats --report cuda_gpu_kern_sum."))
     add("api", "CUDA API", lambda s: fill.fill_summary(
-        s, summaries.api_summary(export), API_COLUMNS, top, "api", found,
+        s, summaries.api_summary(summary_source), API_COLUMNS, top, "api", found,
         "Time the CPU spent in each CUDA runtime/driver call, as nsys stats --report cuda_api_sum."))
     add("nvtx", "NVTX ranges", lambda s: fill.fill_summary(
-        s, summaries.nvtx_summary(export), NVTX_COLUMNS, top, "nvtx", found,
+        s, summaries.nvtx_summary(summary_source), NVTX_COLUMNS, top, "nvtx", found,
         "Push/pop and start/end ranges, as nsys stats --report nvtx_sum."))
-    add("nvtx_kernels", "Kernels per NVTX range", lambda s: fill.fill_nvtx_kernels(s, export, top, found))
-    add("memory", "Memory copies and sets", lambda s: fill.fill_memory(s, export, top, found))
-    add("occupancy", "Occupancy and registers", lambda s: fill.fill_occupancy(s, export, ncu_csv, top, found))
-    stalls = fill.stalls_section(export, top, found, baseline)
+    add("nvtx_kernels", "Kernels per NVTX range", lambda s: fill.fill_nvtx_kernels(s, trace, top, found))
+    add("memory", "Memory copies and sets", lambda s: fill.fill_memory(s, trace, top, found))
+    add("occupancy", "Occupancy and registers", lambda s: fill.fill_occupancy(s, trace, ncu_csv, top, found))
+    stalls = fill.stalls_section(trace, top, found, baseline)
     if stalls is not None:
         sections.append(stalls)
     if ncu_csv is not None:
@@ -84,7 +89,7 @@ def build_report(export: NsysExport, *, ncu_csv: Path | None = None, partial: bo
 
     items = list(found.get("stall_findings", []))
     gap = longest_gap(found.get("utilization"))
-    gap_ranges = timeline.enclosing_ranges(export, gap[0], gap[1]) if gap else []
+    gap_ranges = timeline.enclosing_ranges(trace, gap[0], gap[1]) if gap else []
     items += make_findings(capture=capture or None, kernels=found.get("kernels"), api=found.get("api"),
                            memory=found.get("memory"), utilization=found.get("utilization"),
                            longest_gap_ranges=gap_ranges,
@@ -92,9 +97,9 @@ def build_report(export: NsysExport, *, ncu_csv: Path | None = None, partial: bo
                            ncu=found.get("ncu"))
     partial_reason = (run_info or {}).get("partial_reason") if partial else None
     command = (run_info or {}).get("command")
-    title = f"profkit report: {' '.join(command) if command else export.path.name}"
+    title = f"profkit report: {' '.join(command) if command else trace.name}"
     return Report(
-        title=title, export_name=export.path.name,
+        title=title, export_name=trace.name,
         generated_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         profkit_version=__version__, partial=partial, partial_reason=partial_reason, run_info=run_info,
         findings=items, capture=capture, sections=sections, top=top,
@@ -106,8 +111,12 @@ def _capture_facts(info: dict[str, Any], run_info: dict[str, Any] | None) -> lis
         return "" if value is None else str(value)
 
     facts = [
-        ("Export", text(info.get("export"))),
+        ("Export" if info.get("source") in (None, NSYS) else "Trace", text(info.get("export"))),
         ("Nsight Systems version", text(info.get("nsys_version"))),
+        ("Profiler", "" if info.get("source") in (None, NSYS) else
+         f"{info.get('tool')} {text(info.get('tool_version'))}".strip()),
+        ("Rank", "" if info.get("rank") is None else
+         f"{info['rank']} of {info['world_size']}" if info.get("world_size") else str(info["rank"])),
         ("Export schema version", text(info.get("export_schema_version"))),
         ("GPU", text(info.get("gpu_name"))),
         ("SM count", text(info.get("sm_count"))),

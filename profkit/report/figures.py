@@ -1,6 +1,6 @@
 """The report's figures, drawn with matplotlib (Agg) into PNG data URIs.
 
-Each function takes plain data from ``profkit.readers.nsys.timeline`` and returns
+Each function takes plain data from ``profkit.analysis.timeline`` and returns
 PNG bytes; ``data_uri`` makes them embeddable.  Text from the export
 (kernel names, NVTX ranges) is drawn with math parsing off, so a "$" in a
 name is just a character.
@@ -23,7 +23,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from profkit.readers.nsys.timeline import NvtxBar, StreamActivity, TimeBins, Utilization
+from profkit.analysis.timeline import NvtxBar, StreamActivity, TimeBins, Utilization
 from profkit.report.text import duration as _duration
 
 KIND_COLORS = {"kernel": "#1f6fb4", "memcpy": "#d1495b", "memset": "#8e6bbf"}
@@ -66,17 +66,17 @@ def _step(values: np.ndarray) -> np.ndarray:
     return np.append(values, values[-1]) if len(values) else values
 
 
-def lane_label(lane: StreamActivity, contexts_matter: bool) -> str:
+def lane_label(lane: StreamActivity, processes_matter: bool) -> str:
     stream = "?" if lane.stream_id is None else lane.stream_id
     label = f"GPU {lane.device_id} stream {stream}"
-    return f"{label} (ctx {lane.context_id})" if contexts_matter else label
+    return f"{label} (pid {lane.pid})" if processes_matter else label
 
 
 def _nvtx_rows(bars: Sequence[NvtxBar]) -> tuple[list[tuple[NvtxBar, int]], list[str], int]:
     """(bar, row) pairs, row labels top to bottom, and how many bars did not fit."""
     threads: dict[int | None, list[NvtxBar]] = {}
     for bar in sorted(bars, key=lambda b: b.start_ns):
-        threads.setdefault(bar.global_tid, []).append(bar)
+        threads.setdefault(bar.tid, []).append(bar)
     placed, labels, dropped, row = [], [], 0, 0
     for tid, group in threads.items():
         levels = max(b.depth for b in group) + 1
@@ -86,7 +86,7 @@ def _nvtx_rows(bars: Sequence[NvtxBar]) -> tuple[list[tuple[NvtxBar, int]], list
             continue
         shown = min(levels, room)
         for level in range(shown):
-            labels.append(("NVTX" if tid is None else f"NVTX tid {tid & 0xFFFFFF}") if level == 0 else
+            labels.append(("ranges" if tid is None else f"tid {tid}") if level == 0 else
                           f"level {level + 1}")
         for bar in group:
             if bar.depth < shown:
@@ -112,13 +112,13 @@ def timeline_png(bins: TimeBins, lanes: Sequence[StreamActivity], bars: Sequence
     x = _x(bins, divisor)
     busy: dict[tuple, int] = {}
     for lane in lanes:
-        key = (lane.device_id, lane.context_id, lane.stream_id)
+        key = (lane.device_id, lane.pid, lane.stream_id)
         busy[key] = busy.get(key, 0) + lane.busy_ns
     # The busiest streams, in device/stream order; the rest are named in a note.
     kept = set(sorted(busy, key=lambda k: -busy[k])[:MAX_STREAM_ROWS])
     streams = [key for key in busy if key in kept]
     hidden = len(busy) - len(streams)
-    contexts_matter = len({(d, s) for d, _, s in streams}) < len(streams)
+    processes_matter = len({(d, s) for d, _, s in streams}) < len(streams)
     placed, nvtx_labels, dropped = _nvtx_rows(bars)
     n_nvtx, n_streams = len(nvtx_labels), max(len(streams), 1)
     height = 1.4 + 0.55 * n_streams + 0.3 * n_nvtx
@@ -128,15 +128,15 @@ def timeline_png(bins: TimeBins, lanes: Sequence[StreamActivity], bars: Sequence
         # streams bottom-up: row 0 is the first stream, drawn at the top of its block
         for i, key in enumerate(streams):
             y0 = n_streams - 1 - i
-            for lane in (ln for ln in lanes if (ln.device_id, ln.context_id, ln.stream_id) == key):
+            for lane in (ln for ln in lanes if (ln.device_id, ln.pid, ln.stream_id) == key):
                 color = KIND_COLORS[lane.kind]
                 share = lane.busy_per_bin / bins.width_ns
                 ax.fill_between(x, y0 + 0.1, y0 + 0.1 + 0.8 * _step((share > 0).astype(float)), step="post",
                                 color=color, alpha=0.22, linewidth=0)
                 ax.fill_between(x, y0 + 0.1, y0 + 0.1 + 0.8 * _step(np.minimum(share, 1.0)), step="post",
                                 color=color, linewidth=0)
-            labels.append(lane_label(next(ln for ln in lanes if (ln.device_id, ln.context_id, ln.stream_id) == key),
-                                     contexts_matter))
+            labels.append(lane_label(next(ln for ln in lanes if (ln.device_id, ln.pid, ln.stream_id) == key),
+                                     processes_matter))
         if not streams:
             labels.append("no GPU activity")
         ticks = [n_streams - 1 - i + 0.5 for i in range(len(labels))]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from profkit.readers.nsys.timeline import Utilization
+from profkit.analysis.timeline import Utilization
 from profkit.report.text import duration, short_kernel_name, size
 
 Row = dict[str, Any]

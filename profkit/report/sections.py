@@ -1,8 +1,9 @@
-"""The report's sections: each fills a ``Section`` from the readers and analyses.
+"""The report's sections: each fills a ``Section`` from the analyses.
 
-Every function here takes the open export (and what earlier sections
-found, in ``found``) and never renders text beyond table cells and
-captions; a ``ProfkitError`` (missing table) becomes the section's note in
+Every function here takes the ``Trace`` (any source; its columns are loaded
+once and shared by every section) and what earlier sections found, in
+``found``, and never renders text beyond table cells and captions; a
+``ProfkitError`` (missing table) becomes the section's note in
 ``build.build_report``.
 """
 
@@ -11,10 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from profkit.analysis import summaries
+from profkit.analysis import summaries, timeline
 from profkit.errors import ProfkitError
-from profkit.readers.nsys import timeline
-from profkit.readers.nsys.reader import NsysExport
+from profkit.model import Trace
 from profkit.output import Column
 from profkit.report import figures
 from profkit.report.model import Figure, Row, Section, Table
@@ -107,6 +107,19 @@ STALL_COLUMNS = [
 ]
 
 
+def _ranges_word(trace: Trace) -> str:
+    return "NVTX ranges" if trace.meta.source == "nsys" else "annotated ranges"
+
+
+def _summary_source(trace: Trace) -> Any:
+    # The summaries move onto the model; until then nsys exports go through their native handle.
+    return trace.native if trace.native is not None else trace
+
+
+def _stalls_source(trace: Trace) -> Any:
+    return trace.native if trace.native is not None else trace
+
+
 # -- sections --------------------------------------------------------------------------------
 def fill_summary(section: Section, rows: list[Row], columns: list[Column], top: int, key: str,
              found: dict[str, Any], intro: str) -> None:
@@ -117,8 +130,8 @@ def fill_summary(section: Section, rows: list[Row], columns: list[Column], top: 
     section.tables.append(Table(key, section.title, columns, rows, top))
 
 
-def fill_nvtx_kernels(section: Section, export: NsysExport, top: int, found: dict[str, Any]) -> None:
-    rows = summaries.nvtx_kernel_summary(export)
+def fill_nvtx_kernels(section: Section, trace: Trace, top: int, found: dict[str, Any]) -> None:
+    rows = summaries.nvtx_kernel_summary(_summary_source(trace))
     kernel_total = sum(k["total_ns"] for k in found.get("kernels") or ()) or None
     per_range = summaries.nvtx_range_gpu_time(rows, kernel_total)
     found["nvtx_ranges"] = per_range
@@ -133,8 +146,8 @@ def fill_nvtx_kernels(section: Section, export: NsysExport, top: int, found: dic
                                 by_time, top, label_key="range", blank=blank))
 
 
-def fill_memory(section: Section, export: NsysExport, top: int, found: dict[str, Any]) -> None:
-    rows = summaries.memory_summary(export)
+def fill_memory(section: Section, trace: Trace, top: int, found: dict[str, Any]) -> None:
+    rows = summaries.memory_summary(_summary_source(trace))
     found["memory"] = rows
     section.intro = ("GPU time and bytes of memcpy and memset operations, as nsys stats --report "
                      "cuda_gpu_mem_time_sum and cuda_gpu_mem_size_sum.")
@@ -144,18 +157,18 @@ def fill_memory(section: Section, export: NsysExport, top: int, found: dict[str,
     section.tables.append(Table("memory", section.title, MEMORY_COLUMNS, rows, top))
 
 
-def fill_timeline(section: Section, export: NsysExport, bins: int, found: dict[str, Any]) -> None:
-    window = timeline.time_window(export)
+def fill_timeline(section: Section, trace: Trace, bins: int, found: dict[str, Any]) -> None:
+    window = timeline.time_window(trace)
     if window is None:
         section.notes.append("No GPU operations or NVTX ranges to draw.")
         return
     whole = timeline.make_bins(*window, bins)
-    utilization = timeline.gpu_utilization(export, whole)
+    utilization = timeline.gpu_utilization(trace, whole)
     views = [(whole, utilization, "Whole capture")]
     section.intro = ("Each row is a CUDA stream: a light column marks a bin with any GPU work, the solid fill is "
                      "the share of the bin that was busy, white is idle. NVTX ranges are drawn above, one row per "
                      "nesting level and thread.")
-    section.figures.append(_timeline_figure("timeline", "Whole capture", export, whole))
+    section.figures.append(_timeline_figure("timeline", "Whole capture", trace, whole))
     if utilization:
         total = sum(u.busy_per_bin for u in utilization)
         zoom = timeline.busiest_window(total, whole, ZOOM_SHARE)
@@ -165,26 +178,26 @@ def fill_timeline(section: Section, export: NsysExport, bins: int, found: dict[s
                                            min(zoom[1] + margin, whole.end_ns), bins)
             title = (f"Zoom: the busiest {duration(zoom_bins.width_ns * zoom_bins.count)} "
                      f"({ZOOM_SHARE:.0%} of the GPU's busy time)")
-            section.figures.append(_timeline_figure("timeline_zoom", title, export, zoom_bins))
-            views.append((zoom_bins, timeline.gpu_utilization(export, zoom_bins), title))
+            section.figures.append(_timeline_figure("timeline_zoom", title, trace, zoom_bins))
+            views.append((zoom_bins, timeline.gpu_utilization(trace, zoom_bins), title))
     found["utilization"], found["utilization_views"] = utilization, views
 
 
-def _timeline_figure(key: str, title: str, export: NsysExport, bins: timeline.TimeBins) -> Figure:
-    lanes = timeline.stream_busy(export, bins)
-    bars, ranges = timeline.nvtx_bars(export, bins.start_ns, bins.end_ns, min_duration_ns=bins.width_ns // 2)
+def _timeline_figure(key: str, title: str, trace: Trace, bins: timeline.TimeBins) -> Figure:
+    lanes = timeline.stream_busy(trace, bins)
+    bars, ranges = timeline.nvtx_bars(trace, bins.start_ns, bins.end_ns, min_duration_ns=bins.width_ns // 2)
     png = figures.timeline_png(bins, lanes, bars, title)
     caption = f"{duration(bins.width_ns * bins.count)} in {bins.count} bins of {duration(bins.width_ns)}."
     if ranges:
-        caption += (f" {len(bars):,} of {ranges:,} NVTX ranges drawn (the longest; shorter than half a bin "
-                    "they would not show).")
+        caption += (f" {len(bars):,} of {ranges:,} {_ranges_word(trace)} drawn (the longest; shorter than "
+                    "half a bin they would not show).")
     data = {
         "bins": {"start_ns": bins.start_ns, "width_ns": bins.width_ns, "count": bins.count},
-        "streams": [{"device_id": lane.device_id, "context_id": lane.context_id, "stream_id": lane.stream_id,
+        "streams": [{"device_id": lane.device_id, "pid": lane.pid, "stream_id": lane.stream_id,
                      "kind": lane.kind, "operations": lane.operations, "busy_ns": lane.busy_ns,
                      "busy_ns_per_bin": lane.busy_per_bin.tolist()} for lane in lanes],
         "nvtx_ranges": [{"text": bar.text, "style": bar.style, "start_ns": bar.start_ns, "end_ns": bar.end_ns,
-                         "global_tid": bar.global_tid, "depth": bar.depth} for bar in bars],
+                         "tid": bar.tid, "depth": bar.depth} for bar in bars],
         "nvtx_ranges_in_window": ranges,
     }
     return Figure(key, title, caption, png, data)
@@ -217,10 +230,10 @@ def fill_utilization(section: Section, found: dict[str, Any]) -> None:
         section.tables.append(Table("idle_gaps", "Longest idle stretches", GAP_COLUMNS, gaps))
 
 
-def fill_occupancy(section: Section, export: NsysExport, ncu_csv: Path | None, top: int, found: dict[str, Any]) -> None:
+def fill_occupancy(section: Section, trace: Trace, ncu_csv: Path | None, top: int, found: dict[str, Any]) -> None:
     from profkit.analysis.occupancy import attach_ncu, trace_occupancy
 
-    rows = trace_occupancy(export)
+    rows = trace_occupancy(trace)
     columns = list(OCCUPANCY_COLUMNS)
     if ncu_csv is not None:
         launches = _read_ncu(ncu_csv)
@@ -306,8 +319,8 @@ def _ncu_limiter(row: Row) -> str:
 
 
 # -- synchronization stalls (profkit.analysis.stalls) -------------------------------------
-def stalls_section(export: NsysExport, top: int, found: dict[str, Any],
-                   baseline: NsysExport | None = None) -> Section | None:
+def stalls_section(trace: Trace, top: int, found: dict[str, Any],
+                   baseline: Trace | None = None) -> Section | None:
     """The "Synchronization stalls" section, or None while profkit.analysis.stalls does not exist.
 
     With a ``baseline`` export (the same program without a change, e.g. without
@@ -320,7 +333,7 @@ def stalls_section(export: NsysExport, top: int, found: dict[str, Any],
         raise
     section = Section("stalls", "Synchronization stalls")
     try:
-        result = stalls.analyze_stalls(export)
+        result = stalls.analyze_stalls(_stalls_source(trace))
     except ProfkitError as exc:
         section.notes.append(exc.one_line())
         return section
@@ -334,7 +347,7 @@ def stalls_section(export: NsysExport, top: int, found: dict[str, Any],
     section.intro = ("Places in the program where the CPU waited for the GPU (synchronize calls, .item(), "
                      "blocking copies): how long the CPU was blocked, and how long the GPU then sat idle "
                      "because no work was queued (see profkit stalls --help for the exact definitions).")
-    window = stalls.timeline(export, result)
+    window = stalls.timeline(_stalls_source(trace), result)
     if window is not None:
         from profkit.report.stalls_figure import stalls_timeline_png
 
@@ -372,12 +385,12 @@ STEP_COMPARISON_COLUMNS = [
 ]
 
 
-def _add_step_comparison(section: Section, result: Any, baseline: NsysExport, found: dict[str, Any]) -> None:
+def _add_step_comparison(section: Section, result: Any, baseline: Trace, found: dict[str, Any]) -> None:
     """Step times of this run next to the baseline's, from both runs' NVTX step ranges."""
     from profkit.analysis import stalls
 
     try:
-        comparison = stalls.compare_steps(result, stalls.analyze_stalls(baseline))
+        comparison = stalls.compare_steps(result, stalls.analyze_stalls(_stalls_source(baseline)))
     except ProfkitError as exc:
         section.notes.append(f"Step comparison with {baseline.path.name}: {exc.one_line()}")
         return

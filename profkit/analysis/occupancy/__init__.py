@@ -3,7 +3,7 @@
 * ``calculator``: the cuda_occupancy.h rules, per-architecture limits, the
   next occupancy step, advice and the block-size table;
 * ``waves``: wave quantization of a grid and tail effects;
-* ``trace``: the calculator applied to every kernel of an nsys trace;
+* ``trace``: the calculator applied to every kernel of a trace (any source);
 * ``ncu``: profkit's figures next to ncu's, and ncu's achieved occupancy on
   trace rows.
 
@@ -44,6 +44,8 @@ from profkit.analysis.occupancy.ncu import (
 )
 from profkit.analysis.occupancy.trace import (
     device_from_info,
+    device_limits_of,
+    launch_configs,
     occupancy_row,
     trace_occupancy,
 )
@@ -65,8 +67,10 @@ __all__ = [
     "carveout_steps",
     "compare_ncu",
     "device_from_info",
+    "device_limits_of",
     "device_limits",
     "kernel_key",
+    "launch_configs",
     "occupancy",
     "occupancy_row",
     "parse_arch",

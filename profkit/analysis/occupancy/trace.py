@@ -1,10 +1,18 @@
-"""The calculator applied to an nsys trace: one row per kernel name and
-launch configuration, with limiter, next step, waves and advice."""
+"""The calculator applied to a trace: one row per kernel name and launch
+configuration, with limiter, next step, waves and advice.
+
+Launch configurations and GPU limits are columns of the trace model
+(``trace.kernels``: grid, block, registers, shared memory, carveout;
+``trace.devices``: compute capability and per-SM limits), so nsys exports
+and Kineto traces (whose kernel args carry the same figures) go through
+the same code."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+import pandas as pd
 
 from profkit.analysis.occupancy.calculator import (
     DeviceLimits,
@@ -13,17 +21,98 @@ from profkit.analysis.occupancy.calculator import (
     occupancy,
     register_steps,
 )
+from profkit.analysis.grouping import factorize_rows, first_rows
 from profkit.analysis.occupancy.waves import waves
 from profkit.errors import ProfkitError
+from profkit.model import Trace
+from profkit.model.schema import MISSING_INT
 
 
-def trace_occupancy(export: Any, device: DeviceLimits | None = None) -> list[dict[str, Any]]:
-    """Occupancy of every kernel an nsys export recorded, one row per kernel
-    name and launch configuration, sorted by GPU time.
+# Kernel columns that make a launch configuration (with the name and device).
+CONFIG_COLUMNS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers_per_thread",
+                  "static_smem_bytes", "dynamic_smem_bytes", "local_memory_per_thread", "smem_config_bytes")
+# model column -> the row key (launch rows keep the names the occupancy rows always had)
+_ROW_KEYS = {"device": "device_id", "local_memory_per_thread": "local_mem_per_thread"}
+# model devices column -> device_from_info key
+_DEVICE_INFO_KEYS = {
+    "name": "name", "sm_count": "sm_count", "cc_major": "cc_major", "cc_minor": "cc_minor",
+    "max_threads_per_sm": "max_threads_per_sm", "max_blocks_per_sm": "max_blocks_per_sm",
+    "max_registers_per_sm": "regs_per_sm", "max_shared_memory_per_sm": "smem_per_sm",
+    "max_shared_memory_per_block": "smem_per_block_optin", "warp_size": "warp_size",
+    "max_threads_per_block": "max_threads_per_block", "max_registers_per_block": "regs_per_block",
+    "default_shared_memory_per_block": "smem_per_block",
+    "reserved_shared_memory_per_block": "reserved_smem_per_block",
+}
 
-    ``export`` is an opened export (``profkit.readers.nsys.open_export``), a sqlite3
-    connection to one, or rows of ``profkit.readers.nsys.launches.launch_configs``
-    (then ``device`` must be given).  ``device`` overrides the export's GPU.
+
+def launch_configs(trace: Trace) -> list[dict[str, Any]]:
+    """One row per (kernel name, device, grid, block, registers, shared memory,
+    local memory, carveout) with launch count and total, min and max GPU
+    time, busiest first.  Values the trace did not record are None.
+
+    Grouped on the kernel columns (hash factorizing, no per-kernel Python
+    object); only the config columns are read, and dropped again after."""
+    if not trace.has("kernels"):
+        raise ProfkitError(f"{trace.name} has no CUDA kernel data", hint="re-run nsys profile with -t cuda, "
+                           "or torch.profiler with ProfilerActivity.CUDA")
+    columns = ["name", "short_name", "device", *CONFIG_COLUMNS, "start", "end"]
+    kernels = trace.table("kernels", columns)
+    if not len(kernels):
+        return []
+    keys = ["name", "device", *CONFIG_COLUMNS]
+    codes = [kernels[c].array.codes if c == "name" else kernels[c].to_numpy() for c in keys]
+    group, _ = factorize_rows(codes)
+    duration = kernels["end"].to_numpy() - kernels["start"].to_numpy()
+    stats = pd.DataFrame({"g": group, "d": duration}).groupby("g")["d"].agg(["count", "sum", "min", "max"])
+    first = first_rows(group)
+    names, shorts = kernels["name"].array, kernels["short_name"].array
+    values = {c: kernels[c].to_numpy()[first] for c in keys if c != "name"}
+    rows = []
+    for i, row_index in enumerate(first.tolist()):
+        row: dict[str, Any] = {"name": names[row_index] or "<unknown kernel>",
+                               "short_name": shorts[row_index] or names[row_index] or "<unknown kernel>"}
+        for column, array in values.items():
+            value = int(array[i])
+            row[_ROW_KEYS.get(column, column)] = None if value == MISSING_INT else value
+        row["grid_size"] = _product(row, ("grid_x", "grid_y", "grid_z"))
+        row["block_size"] = _product(row, ("block_x", "block_y", "block_z"))
+        row.update(launches=int(stats["count"].iat[i]), total_time_ns=int(stats["sum"].iat[i]),
+                   min_time_ns=int(stats["min"].iat[i]), max_time_ns=int(stats["max"].iat[i]))
+        rows.append(row)
+    del kernels, codes, values
+    trace.forget("kernels", CONFIG_COLUMNS)  # the report needs them only here
+    rows.sort(key=lambda r: (-r["total_time_ns"], -r["launches"], r["name"]))
+    return rows
+
+
+def _product(row: dict[str, Any], keys: tuple[str, ...]) -> int | None:
+    values = [row[k] for k in keys]
+    return None if any(v is None for v in values) else values[0] * values[1] * values[2]
+
+
+def device_limits_of(trace: Trace) -> dict[int, DeviceLimits]:
+    """DeviceLimits per device id, from the trace's devices table (devices whose
+    compute capability the trace does not record are left out)."""
+    if not trace.has("devices"):
+        return {}
+    out = {}
+    for row in trace.devices.to_dict("records"):
+        info = {key: row[column] for column, key in _DEVICE_INFO_KEYS.items()
+                if row.get(column) is not None and row[column] != MISSING_INT and row[column] != ""}
+        if info.get("cc_major") is not None and info.get("cc_minor") is not None:
+            out[int(row["device"])] = device_from_info(info)
+    return out
+
+
+def trace_occupancy(trace: Trace | Sequence[Mapping[str, Any]],
+                    device: DeviceLimits | None = None) -> list[dict[str, Any]]:
+    """Occupancy of every kernel a trace recorded, one row per kernel name and
+    launch configuration, sorted by GPU time.
+
+    ``trace`` is a ``Trace`` (any source) or rows of ``launch_configs`` (then
+    ``device`` must be given).  ``device`` overrides the trace's GPU.
+    Launches whose block size or registers the trace did not record (some
+    Kineto events) are left out.
 
     Each row has the launch_configs keys (name, short_name, device_id,
     grid_x/y/z, block_x/y/z, grid_size, block_size, registers_per_thread,
@@ -37,20 +126,18 @@ def trace_occupancy(export: Any, device: DeviceLimits | None = None) -> list[dic
     (local memory in use), waves, last_wave_fill_pct, wave_efficiency_pct,
     tail_effect, time_pct, advice (sentences joined by "; ", "" if none).
     """
-    from profkit.readers.nsys import launches as nsys_launches
-
-    if isinstance(export, Sequence):
-        rows, devices = [dict(r) for r in export], {}
+    if isinstance(trace, Trace):
+        rows, devices = launch_configs(trace), device_limits_of(trace)
     else:
-        rows = nsys_launches.launch_configs(export)
-        devices = {dev_id: device_from_info(info) for dev_id, info in nsys_launches.gpu_info(export).items()
-                   if info.get("cc_major") is not None}
+        rows, devices = [dict(r) for r in trace], {}
     total_ns = sum(r.get("total_time_ns") or 0 for r in rows)
     out = []
     for r in rows:
+        if not r.get("block_size") or r.get("registers_per_thread") is None:
+            continue
         dev = device or devices.get(r.get("device_id"))
         if dev is None:
-            raise ProfkitError("the export does not say which GPU ran the kernels",
+            raise ProfkitError("the trace does not say which GPU ran the kernels",
                                "re-export it with a recent nsys, or pass --arch")
         out.append(occupancy_row(r, dev, total_ns))
     out.sort(key=lambda r: (-(r.get("total_time_ns") or 0), r["name"]))
@@ -58,7 +145,7 @@ def trace_occupancy(export: Any, device: DeviceLimits | None = None) -> list[dic
 
 
 def device_from_info(info: Mapping[str, Any]) -> DeviceLimits:
-    """DeviceLimits from a trace's GPU description (``profkit.readers.nsys.launches.gpu_info``):
+    """DeviceLimits from a GPU description (keys of ``profkit.readers.nsys.launches.gpu_info``):
     the architecture's rules with the limits the trace recorded."""
     warp = info.get("warp_size") or 32
     threads_per_sm = info.get("max_threads_per_sm") or (
@@ -82,12 +169,11 @@ def device_from_info(info: Mapping[str, Any]) -> DeviceLimits:
 
 def occupancy_row(launch: Mapping[str, Any], device: DeviceLimits,
                   total_ns: int | None = None) -> dict[str, Any]:
-    """The occupancy row for one grouped launch configuration (keys as in
-    ``profkit.readers.nsys.launches.launch_configs``)."""
+    """The occupancy row for one grouped launch configuration (keys as in ``launch_configs``)."""
     row = dict(launch)
     kwargs = {"smem_config_bytes": launch.get("smem_config_bytes") or None}
     occ = occupancy(device, row["block_size"], row["registers_per_thread"],
-                    row.get("static_smem_bytes", 0), row.get("dynamic_smem_bytes", 0), **kwargs)
+                    row.get("static_smem_bytes") or 0, row.get("dynamic_smem_bytes") or 0, **kwargs)
     step, headroom = register_steps(occ, device, **kwargs)
     row.update(
         arch=device.arch,

@@ -263,7 +263,9 @@ class NsysSource:
                              tuple(spec.columns[c].sql for c in scanned) + extra_ints,  # type: ignore[misc]
                              tuple(spec.columns[c].sql for c in texts) + extra_texts,  # type: ignore[misc]
                              where=spec.where)
-        ints, text_values = collect_columns(self.export, query)
+        # Only columns the export lacks: nothing to scan, just the row count.
+        ints, text_values = collect_columns(self.export, query) if query.int_columns or query.text_columns \
+            else ([], [])
         n = len(ints[0]) if ints else len(text_values[0]) if text_values else self._count(spec)
         data: dict[str, Any] = {}
         for name, values in zip(scanned, ints):

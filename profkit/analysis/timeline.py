@@ -1,0 +1,387 @@
+"""Time-binned GPU activity of a ``Trace``, for the report's timeline and utilization figures.
+
+- ``stream_busy``: busy ns per (device, process, stream, kind of operation)
+  and time bin.  Each operation is split exactly across the bins it covers:
+  its first and last bin get their parts, the bins in between are covered
+  whole and come from a difference array; one ``bincount`` over
+  (lane, bin) does every lane at once.
+- ``gpu_busy_segments``: per device, the union of kernel, memcpy and memset
+  intervals as disjoint segments, and the idle gaps between them.  One sort
+  and one running maximum of the ends; computed once per trace and shared
+  by ``gpu_busy`` (the capture's GPU busy %), ``gpu_utilization`` (busy ns
+  per bin, any window) and the longest gaps.
+- ``nvtx_bars``: the longest annotated ranges in a window with their
+  nesting depth per thread; ``enclosing_ranges``: the shortest ranges that
+  contain an interval (what the program was doing in an idle gap).
+
+Columns read: kernels/memcpy/memset (start, end, device, stream, pid) and
+ranges (start, end, pid, tid, name, domain, style, kind).  Memory is a few
+arrays of the operations' length (int64), never an object per operation.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from profkit.analysis.grouping import factorize_rows
+from profkit.analysis.ranges import cpu_ranges
+from profkit.model import Trace
+
+# Kinds of GPU operation, drawn in this order; each is a table of the model.
+ACTIVITY_TABLES = (("kernel", "kernels"), ("memcpy", "memcpy"), ("memset", "memset"))
+
+
+@dataclass(frozen=True)
+class TimeBins:
+    """``count`` equal bins of ``width_ns`` from ``start_ns`` (trace time)."""
+
+    start_ns: int
+    width_ns: int
+    count: int
+
+    @property
+    def end_ns(self) -> int:
+        return self.start_ns + self.width_ns * self.count
+
+    def edges(self) -> np.ndarray:
+        return self.start_ns + self.width_ns * np.arange(self.count + 1, dtype=np.int64)
+
+
+def make_bins(start_ns: int, end_ns: int, count: int) -> TimeBins:
+    """Bins covering ``[start_ns, end_ns)``: ``count`` of them, each at least 1 ns wide."""
+    if count < 1:
+        raise ValueError("count must be >= 1")
+    span = max(end_ns - start_ns, 1)
+    width = -(-span // count)  # ceil: the last bin reaches end_ns
+    return TimeBins(start_ns, width, min(count, -(-span // width)))
+
+
+@dataclass
+class StreamActivity:
+    """Busy time of one stream for one kind of operation, per bin."""
+
+    device_id: int
+    pid: int | None
+    stream_id: int | None
+    kind: str  # kernel | memcpy | memset
+    operations: int
+    busy_ns: int
+    busy_per_bin: np.ndarray = field(repr=False)  # int64 ns, len == bins.count
+
+
+@dataclass
+class NvtxBar:
+    """One range as drawn, named as the NVTX summary names it ("domain:text")."""
+
+    text: str | None
+    style: str  # PushPop | StartEnd ('' where the source has no style)
+    start_ns: int
+    end_ns: int
+    tid: int | None
+    depth: int = 0  # nesting level within its thread (0 = outermost)
+
+
+@dataclass
+class Utilization:
+    """How busy one device was, per bin, and its longest idle gaps."""
+
+    device_id: int
+    busy_per_bin: np.ndarray = field(repr=False)  # int64 ns, each <= the bin width
+    busy_ns: int = 0
+    first_ns: int | None = None  # first operation's start
+    last_ns: int | None = None  # last operation's end
+    gaps: list[tuple[int, int]] = field(default_factory=list)  # (start, end), longest first
+
+
+# -- the GPU operations -------------------------------------------------------------------
+def _operations(trace: Trace, columns: tuple[str, ...] = ("device", "start", "end")) -> dict[str, np.ndarray]:
+    """Every kernel, memcpy and memset as aligned columns; ``kind`` indexes ACTIVITY_TABLES."""
+    parts: dict[str, list[np.ndarray]] = {c: [] for c in ("kind", *columns)}
+    for index, (_, table) in enumerate(ACTIVITY_TABLES):
+        if not trace.has(table):
+            continue
+        frame = trace.table(table, list(columns))
+        parts["kind"].append(np.full(len(frame), index, dtype=np.int8))
+        for column in columns:
+            parts[column].append(frame[column].to_numpy())
+    out = {c: np.concatenate(v) if v else np.zeros(0, dtype=np.int64) for c, v in parts.items()}
+    if "end" in out:
+        out["end"] = np.maximum(out["end"], out["start"])  # a malformed negative duration counts as 0
+    return out
+
+
+def gpu_window(trace: Trace) -> tuple[int, int] | None:
+    """(first start, last end) of all kernels, memcpys and memsets; None without any."""
+    segments = gpu_busy_segments(trace)
+    if not segments:
+        return None
+    return min(s.first_ns for s in segments.values()), max(s.last_ns for s in segments.values())
+
+
+def nvtx_window(trace: Trace) -> tuple[int, int] | None:
+    """(first start, last end) of the CPU-side ranges (an open range ends as nvtx_sum ends it)."""
+    ranges = cpu_ranges(trace)
+    if not len(ranges):
+        return None
+    start, end = ranges["start"].to_numpy(), ranges["end"].to_numpy()
+    return int(start.min()), int(np.maximum(end, start).max())
+
+
+def time_window(trace: Trace) -> tuple[int, int] | None:
+    """The span the figures cover: GPU activity and ranges together."""
+    spans = [w for w in (gpu_window(trace), nvtx_window(trace)) if w is not None]
+    if not spans:
+        return None
+    return min(s for s, _ in spans), max(e for _, e in spans)
+
+
+# -- busy time per stream ---------------------------------------------------------------
+def stream_busy(trace: Trace, bins: TimeBins) -> list[StreamActivity]:
+    """Busy ns per bin for each (device, process, stream) and kind of operation.
+
+    Operations not wholly inside ``bins`` are left out.  Sorted by device,
+    stream, process, kind.  ``busy_per_bin`` sums to ``busy_ns``, the
+    operations' total duration (operations of one stream that overlap each
+    count in full).
+    """
+    ops = _operations(trace, ("device", "pid", "stream", "start", "end"))
+    inside = (ops["start"] >= bins.start_ns) & (ops["end"] <= bins.end_ns)
+    if not inside.any():
+        return []
+    ops = {c: v[inside] for c, v in ops.items()}
+    lane, keys = factorize_rows([ops["device"], ops["stream"], ops["pid"], ops["kind"]])
+    busy = _binned(ops["start"], ops["end"], bins, lane, len(keys))
+    counts = np.bincount(lane, minlength=len(keys))
+    out = []
+    for i, (device, stream, pid, kind) in enumerate(keys):
+        out.append(StreamActivity(int(device), None if pid < 0 else int(pid), None if stream < 0 else int(stream),
+                                  ACTIVITY_TABLES[kind][0], int(counts[i]), int(busy[i].sum()), busy[i]))
+    return sorted(out, key=lambda a: (a.device_id, -1 if a.stream_id is None else a.stream_id, a.pid or 0,
+                                      [k for k, _ in ACTIVITY_TABLES].index(a.kind)))
+
+
+def _binned(a: np.ndarray, b: np.ndarray, bins: TimeBins, lane: np.ndarray | None = None,
+            lanes: int = 1) -> np.ndarray:
+    """ns of the intervals [a, b) (within the bins) in each (lane, bin), as a lanes x bins int64 array."""
+    n, t0, w = bins.count, bins.start_ns, bins.width_ns
+    lane = np.zeros(len(a), dtype=np.int64) if lane is None else lane.astype(np.int64, copy=False)
+    out = np.zeros(lanes * n, dtype=np.int64)
+    if len(a) == 0:
+        return out.reshape(lanes, n)
+    fb = (a - t0) // w
+    lb = (np.maximum(b, a + 1) - 1 - t0) // w  # a zero-length operation stays in its first bin
+    base = lane * n
+    out += np.bincount(base + fb, weights=np.minimum(b, t0 + (fb + 1) * w) - a, minlength=lanes * n).astype(np.int64)
+    multi = lb > fb
+    if multi.any():
+        out += np.bincount(base[multi] + lb[multi], weights=(b - (t0 + lb * w))[multi],
+                           minlength=lanes * n).astype(np.int64)
+        inner = lb > fb + 1
+        if inner.any():
+            # bins fb+1 .. lb-1 are covered whole: +1 at fb+1, -1 at lb, summed along each lane
+            row = lane[inner] * (n + 1)
+            cover = (np.bincount(row + fb[inner] + 1, minlength=lanes * (n + 1))
+                     - np.bincount(row + lb[inner], minlength=lanes * (n + 1))).reshape(lanes, n + 1)
+            out += (np.cumsum(cover[:, :n], axis=1) * w).reshape(-1)
+    return out.reshape(lanes, n)
+
+
+# -- the union of GPU work per device -------------------------------------------------------
+@dataclass
+class BusySegments:
+    """One device's busy time as disjoint segments [starts, ends), and the idle gaps between."""
+
+    device_id: int
+    starts: np.ndarray = field(repr=False)
+    ends: np.ndarray = field(repr=False)
+    gap_starts: np.ndarray = field(repr=False)
+    gap_ends: np.ndarray = field(repr=False)
+    operations: int = 0
+    first_ns: int = 0
+    last_ns: int = 0
+
+    @property
+    def busy_ns(self) -> int:
+        return int((self.ends - self.starts).sum())
+
+
+# One computation per trace, shared by the capture, the utilization figure and the findings.
+_SEGMENTS: weakref.WeakKeyDictionary[Trace, dict[int, BusySegments]] = weakref.WeakKeyDictionary()
+
+
+def gpu_busy_segments(trace: Trace) -> dict[int, BusySegments]:
+    """Per device, the union of its kernel, memcpy and memset intervals (overlaps counted once)."""
+    cached = _SEGMENTS.get(trace)
+    if cached is not None:
+        return cached
+    ops = _operations(trace)
+    out: dict[int, BusySegments] = {}
+    devices = np.unique(ops["device"]) if len(ops["device"]) else []
+    for device in devices.tolist() if len(devices) else []:
+        if len(devices) == 1:
+            s, e = ops["start"], ops["end"]
+        else:
+            mine = ops["device"] == device
+            s, e = ops["start"][mine], ops["end"][mine]
+        out[int(device)] = _union(int(device), s, e)
+    del ops
+    _SEGMENTS[trace] = out
+    return out
+
+
+def _union(device: int, s: np.ndarray, e: np.ndarray) -> BusySegments:
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], e[order]
+    del order
+    # The furthest end reached before each operation: the part of an
+    # operation past it is new busy time (those parts are disjoint); a start
+    # beyond it opens an idle gap.
+    before = np.empty_like(e)
+    before[0] = s[0]
+    np.maximum.accumulate(e[:-1], out=before[1:])
+    np.maximum(before, s[0], out=before)
+    a = np.maximum(s, before)
+    new = e > a
+    idle = s > before
+    return BusySegments(device, a[new], e[new], before[idle], s[idle], operations=len(s),
+                        first_ns=int(s[0]), last_ns=int(max(before[-1], e[-1])))
+
+
+def union_length(starts: np.ndarray, ends: np.ndarray) -> int:
+    """Total length covered by the intervals [start, end), overlaps counted once."""
+    return _union(-1, starts, ends).busy_ns if len(starts) else 0
+
+
+def gpu_busy(trace: Trace) -> dict:
+    """Union of kernel/memcpy/memset intervals, per device and over all devices.
+
+    Keys: span_ns (first GPU operation's start to the last one's end),
+    busy_ns, busy_pct (of the span), per_device (device, span_ns, busy_ns,
+    busy_pct, operations).  Overlapping work (concurrent streams) counts once.
+    """
+    segments = gpu_busy_segments(trace)
+    if not segments:
+        return {"span_ns": None, "busy_ns": 0, "busy_pct": None, "per_device": []}
+    per_device = []
+    for device, seg in sorted(segments.items()):
+        span = seg.last_ns - seg.first_ns
+        per_device.append({"device": device, "span_ns": span, "busy_ns": seg.busy_ns,
+                           "busy_pct": round(100.0 * seg.busy_ns / span, 2) if span else None,
+                           "operations": seg.operations})
+    if len(segments) == 1:
+        busy_ns = per_device[0]["busy_ns"]
+    else:  # the union over devices: their segments merged
+        all_s = np.concatenate([s.starts for s in segments.values()])
+        all_e = np.concatenate([s.ends for s in segments.values()])
+        busy_ns = _union(-1, all_s, all_e).busy_ns
+    span = max(s.last_ns for s in segments.values()) - min(s.first_ns for s in segments.values())
+    return {"span_ns": span, "busy_ns": busy_ns, "busy_pct": round(100.0 * busy_ns / span, 2) if span else None,
+            "per_device": per_device}
+
+
+def gpu_utilization(trace: Trace, bins: TimeBins, gaps: int = 5) -> list[Utilization]:
+    """Per device: ns of each bin in which the GPU ran at least one kernel, memcpy or memset,
+    and the ``gaps`` longest idle stretches that lie within the bins.
+
+    Overlapping operations count once, so a bin's value is at most its
+    width; busy time outside the bins is cut off at their edges.  Over bins
+    that cover the whole GPU span, ``busy_ns`` equals ``gpu_busy``'s.
+    """
+    out = []
+    for device, seg in sorted(gpu_busy_segments(trace).items()):
+        if seg.first_ns >= bins.end_ns or seg.last_ns < bins.start_ns:
+            continue
+        a = np.maximum(seg.starts, bins.start_ns)
+        b = np.minimum(seg.ends, bins.end_ns)
+        keep = b > a
+        busy = _binned(a[keep], b[keep], bins)[0]
+        inside = (seg.gap_starts >= bins.start_ns) & (seg.gap_ends <= bins.end_ns)
+        gs, ge = seg.gap_starts[inside], seg.gap_ends[inside]
+        longest = np.lexsort((gs, gs - ge))[:gaps]  # longest first, then earliest
+        out.append(Utilization(device, busy, int(busy.sum()), max(seg.first_ns, bins.start_ns),
+                               min(seg.last_ns, bins.end_ns), [(int(gs[i]), int(ge[i])) for i in longest]))
+    return out
+
+
+def busiest_window(busy_per_bin: np.ndarray, bins: TimeBins, share: float = 0.9) -> tuple[int, int] | None:
+    """The shortest run of bins holding ``share`` of all busy time, as (start_ns, end_ns);
+    None when nothing ran."""
+    total = int(busy_per_bin.sum())
+    if total <= 0:
+        return None
+    need = share * total
+    cumulative = np.concatenate(([0], np.cumsum(busy_per_bin)))
+    # For each first bin i, the first end j with cumulative[j] - cumulative[i] >= need.
+    ends = np.searchsorted(cumulative, cumulative[:-1] + need, side="left")
+    valid = ends <= bins.count
+    if not valid.any():
+        return bins.start_ns, bins.end_ns
+    first = np.flatnonzero(valid)
+    widths = ends[first] - first
+    best = int(first[np.argmin(widths)])
+    last = int(ends[best])
+    return bins.start_ns + best * bins.width_ns, bins.start_ns + last * bins.width_ns
+
+
+# -- ranges -------------------------------------------------------------------------------
+def nvtx_bars(trace: Trace, start_ns: int, end_ns: int, min_duration_ns: int = 0,
+              limit: int = 2000) -> tuple[list[NvtxBar], int]:
+    """The longest CPU-side ranges overlapping ``[start_ns, end_ns)`` (at most ``limit``,
+    none shorter than ``min_duration_ns``), and how many ranges overlap in all.
+
+    Names and open-range ends are those of the NVTX summary.  Depth is the
+    nesting level among the returned ranges of the same thread.
+    """
+    ranges = cpu_ranges(trace, ("pid", "tid", "style"))
+    if not len(ranges):
+        return [], 0
+    s, e = ranges["start"].to_numpy(), ranges["end"].to_numpy()
+    overlap = np.flatnonzero((s < end_ns) & (e > start_ns))
+    d = e[overlap] - s[overlap]
+    keep = overlap[d >= min_duration_ns]
+    order = np.lexsort((s[keep], -(e[keep] - s[keep])))[:limit]  # longest first, then earliest
+    chosen = keep[order]
+    labels, styles = ranges["label"].array, ranges["style"].array
+    tids = ranges["tid"].to_numpy()
+    bars = [NvtxBar(None if isinstance(labels[i], float) else labels[i], str(styles[i]), int(s[i]), int(e[i]),
+                    None if tids[i] < 0 else int(tids[i])) for i in chosen.tolist()]
+    _assign_depths(bars)
+    return bars, len(overlap)
+
+
+def _assign_depths(bars: list[NvtxBar]) -> None:
+    """A level per range within its thread: the lowest level free at its start.
+
+    A nested range starts while its parent still holds a level, so it lands
+    below it; ranges that overlap without nesting (start/end) stack the same way.
+    """
+    by_thread: dict[int | None, list[NvtxBar]] = {}
+    for bar in bars:
+        by_thread.setdefault(bar.tid, []).append(bar)
+    for group in by_thread.values():
+        group.sort(key=lambda b: (b.start_ns, -b.end_ns))
+        level_ends: list[int] = []  # when each level becomes free
+        for bar in group:
+            level = next((i for i, end in enumerate(level_ends) if end <= bar.start_ns), len(level_ends))
+            if level == len(level_ends):
+                level_ends.append(bar.end_ns)
+            else:
+                level_ends[level] = bar.end_ns
+            bar.depth = level
+
+
+def enclosing_ranges(trace: Trace, start_ns: int, end_ns: int, limit: int = 3) -> list[str]:
+    """Names (as the NVTX summary names them) of the shortest CPU-side ranges that contain
+    all of ``[start_ns, end_ns]``, innermost first; e.g. what the program was doing during an idle gap."""
+    ranges = cpu_ranges(trace)
+    if not len(ranges):
+        return []
+    s, e = ranges["start"].to_numpy(), ranges["end"].to_numpy()
+    inside = np.flatnonzero((s <= start_ns) & (e >= end_ns))
+    order = inside[np.lexsort((s[inside], e[inside] - s[inside]))]
+    labels = ranges["label"].array
+    names = [labels[i] for i in order.tolist()]
+    return [n for n in names if isinstance(n, str)][:limit]
