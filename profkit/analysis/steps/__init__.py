@@ -1,0 +1,160 @@
+"""Steps: what one iteration of the program is, its phases, and how long it takes.
+
+``find_steps(trace) -> StepResult`` is the one step finder of profkit (the
+report, breakdown, stalls, diff and ranks analyses use it).  In order:
+
+1. the user's step ranges (``ranges``): NVTX or ``record_function`` ranges
+   named like a step, or torch.profiler's ``ProfilerStep#N``; ranges of
+   libraries (CUB, NCCL, cuBLAS, cuDNN, PyTorch internals) are never steps;
+2. otherwise the repeating pattern of the launch sequence (``pattern``),
+   which needs no annotation;
+3. sync sites that occur once per step are reported as supporting evidence
+   (``StepResult.evidence``).
+
+How a step's times, busy time and phases are defined: ``result``.  Use
+``StepResult.steady_window`` for "the steady state" and ``StepResult.steps``
+(columns in ``result.STEP_COLUMNS``) for per-step figures.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from profkit.analysis.steps.activity import Activity, busy_in_windows, load_activity
+from profkit.analysis.steps.pattern import find_pattern_steps, segment_signatures
+from profkit.analysis.steps.ranges import NVTX, PROFILER_STEP, find_range_steps, is_library_range
+from profkit.analysis.steps.result import (
+    STEADY,
+    STEP_COLUMNS,
+    WARMUP,
+    StepResult,
+    nothing_found,
+    summarize,
+    warmup_count,
+)
+from profkit.model import Trace
+
+KERNEL_PATTERN = "kernel_pattern"
+SOURCES = (NVTX, PROFILER_STEP, KERNEL_PATTERN)
+
+__all__ = ["KERNEL_PATTERN", "NVTX", "PROFILER_STEP", "SOURCES", "STEADY", "STEP_COLUMNS", "WARMUP", "StepResult",
+           "find_steps", "is_library_range"]
+
+_cache: weakref.WeakKeyDictionary[Trace, dict[Any, StepResult]] = weakref.WeakKeyDictionary()
+
+
+def find_steps(trace: Trace, *, use_ranges: bool = True) -> StepResult:
+    """The steps of a trace (see the module docstring).  Cached per trace.
+
+    ``use_ranges=False`` ignores annotations and finds steps from the launch
+    pattern only (to compare the two, or when the annotations are wrong)."""
+    per_trace = _cache.setdefault(trace, {})
+    if use_ranges not in per_trace:
+        per_trace[use_ranges] = _find(trace, use_ranges)
+    return per_trace[use_ranges]
+
+
+def _find(trace: Trace, use_ranges: bool) -> StepResult:
+    act = load_activity(trace)
+    span = _trace_span(trace, act)
+    why_not_ranges = "annotations ignored"
+    if use_ranges:
+        found, why_not_ranges = find_range_steps(trace, act)
+        if found is not None:
+            first, last = _launched_within(act, found.pid, found.start, found.end)
+            return _result(trace, act, found.source, found.label, first, last, found.start, found.end, span,
+                           evidence={"candidates": found.candidates})
+    pattern, why_not_pattern = find_pattern_steps(act)
+    if pattern is None:
+        return nothing_found(f"no steps found: {why_not_ranges}; {why_not_pattern}", span)
+    cpu_start = act.launch[pattern.first]
+    cpu_end = act.launch[np.maximum(pattern.last - 1, pattern.first)]
+    return _result(trace, act, KERNEL_PATTERN, f"repeating sequence of {pattern.period} GPU operations",
+                   pattern.first, pattern.last, cpu_start, cpu_end, span,
+                   evidence={"period_launches": pattern.period})
+
+
+def _launched_within(act: Activity, pid: int, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per range: the half-open index range of the activity launched inside it (launch order)."""
+    if act.pid != pid or len(act) == 0:
+        zero = np.zeros(len(start), dtype=np.int64)
+        return zero, zero
+    return (np.searchsorted(act.launch, start, side="left").astype(np.int64),
+            np.searchsorted(act.launch, end, side="right").astype(np.int64))
+
+
+def _result(trace: Trace, act: Activity, source: str, name: str, first: np.ndarray, last: np.ndarray,
+            cpu_start: np.ndarray, cpu_end: np.ndarray, span: tuple[int, int],
+            evidence: dict[str, Any]) -> StepResult:
+    n = len(first)
+    has = last > first
+    gpu_start = cpu_start.astype(np.int64).copy()
+    gpu_end = cpu_end.astype(np.int64).copy()
+    if has.any():
+        gpu_start[has] = _segment_reduce(np.minimum, act.start, first[has], last[has])
+        gpu_end[has] = _segment_reduce(np.maximum, act.end, first[has], last[has])
+    start = gpu_start
+    end = np.empty(n, dtype=np.int64)
+    end[:-1] = start[1:]
+    end[-1] = max(int(gpu_end[-1]), int(cpu_end[-1]))
+    end = np.maximum(end, start)
+    busy = busy_in_windows(act.all_start, act.all_end, start, end)
+    signature = segment_signatures(act.token, first, last) if len(act) else np.zeros(n, dtype=np.uint64)
+    duration = end - start
+    k = warmup_count(duration, signature)
+    steps = pd.DataFrame({
+        "index": np.arange(n, dtype=np.int64), "start_ns": start, "end_ns": end, "duration_ns": duration,
+        "gpu_busy_ns": busy, "phase": np.where(np.arange(n) < k, WARMUP, STEADY).astype(object),
+        "cpu_start_ns": cpu_start.astype(np.int64), "cpu_end_ns": cpu_end.astype(np.int64),
+        "launches": (last - first).astype(np.int64)})
+    startup = (span[0], int(start[0]))
+    teardown = (int(end[-1]), max(span[1], int(end[-1])))
+    evidence = {**evidence, **_sync_sites_once_per_step(trace, steps)}
+    return StepResult(source, name, steps, startup, teardown, summarize(steps, source, name, span), None, evidence)
+
+
+def _segment_reduce(ufunc: np.ufunc, values: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:
+    """ufunc over each non-empty values[first:last] (ordered, non-overlapping segments), vectorized."""
+    padded = np.append(values, values[-1])  # reduceat needs every index < len
+    bounds = np.column_stack((first, last)).ravel()
+    return ufunc.reduceat(padded, bounds)[::2]
+
+
+def _trace_span(trace: Trace, act: Activity) -> tuple[int, int]:
+    """The trace's time span: the capture window where recorded, else first to last event."""
+    lo, hi = [], []
+    for values in (act.all_start,):
+        if len(values):
+            lo.append(int(values.min()))
+    if len(act.all_end):
+        hi.append(int(act.all_end.max()))
+    for table in ("api", "ranges"):
+        frame = trace.table(table, ["start", "end"])
+        if not frame.empty:
+            lo.append(int(frame["start"].min()))
+            hi.append(int(frame["end"].max()))
+    start = trace.meta.capture_start_ns if trace.meta.capture_start_ns is not None else min(lo, default=0)
+    end = trace.meta.capture_end_ns if trace.meta.capture_end_ns is not None else max(hi, default=start)
+    return int(start), int(max(end, start))
+
+
+def _sync_sites_once_per_step(trace: Trace, steps: pd.DataFrame) -> dict[str, Any]:
+    """Sync sites (profkit's recorded Python lines) that occur exactly once in every steady-state step."""
+    ranges = trace.table("ranges", ["start", "name", "kind"])
+    sites = ranges[ranges["kind"].astype(str).to_numpy() == "sync_site"]
+    steady = steps[steps["phase"] == STEADY]
+    if sites.empty or steady.empty:
+        return {}
+    s, e = steady["cpu_start_ns"].to_numpy(), np.maximum(steady["end_ns"].to_numpy(), steady["cpu_end_ns"].to_numpy())
+    t = sites["start"].to_numpy()
+    j = np.searchsorted(s, t, side="right") - 1
+    inside = (j >= 0) & (t <= e[np.maximum(j, 0)])
+    per = pd.DataFrame({"name": sites["name"].astype(str).to_numpy()[inside], "step": j[inside]})
+    counts = per.groupby(["name", "step"]).size().unstack(fill_value=0).reindex(columns=range(len(steady)),
+                                                                               fill_value=0)
+    once = [str(name) for name, row in counts.iterrows() if (row.to_numpy() == 1).all()]
+    return {"sync_sites_once_per_step": once} if once else {}

@@ -1,0 +1,244 @@
+"""Steps from the repeating pattern of the launch sequence (no annotation needed).
+
+A training loop issues the same kernels in the same order every iteration.
+On the sequence of launched names (integers, see ``activity``):
+
+1. **Candidate periods.**  For each name, the gaps (in launches) between its
+   consecutive occurrences.  A name launched once per iteration has one gap
+   value most of the time: the period.  Every gap value that is the most
+   common gap of some name for at least half of that name's gaps is a
+   candidate.  (Per-name gaps instead of an autocorrelation: O(n log n), and a
+   warm-up that differs only moves a few gaps.)
+2. **Which candidate is the step.**  Split the sequence at a name that
+   repeats with that period; the most common segment (by content) is the
+   candidate's unit.  The step's unit contains (nearly) every name the loop
+   launches; a layer's unit does not (the backward pass and the optimizer
+   are missing).  A period that also covers everything but is a multiple of
+   the step (a supercycle, e.g. an eval pass every ten steps) is longer: the
+   shortest candidate whose unit covers at least 90% of what the best one
+   covers wins.
+3. **Where a step begins.**  Within the unit, at the launch preceded by the
+   longest wait (GPU idle before it plus CPU time since the previous
+   launch), the median over the unit's repetitions: that is where the loop
+   goes back to Python (print, data loading, logging).  The boundaries are
+   the occurrences of the launch sequence starting there (up to 16 names).
+4. **Steps.**  A segment between boundaries is a step when it launches at
+   least 90% of the unit's once-per-step names.  Other segments (an eval
+   pass: a forward without backward or optimizer) belong to the step before;
+   before the first step they are start-up, after the last one teardown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from profkit.analysis.steps.activity import Activity
+
+MAX_CANDIDATES = 16
+MAX_BOUNDARY_GRAM = 16
+UNIT_COVERAGE_TOLERANCE = 0.9
+ANCHOR_PRESENCE = 0.9
+
+_RNG_SEED = 0x5EED
+
+
+@dataclass
+class PatternSteps:
+    """Steps as half-open ranges of the activity sequence, and the period found."""
+
+    first: np.ndarray        # index of each step's first launch
+    last: np.ndarray         # one past each step's last launch
+    period: int              # launches per steady-state step (the unit's length)
+    signature: np.ndarray    # per step: a hash of its name sequence (equal content, equal hash)
+
+
+def token_hashes(n_tokens: int, seed: int = _RNG_SEED) -> tuple[np.ndarray, np.ndarray]:
+    """Two random 64-bit values per name, for order-sensitive segment hashes."""
+    rng = np.random.default_rng(seed)
+    return (rng.integers(1, 2**63, size=n_tokens, dtype=np.int64).astype(np.uint64) | np.uint64(1),
+            rng.integers(1, 2**63, size=n_tokens, dtype=np.int64).astype(np.uint64))
+
+
+def segment_signatures(tokens: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:
+    """A hash of each segment ``tokens[first:last]`` that depends on the names and their order.
+
+    Computed from prefix sums (wrapping uint64 arithmetic), so any number of
+    segments costs O(n): h = sum r1[t_j] + sum r2[t_j] * (j - first), plus the length."""
+    if len(tokens) == 0 or len(first) == 0:
+        return np.zeros(len(first), dtype=np.uint64)
+    r1, r2 = token_hashes(int(tokens.max()) + 1)
+    with np.errstate(over="ignore"):
+        a = r1[tokens]
+        b = r2[tokens]
+        idx = np.arange(len(tokens), dtype=np.uint64)
+        pa = np.concatenate(([np.uint64(0)], np.cumsum(a, dtype=np.uint64)))
+        pb = np.concatenate(([np.uint64(0)], np.cumsum(b, dtype=np.uint64)))
+        pbi = np.concatenate(([np.uint64(0)], np.cumsum(b * idx, dtype=np.uint64)))
+        f, l_ = first.astype(np.int64), last.astype(np.int64)
+        sum_a = pa[l_] - pa[f]
+        weighted = (pbi[l_] - pbi[f]) - (pb[l_] - pb[f]) * f.astype(np.uint64)
+        length = (l_ - f).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+        return sum_a ^ (weighted * np.uint64(0xBF58476D1CE4E5B9)) ^ length
+
+
+def candidate_periods(tokens: np.ndarray) -> dict[int, list[int]]:
+    """period -> the names (tokens) whose most common gap is that period (for at least half their gaps)."""
+    n = len(tokens)
+    order = np.argsort(tokens, kind="stable")
+    tok = tokens[order]
+    same = tok[1:] == tok[:-1]
+    gaps = (order[1:] - order[:-1])[same]
+    gap_tok = tok[1:][same]
+    if len(gaps) == 0:
+        return {}
+    packed = gap_tok * (n + 1) + gaps
+    pairs, counts = np.unique(packed, return_counts=True)
+    pair_tok, pair_gap = pairs // (n + 1), pairs % (n + 1)
+    gaps_per_tok = np.bincount(gap_tok, minlength=int(tokens.max()) + 1)
+    # the most common gap of each token: sort by (token, count) and take the last of each token
+    o = np.lexsort((counts, pair_tok))
+    last_of_tok = np.ones(len(o), dtype=bool)
+    last_of_tok[:-1] = pair_tok[o][1:] != pair_tok[o][:-1]
+    best = o[last_of_tok]
+    out: dict[int, list[int]] = {}
+    support: dict[int, int] = {}
+    for t, g, c in zip(pair_tok[best], pair_gap[best], counts[best]):
+        if c >= 0.5 * gaps_per_tok[t]:
+            out.setdefault(int(g), []).append(int(t))
+            support[int(g)] = support.get(int(g), 0) + int(c)
+    keep = sorted(out, key=lambda g: -support[g])[:MAX_CANDIDATES]
+    return {g: out[g] for g in keep}
+
+
+@dataclass
+class _Split:
+    period: int
+    boundaries: np.ndarray   # segment starts (the split token's occurrences)
+    unit_start: int          # where one copy of the most common segment starts
+    unit_len: int
+    unit_count: int
+    coverage: float          # share of all launches whose name is in the unit
+    explained: float         # share of launches inside copies of the unit
+
+
+def _split(tokens: np.ndarray, period: int, anchors: list[int]) -> _Split | None:
+    counts = np.bincount(tokens, minlength=int(tokens.max()) + 1)
+    anchor = max(anchors, key=lambda t: (counts[t], -int(np.argmax(tokens == t))))
+    boundaries = np.flatnonzero(tokens == anchor)
+    if len(boundaries) < 2:
+        return None
+    first, last = boundaries[:-1], boundaries[1:]
+    sig = segment_signatures(tokens, first, last)
+    values, inverse, freq = np.unique(sig, return_inverse=True, return_counts=True)
+    mode = int(np.argmax(freq))
+    where = np.flatnonzero(inverse == mode)
+    start, length = int(first[where[0]]), int(last[where[0]] - first[where[0]])
+    in_unit = np.zeros(len(counts), dtype=bool)
+    in_unit[np.unique(tokens[start:start + length])] = True
+    coverage = float(counts[in_unit].sum()) / len(tokens)
+    explained = float(freq[mode] * length) / len(tokens)
+    return _Split(period, boundaries, start, length, int(freq[mode]), coverage, explained)
+
+
+def _choose(tokens: np.ndarray) -> _Split | None:
+    splits = [s for p, anchors in candidate_periods(tokens).items()
+              if (s := _split(tokens, p, anchors)) is not None and s.unit_count >= 2]
+    if not splits:
+        return None
+    best_cov = max(s.coverage for s in splits)
+    best_expl = max(s.explained for s in splits)
+    good = [s for s in splits if s.coverage >= UNIT_COVERAGE_TOLERANCE * best_cov and s.explained >= 0.5 * best_expl]
+    return min(good, key=lambda s: (s.unit_len, -s.coverage))
+
+
+def _wait_before(act: Activity) -> np.ndarray:
+    """Per launch: GPU idle before it (since everything launched earlier ended) plus CPU time since the previous launch."""
+    n = len(act)
+    reach = np.maximum.accumulate(act.end)
+    gpu_idle = np.zeros(n, dtype=np.int64)
+    cpu_gap = np.zeros(n, dtype=np.int64)
+    if n > 1:
+        gpu_idle[1:] = np.maximum(act.start[1:] - reach[:-1], 0)
+        cpu_gap[1:] = np.maximum(act.launch[1:] - act.launch[:-1], 0)
+    return gpu_idle + cpu_gap
+
+
+def _gram_hashes(tokens: np.ndarray, k: int) -> np.ndarray:
+    """Hash of tokens[i:i+k] for every i <= n - k."""
+    r1, _ = token_hashes(int(tokens.max()) + 1, seed=_RNG_SEED + 1)
+    n = len(tokens) - k + 1
+    h = np.zeros(n, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for m in range(k):
+            h = h * np.uint64(0x100000001B3) + r1[tokens[m:m + n]]
+    return h
+
+
+def find_pattern_steps(act: Activity) -> tuple[PatternSteps | None, str]:
+    """Steps of the repeating launch pattern, or None and a sentence saying why not."""
+    tokens = act.token
+    if len(tokens) < 4:
+        return None, f"only {len(tokens)} GPU operations: too few to find a repeating pattern"
+    split = _choose(tokens)
+    if split is None:
+        return None, (f"no repeating pattern in the {len(tokens):,} GPU operations "
+                      f"({len(act.names)} distinct names): nothing repeats with a fixed period")
+    unit = slice(split.unit_start, split.unit_start + split.unit_len)
+    # where the loop returns to Python: the longest median wait inside the unit
+    copies = split.boundaries[:-1][np.isin(split.boundaries[:-1], _unit_copies(tokens, split))]
+    waits = _wait_before(act)
+    offsets = np.arange(split.unit_len)
+    matrix = waits[np.minimum(copies[:, None] + offsets[None, :], len(tokens) - 1)]
+    rotation = int(np.argmax(np.median(matrix, axis=0)))
+    begin = split.unit_start + rotation
+    k = min(MAX_BOUNDARY_GRAM, split.unit_len, len(tokens) - begin)
+    grams = _gram_hashes(tokens, k)
+    marks = np.flatnonzero(grams == grams[begin])
+    marks = _spaced(marks, max(1, split.unit_len // 2))
+    return _steps_from_marks(tokens, marks, tokens[unit], split.unit_len), ""
+
+
+def _unit_copies(tokens: np.ndarray, split: _Split) -> np.ndarray:
+    first, last = split.boundaries[:-1], split.boundaries[1:]
+    sig = segment_signatures(tokens, first, last)
+    ref = segment_signatures(tokens, np.array([split.unit_start]), np.array([split.unit_start + split.unit_len]))[0]
+    return first[sig == ref]
+
+
+def _spaced(marks: np.ndarray, min_gap: int) -> np.ndarray:
+    """Drop marks closer than ``min_gap`` to the previous kept one (a boundary sequence that repeats inside itself)."""
+    kept: list[int] = []
+    for m in marks.tolist():
+        if not kept or m - kept[-1] >= min_gap:
+            kept.append(m)
+    return np.asarray(kept, dtype=np.int64)
+
+
+def _steps_from_marks(tokens: np.ndarray, marks: np.ndarray, unit: np.ndarray, unit_len: int) -> PatternSteps | None:
+    n = len(tokens)
+    counts = np.bincount(unit, minlength=int(tokens.max()) + 1)
+    anchors = np.flatnonzero(counts == 1)
+    first = marks
+    last = np.append(marks[1:], n)
+    # the last segment runs to the end of the trace: keep one unit's worth, the rest is teardown
+    last[-1] = min(n, first[-1] + unit_len)
+    is_anchor = np.zeros(len(counts) if len(counts) > tokens.max() else int(tokens.max()) + 1, dtype=bool)
+    is_anchor[anchors] = True
+    pos = np.flatnonzero(is_anchor[tokens])
+    seg = np.searchsorted(first, pos, side="right") - 1
+    ok = (seg >= 0) & (pos < last[np.maximum(seg, 0)])
+    pairs = np.unique(seg[ok] * (len(counts) + 1) + tokens[pos[ok]])
+    present = np.bincount(pairs // (len(counts) + 1), minlength=len(first))
+    is_step = present >= ANCHOR_PRESENCE * max(len(anchors), 1)
+    if not is_step.any():
+        return None
+    # non-step segments after a step join it (an eval pass); leading and trailing ones are start-up/teardown
+    idx = np.flatnonzero(is_step)
+    step_first = first[idx]
+    step_last = np.empty(len(idx), dtype=np.int64)
+    step_last[:-1] = first[idx[1:]]
+    step_last[-1] = last[idx[-1]]
+    sig = segment_signatures(tokens, step_first, step_last)
+    return PatternSteps(step_first, step_last, unit_len, sig)

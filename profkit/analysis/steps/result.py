@@ -1,0 +1,159 @@
+"""``StepResult``: the steps as a frame, the phases of the run, and the summary.
+
+Definitions (ns, on the trace's clock):
+
+- A step's **start** is when its first GPU operation starts (the first
+  kernel, copy or memset launched inside it).  Steps **tile** the loop: a
+  step ends where the next one starts, so whatever happens between two
+  steps (the Python loop, data loading, a print, an eval pass that is not a
+  step) belongs to the step before it, and the median step time is the
+  loop's period.  The last step ends when its last GPU operation ends (or
+  its range ends, if later).  A step that launched nothing keeps its range's
+  CPU times.
+- **gpu_busy_ns**: time inside the step when at least one kernel, copy or
+  memset ran (any stream, any device: the union).
+- **Phases**: start-up is everything before the first step; warm-up is the
+  first steps that differ from the steady state (they launch a different
+  sequence of GPU operations -- compilation, autotuning, cudnn benchmark,
+  optimizer state creation -- or take more than 1.5 times the steady median);
+  steady state is every step after them; teardown is everything after the
+  last step.  The summary's figures are over steady-state steps only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+WARMUP = "warmup"
+STEADY = "steady"
+WARMUP_SLOWER = 1.5
+
+STEP_COLUMNS = ("index", "start_ns", "end_ns", "duration_ns", "gpu_busy_ns", "phase",
+                "cpu_start_ns", "cpu_end_ns", "launches")
+
+
+@dataclass
+class StepResult:
+    """What ``find_steps`` found.
+
+    ``steps`` columns: ``index`` (0-based, in time order), ``start_ns``,
+    ``end_ns``, ``duration_ns``, ``gpu_busy_ns``, ``phase`` ('warmup' or
+    'steady'), ``cpu_start_ns``/``cpu_end_ns`` (the step range on the CPU;
+    for pattern steps the launch of the first and last operation; -1 when
+    unknown) and ``launches`` (GPU operations launched in the step).
+    ``startup``/``teardown``: (start_ns, end_ns) before the first / after the
+    last step, None without steps.  ``message`` says why nothing was found.
+    """
+
+    source: str | None
+    name: str | None
+    steps: pd.DataFrame
+    startup: tuple[int, int] | None
+    teardown: tuple[int, int] | None
+    summary: dict[str, Any]
+    message: str | None = None
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def found(self) -> bool:
+        return self.source is not None and not self.steps.empty
+
+    @property
+    def steady(self) -> pd.DataFrame:
+        """The steady-state steps."""
+        return self.steps[self.steps["phase"] == STEADY]
+
+    @property
+    def steady_window(self) -> tuple[int, int] | None:
+        """(start_ns, end_ns) from the first to the end of the last steady-state step; None without steps."""
+        steady = self.steady
+        if steady.empty:
+            return None
+        return int(steady["start_ns"].iloc[0]), int(steady["end_ns"].iloc[-1])
+
+    @property
+    def warmup_window(self) -> tuple[int, int] | None:
+        warm = self.steps[self.steps["phase"] == WARMUP]
+        if warm.empty:
+            return None
+        return int(warm["start_ns"].iloc[0]), int(warm["end_ns"].iloc[-1])
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form: ``summary`` and ``steps`` (as the issue specifies), plus phases and the message."""
+        steps = [{k: (v if isinstance(v, str) else int(v)) for k, v in row.items()}
+                 for row in self.steps.to_dict(orient="records")]
+        return {
+            "summary": self.summary,
+            "steps": steps,
+            "startup": _span(self.startup),
+            "teardown": _span(self.teardown),
+            "evidence": self.evidence,
+            "message": self.message,
+        }
+
+
+def _span(span: tuple[int, int] | None) -> dict[str, int] | None:
+    if span is None:
+        return None
+    return {"start_ns": int(span[0]), "end_ns": int(span[1]), "duration_ns": int(span[1] - span[0])}
+
+
+def empty_steps() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=object if c == "phase" else np.int64) for c in STEP_COLUMNS})
+
+
+def nothing_found(message: str, trace_span: tuple[int, int] | None) -> StepResult:
+    return StepResult(None, None, empty_steps(), None, None, summarize(empty_steps(), None, None, trace_span),
+                      message)
+
+
+def warmup_count(duration: np.ndarray, signature: np.ndarray) -> int:
+    """How many leading steps differ from the steady state (see the module docstring).
+
+    The steady state is the most common launch sequence (when one repeats)
+    and the median duration of the steps that have it.  At least one step
+    is always steady."""
+    n = len(duration)
+    if n <= 1:
+        return 0
+    values, counts = np.unique(signature, return_counts=True)
+    mode = values[np.argmax(counts)] if counts.max() >= 2 else None
+    typical = signature == mode if mode is not None else np.ones(n, dtype=bool)
+    reference = float(np.median(duration[typical]))
+    k = 0
+    while k < n - 1:
+        differs = mode is not None and signature[k] != mode
+        slower = reference > 0 and duration[k] > WARMUP_SLOWER * reference
+        if not (differs or slower):
+            break
+        k += 1
+    return k
+
+
+def summarize(steps: pd.DataFrame, source: str | None, name: str | None,
+              trace_span: tuple[int, int] | None) -> dict[str, Any]:
+    """The issue's summary (over steady-state steps) plus the phases' lengths."""
+    steady = steps[steps["phase"] == STEADY] if not steps.empty else steps
+    d = steady["duration_ns"].to_numpy(np.int64) if not steady.empty else np.empty(0, np.int64)
+    busy = int(steady["gpu_busy_ns"].sum()) if not steady.empty else 0
+    out: dict[str, Any] = {
+        "count": len(steps),
+        "steady_count": len(steady),
+        "warmup_count": int((steps["phase"] == WARMUP).sum()) if not steps.empty else 0,
+        "median_ns": float(np.median(d)) if len(d) else None,
+        "mean_ns": float(d.mean()) if len(d) else None,
+        "p90_ns": float(np.percentile(d, 90)) if len(d) else None,
+        "min_ns": int(d.min()) if len(d) else None,
+        "max_ns": int(d.max()) if len(d) else None,
+        "source": source,
+        "name": name,
+        "steady_gpu_busy_pct": round(100.0 * busy / d.sum(), 2) if len(d) and d.sum() > 0 else None,
+    }
+    if trace_span is not None and not steps.empty:
+        out["startup_ns"] = int(max(0, steps["start_ns"].iloc[0] - trace_span[0]))
+        out["teardown_ns"] = int(max(0, trace_span[1] - steps["end_ns"].iloc[-1]))
+    return out
