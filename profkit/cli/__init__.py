@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "nvtx": "profkit.cli.summaries:nvtx",
     "info": "profkit.cli.summaries:info",
     "stalls": "profkit.cli.stalls:stalls",
+    "steps": "profkit.cli.steps:steps",
     "occupancy": "profkit.cli.occupancy:occupancy",
     "ptx": "profkit.cli.ptx:ptx",
     "trace": "profkit.cli.trace:trace",

@@ -32,6 +32,8 @@ from profkit.analysis.steps.result import (
     STEP_COLUMNS,
     WARMUP,
     StepResult,
+    format_duration,
+    headline,
     nothing_found,
     summarize,
     warmup_count,
@@ -42,28 +44,31 @@ KERNEL_PATTERN = "kernel_pattern"
 SOURCES = (NVTX, PROFILER_STEP, KERNEL_PATTERN)
 
 __all__ = ["KERNEL_PATTERN", "NVTX", "PROFILER_STEP", "SOURCES", "STEADY", "STEP_COLUMNS", "WARMUP", "StepResult",
-           "find_steps", "is_library_range"]
+           "find_steps", "format_duration", "headline", "is_library_range"]
 
 _cache: weakref.WeakKeyDictionary[Trace, dict[Any, StepResult]] = weakref.WeakKeyDictionary()
 
 
-def find_steps(trace: Trace, *, use_ranges: bool = True) -> StepResult:
+def find_steps(trace: Trace, *, use_ranges: bool = True, step_range: str | None = None) -> StepResult:
     """The steps of a trace (see the module docstring).  Cached per trace.
 
     ``use_ranges=False`` ignores annotations and finds steps from the launch
-    pattern only (to compare the two, or when the annotations are wrong)."""
+    pattern only (to compare the two, or when the annotations are wrong).
+    ``step_range`` names the step range ("step" also matches "step 7" and
+    "domain:step"); a ``ProfkitError`` when no range has that name."""
     per_trace = _cache.setdefault(trace, {})
-    if use_ranges not in per_trace:
-        per_trace[use_ranges] = _find(trace, use_ranges)
-    return per_trace[use_ranges]
+    key = (use_ranges, step_range)
+    if key not in per_trace:
+        per_trace[key] = _find(trace, use_ranges, step_range)
+    return per_trace[key]
 
 
-def _find(trace: Trace, use_ranges: bool) -> StepResult:
+def _find(trace: Trace, use_ranges: bool, step_range: str | None) -> StepResult:
     act = load_activity(trace)
     span = _trace_span(trace, act)
     why_not_ranges = "annotations ignored"
-    if use_ranges:
-        found, why_not_ranges = find_range_steps(trace, act)
+    if use_ranges or step_range:
+        found, why_not_ranges = find_range_steps(trace, act, step_range)
         if found is not None:
             first, last = _launched_within(act, found.pid, found.start, found.end)
             return _result(trace, act, found.source, found.label, first, last, found.start, found.end, span,
@@ -125,21 +130,22 @@ def _segment_reduce(ufunc: np.ufunc, values: np.ndarray, first: np.ndarray, last
 
 
 def _trace_span(trace: Trace, act: Activity) -> tuple[int, int]:
-    """The trace's time span: the capture window where recorded, else first to last event."""
+    """The trace's time span: the capture window where recorded, widened to every recorded event."""
     lo, hi = [], []
-    for values in (act.all_start,):
-        if len(values):
-            lo.append(int(values.min()))
-    if len(act.all_end):
+    if len(act.all_start):
+        lo.append(int(act.all_start.min()))
         hi.append(int(act.all_end.max()))
     for table in ("api", "ranges"):
         frame = trace.table(table, ["start", "end"])
         if not frame.empty:
             lo.append(int(frame["start"].min()))
             hi.append(int(frame["end"].max()))
-    start = trace.meta.capture_start_ns if trace.meta.capture_start_ns is not None else min(lo, default=0)
-    end = trace.meta.capture_end_ns if trace.meta.capture_end_ns is not None else max(hi, default=start)
-    return int(start), int(max(end, start))
+    if trace.meta.capture_start_ns is not None:
+        lo.append(int(trace.meta.capture_start_ns))
+    if trace.meta.capture_end_ns is not None:
+        hi.append(int(trace.meta.capture_end_ns))
+    start = min(lo, default=0)
+    return start, max(max(hi, default=start), start)
 
 
 def _sync_sites_once_per_step(trace: Trace, steps: pd.DataFrame) -> dict[str, Any]:

@@ -7,7 +7,7 @@ On the sequence of launched names (integers, see ``activity``):
    consecutive occurrences.  A name launched once per iteration has one gap
    value most of the time: the period.  Every gap value that is the most
    common gap of some name for at least half of that name's gaps is a
-   candidate.  (Per-name gaps instead of an autocorrelation: O(n log n), and a
+   candidate (more than half: twice-per-step names alternate two gaps).  (Per-name gaps instead of an autocorrelation: O(n log n), and a
    warm-up that differs only moves a few gaps.)
 2. **Which candidate is the step.**  Split the sequence at a name that
    repeats with that period; the most common segment (by content) is the
@@ -40,6 +40,7 @@ MAX_CANDIDATES = 16
 MAX_BOUNDARY_GRAM = 16
 UNIT_COVERAGE_TOLERANCE = 0.9
 ANCHOR_PRESENCE = 0.9
+ROTATIONS_BY_WAIT = 4
 
 _RNG_SEED = 0x5EED
 
@@ -105,7 +106,7 @@ def candidate_periods(tokens: np.ndarray) -> dict[int, list[int]]:
     out: dict[int, list[int]] = {}
     support: dict[int, int] = {}
     for t, g, c in zip(pair_tok[best], pair_gap[best], counts[best]):
-        if c >= 0.5 * gaps_per_tok[t]:
+        if c > 0.5 * gaps_per_tok[t]:  # strictly: a name launched twice per step alternates two gaps
             out.setdefault(int(g), []).append(int(t))
             support[int(g)] = support.get(int(g), 0) + int(c)
     keep = sorted(out, key=lambda g: -support[g])[:MAX_CANDIDATES]
@@ -185,19 +186,61 @@ def find_pattern_steps(act: Activity) -> tuple[PatternSteps | None, str]:
     if split is None:
         return None, (f"no repeating pattern in the {len(tokens):,} GPU operations "
                       f"({len(act.names)} distinct names): nothing repeats with a fixed period")
-    unit = slice(split.unit_start, split.unit_start + split.unit_len)
-    # where the loop returns to Python: the longest median wait inside the unit
-    copies = split.boundaries[:-1][np.isin(split.boundaries[:-1], _unit_copies(tokens, split))]
-    waits = _wait_before(act)
+    unit = tokens[split.unit_start:split.unit_start + split.unit_len]
+    # where the loop returns to Python: a long median wait before the launch ...
+    copies = _unit_copies(tokens, split)
     offsets = np.arange(split.unit_len)
-    matrix = waits[np.minimum(copies[:, None] + offsets[None, :], len(tokens) - 1)]
-    rotation = int(np.argmax(np.median(matrix, axis=0)))
-    begin = split.unit_start + rotation
-    k = min(MAX_BOUNDARY_GRAM, split.unit_len, len(tokens) - begin)
+    matrix = _wait_before(act)[np.minimum(copies[:, None] + offsets[None, :], len(tokens) - 1)]
+    wait = np.median(matrix, axis=0)
+    rotations = set(np.argsort(-wait, kind="stable")[:ROTATIONS_BY_WAIT].tolist())
+    # ... and, first, the rotation that makes the most whole steps (then covers the most launches): the one where the
+    # repetitions before the first copy of the unit begin (a wrong rotation loses the
+    # first or the last step to a partial one)
+    rotations.add(_earliest_rotation(tokens, unit, int(copies[0])))
+    best: tuple[tuple[int, int, float], PatternSteps] | None = None
+    for r in sorted(rotations):
+        steps = _steps_for_rotation(tokens, unit, int(copies[0]), r)
+        if steps is None:
+            continue
+        score = (len(steps.first), int((steps.last - steps.first).sum()), float(wait[r]))
+        if best is None or score > best[0]:
+            best = (score, steps)
+    if best is None:
+        return None, f"no repeating pattern in the {len(tokens):,} GPU operations: the repeats are not whole steps"
+    return best[1], ""
+
+
+def _earliest_rotation(tokens: np.ndarray, unit: np.ndarray, copy: int) -> int:
+    """The rotation at which the run of repetitions ending at ``copy`` begins: how much of
+    the unit's tail the launches just before the copy repeat."""
+    p = len(unit)
+    back = min(copy, p)
+    if back == 0:
+        return 0
+    before = tokens[copy - back:copy][::-1]
+    mismatch = np.flatnonzero(before != unit[::-1][:back])
+    matched = int(mismatch[0]) if len(mismatch) else back
+    return (p - matched) % p
+
+
+def _steps_for_rotation(tokens: np.ndarray, unit: np.ndarray, copy: int, offset: int) -> PatternSteps | None:
+    """Steps split at every occurrence of the shortest run of launches from ``offset`` in the
+    unit (copied at ``copy``) that occurs once per unit: short, so that a first step with
+    extra launches inside it still matches."""
+    p = len(unit)
+    begin = copy + offset
+    cyclic = np.concatenate((unit, unit))
+    k = 1
+    while k < min(MAX_BOUNDARY_GRAM, p, len(tokens) - begin):
+        gram = cyclic[offset:offset + k]
+        windows = np.lib.stride_tricks.sliding_window_view(cyclic[:p + k - 1], k)
+        if int((windows == gram).all(axis=1).sum()) == 1:
+            break
+        k *= 2
+    k = min(k, MAX_BOUNDARY_GRAM, p, len(tokens) - begin)
     grams = _gram_hashes(tokens, k)
     marks = np.flatnonzero(grams == grams[begin])
-    marks = _spaced(marks, max(1, split.unit_len // 2))
-    return _steps_from_marks(tokens, marks, tokens[unit], split.unit_len), ""
+    return _steps_from_marks(tokens, marks, unit, p)
 
 
 def _unit_copies(tokens: np.ndarray, split: _Split) -> np.ndarray:
@@ -205,15 +248,6 @@ def _unit_copies(tokens: np.ndarray, split: _Split) -> np.ndarray:
     sig = segment_signatures(tokens, first, last)
     ref = segment_signatures(tokens, np.array([split.unit_start]), np.array([split.unit_start + split.unit_len]))[0]
     return first[sig == ref]
-
-
-def _spaced(marks: np.ndarray, min_gap: int) -> np.ndarray:
-    """Drop marks closer than ``min_gap`` to the previous kept one (a boundary sequence that repeats inside itself)."""
-    kept: list[int] = []
-    for m in marks.tolist():
-        if not kept or m - kept[-1] >= min_gap:
-            kept.append(m)
-    return np.asarray(kept, dtype=np.int64)
 
 
 def _steps_from_marks(tokens: np.ndarray, marks: np.ndarray, unit: np.ndarray, unit_len: int) -> PatternSteps | None:

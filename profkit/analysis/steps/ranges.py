@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from profkit.analysis.steps.activity import Activity
+from profkit.errors import ProfkitError
 from profkit.model import Trace
 
 NVTX = "nvtx"
@@ -102,8 +103,11 @@ class RangeSteps:
     candidates: list[dict]  # every group considered, for --format json and debugging
 
 
-def find_range_steps(trace: Trace, act: Activity) -> tuple[RangeSteps | None, str]:
-    """The user's step ranges, or None and a sentence saying what was seen instead."""
+def find_range_steps(trace: Trace, act: Activity, step_range: str | None = None) -> tuple[RangeSteps | None, str]:
+    """The user's step ranges, or None and a sentence saying what was seen instead.
+
+    ``step_range``: take the ranges of that name (digits folded, with or without
+    its domain) instead of choosing; a ``ProfkitError`` when there are none."""
     ranges = trace.table("ranges", ["start", "end", "pid", "tid", "name", "domain", "kind"])
     if ranges.empty:
         return None, "no NVTX or record_function ranges in the trace"
@@ -128,7 +132,14 @@ def find_range_steps(trace: Trace, act: Activity) -> tuple[RangeSteps | None, st
     libraries = sorted(set(label[is_lib]))
     frame = frame[~is_lib]
     candidates = [_describe(g, key, act) for key, g in frame.groupby(["label", "kind", "pid", "tid"], sort=False)]
-    chosen = _pick(candidates)
+    if step_range is not None:
+        wanted = fold_digits(step_range.strip())
+        named = [c for c in candidates if _named(c["label"], wanted)]
+        if not named:
+            seen = ", ".join(sorted({c["label"] for c in candidates})[:10]) or "none"
+            raise ProfkitError(f"no range named {step_range!r} in this trace", hint=f"ranges: {seen}")
+        candidates = named
+    chosen = max(candidates, key=lambda c: (c["count"], c["gpu_share"])) if step_range else _pick(candidates)
     if chosen is None:
         seen = ", ".join(sorted({c["label"] for c in candidates})[:8]) or "none"
         lib = f"; library ranges (never steps): {', '.join(libraries[:5])}" if libraries else ""
@@ -137,6 +148,12 @@ def find_range_steps(trace: Trace, act: Activity) -> tuple[RangeSteps | None, st
               (frame["pid"] == chosen["pid"]) & (frame["tid"] == chosen["tid"])].sort_values("start")
     return RangeSteps(chosen["kind"], chosen["label"], chosen["pid"], chosen["tid"],
                       g["start"].to_numpy(np.int64), g["end"].to_numpy(np.int64), candidates), ""
+
+
+def _named(label: str, wanted: str) -> bool:
+    """Whether a folded label ("samples:step N") is the range the user named ("step", "samples:step")."""
+    bare = label.rpartition(":")[2] if ":" in label and not label.startswith(wanted) else label
+    return any(x == wanted or re.sub(r"[\s_:#=-]*N$", "", x) == wanted for x in (label, bare))
 
 
 def _is_profiler_step(names: np.ndarray, kind: np.ndarray) -> np.ndarray:

@@ -151,9 +151,42 @@ def summarize(steps: pd.DataFrame, source: str | None, name: str | None,
         "max_ns": int(d.max()) if len(d) else None,
         "source": source,
         "name": name,
-        "steady_gpu_busy_pct": round(100.0 * busy / d.sum(), 2) if len(d) and d.sum() > 0 else None,
+        "steady_gpu_busy_pct": round(100.0 * busy / float(d.sum()), 2) if len(d) and d.sum() > 0 else None,
     }
     if trace_span is not None and not steps.empty:
         out["startup_ns"] = int(max(0, steps["start_ns"].iloc[0] - trace_span[0]))
         out["teardown_ns"] = int(max(0, trace_span[1] - steps["end_ns"].iloc[-1]))
     return out
+
+
+def format_duration(ns: float) -> str:
+    """A duration for sentences: "36.2 ms", "812 µs", "5.03 s"."""
+    if ns >= 1e9:
+        return f"{ns / 1e9:.3g} s"
+    if ns >= 1e6:
+        return f"{ns / 1e6:.3g} ms"
+    if ns >= 1e3:
+        return f"{ns / 1e3:.3g} µs"
+    return f"{ns:.0f} ns"
+
+
+SOURCE_WORDS = {"nvtx": "the {name} ranges", "profiler_step": "torch.profiler's ProfilerStep ranges",
+                "kernel_pattern": "the {name}"}
+
+
+def headline(result: StepResult) -> str:
+    """One sentence: how many steps, where from, the steady-state median, and the phases."""
+    s = result.summary
+    if not result.found:
+        return result.message or "no steps found"
+    where = SOURCE_WORDS.get(result.source or "", "{name}").format(name=result.name)
+    text = (f"{s['count']} steps (from {where}), {format_duration(s['median_ns'])} median over "
+            f"{s['steady_count']} steady-state steps (mean {format_duration(s['mean_ns'])}, "
+            f"p90 {format_duration(s['p90_ns'])})")
+    if s["warmup_count"]:
+        text += f"; {s['warmup_count']} warm-up step{'s' if s['warmup_count'] > 1 else ''} before them"
+    if s.get("startup_ns"):
+        text += f"; start-up {format_duration(s['startup_ns'])}"
+    if s.get("teardown_ns"):
+        text += f", teardown {format_duration(s['teardown_ns'])}"
+    return text

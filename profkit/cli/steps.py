@@ -1,0 +1,68 @@
+"""`profkit steps TRACE`: the iterations of a run, its phases and the steady-state step time.
+
+Thin command: open the trace, call profkit.analysis.steps.find_steps, render
+with profkit.output.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from profkit.analysis.steps import find_steps, headline
+from profkit.output import Column, emit_rows, format_option
+from profkit.readers import open_trace
+
+STEP_TABLE = [
+    Column("index", "Step", "int"), Column("phase", "Phase"), Column("start_ns", "Start (ns)", "ns"),
+    Column("duration_ns", "Duration (ns)", "ns"), Column("gpu_busy_ns", "GPU busy (ns)", "ns"),
+    Column("gpu_busy_pct", "GPU busy %", "pct"), Column("launches", "GPU ops", "int"),
+]
+STEP_CSV = [Column(k, k) for k in ("index", "start_ns", "end_ns", "duration_ns", "gpu_busy_ns", "phase",
+                                   "cpu_start_ns", "cpu_end_ns", "launches")]
+
+
+@click.command()
+@click.argument("trace_path", metavar="TRACE", type=click.Path(path_type=Path))
+@click.option("--step-range", metavar="NAME", help="The range that marks one step (\"step\" also matches "
+              "\"step 7\"); default: chosen among the ranges that repeat, else the launch pattern.")
+@click.option("--no-ranges", is_flag=True, help="Ignore annotations: find steps from the repeating launch pattern.")
+@click.option("--limit", type=click.IntRange(min=0), default=50, show_default=True, metavar="N",
+              help="table/md: show at most N steps (0: all).  json/csv list every step.")
+@format_option()
+def steps(trace_path: Path, step_range: str | None, no_ranges: bool, limit: int, fmt: str) -> None:
+    """Steps: what one iteration is, its phases (start-up, warm-up, steady state, teardown), step times.
+
+    \b
+    Examples:
+      profkit steps run.sqlite
+      profkit steps trace.json.gz --format json | jq .summary
+      profkit steps run.sqlite --no-ranges      # from the launch pattern only
+
+    Steps come from the user's step ranges (NVTX or record_function names
+    such as step/iter/batch, or torch.profiler's ProfilerStep#N; never a
+    library's range such as NCCL: or CCCL:), otherwise from the repeating
+    sequence of launched kernels, which needs no annotation.  Step times run
+    from a step's first GPU operation to the next step's; the summary is over
+    the steady state only.
+    """
+    with open_trace(trace_path) as trace:
+        result = find_steps(trace, use_ranges=not no_ranges, step_range=step_range)
+    if fmt == "json":
+        click.echo(json.dumps(result.to_dict(), indent=2))
+        return
+    rows = result.steps.to_dict(orient="records")
+    for row in rows:
+        row["gpu_busy_pct"] = 100.0 * row["gpu_busy_ns"] / row["duration_ns"] if row["duration_ns"] else None
+    if fmt == "csv":
+        emit_rows(rows, STEP_CSV, fmt)
+        return
+    click.echo(f"{trace_path.name}: {headline(result)}")
+    if not rows:
+        return
+    shown = rows if limit == 0 or len(rows) <= limit else rows[:limit]
+    emit_rows(shown, STEP_TABLE, fmt)
+    if len(shown) < len(rows):
+        click.echo(f"({len(rows) - len(shown)} more steps: --limit 0 shows all, --format csv lists them)")
