@@ -7,6 +7,7 @@ HTA's symbol table), so nothing of a batch's dicts outlives the batch.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -66,6 +67,17 @@ class Codes:
 
     def __init__(self) -> None:
         self.index: dict[Any, int] = {}
+        self._found: dict[Any, tuple[int, list[int]]] = {}  # test -> (keys checked, codes found)
+
+    def codes_where(self, test: Callable[[Any], Any]) -> list[int]:
+        """Codes of the values for which ``test`` is true; each value is tested
+        once (per ``test`` object), however many batches ask."""
+        checked, found = self._found.get(test, (0, []))
+        if checked < len(self.index):
+            found = found + [code for value, code in itertools.islice(self.index.items(), checked, None)
+                             if test(value)]
+            self._found[test] = (len(self.index), found)
+        return found
 
     def encode(self, values: Sequence[Any]) -> np.ndarray:
         index = self.index
@@ -80,13 +92,15 @@ class Codes:
 
     def categorical(self, codes: np.ndarray, transform: Callable[[Any], str] | None = None) -> pd.Categorical:
         """The column as a pandas Categorical of strings (absent -> "")."""
-        labels = [("" if v is None else str(v)) if transform is None else transform(v) for v in self.index]
-        unique = list(dict.fromkeys(labels))
-        if len(unique) == len(labels):
-            return pd.Categorical.from_codes(codes, categories=unique) if len(codes) else pd.Categorical([])
+        values = list(self.index)
+        used = np.bincount(codes, minlength=len(values)) > 0 if len(codes) else np.zeros(len(values), dtype=bool)
+        # values never used by a kept row (dropped events, ProfilerStep#N among cpu_op names) are no category
+        labels = [(("" if v is None else str(v)) if transform is None else transform(v)) if u else None
+                  for v, u in zip(values, used.tolist())]
+        unique = list(dict.fromkeys(label for label in labels if label is not None))
         position = {label: i for i, label in enumerate(unique)}
-        remap = np.array([position[label] for label in labels], dtype=np.int64)
-        return pd.Categorical.from_codes(remap[codes], categories=unique)
+        remap = np.array([position.get(label, -1) for label in labels], dtype=np.int64)
+        return pd.Categorical.from_codes(remap[codes] if len(codes) else codes, categories=unique)
 
 
 class Table:
@@ -106,7 +120,7 @@ class Table:
         left out gets the model's missing value.  ``keep`` drops rows."""
         for name, parts in self.parts.items():
             value = columns.get(name)
-            if name in self.codes:
+            if name in self.codes and not isinstance(value, np.ndarray):  # an array: codes already
                 if value is None or isinstance(value, str):
                     part = np.full(n, self.codes[name].encode([value])[0], dtype=np.int64)
                 else:

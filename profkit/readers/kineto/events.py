@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from profkit.model import schema
+from profkit.readers.kineto.parse import Args, Event
 from profkit.readers.kineto.columns import Table, floats, ints, nanoseconds, triples
 
 SYNC_SITE_PREFIX = "profkit.sync|"  # profkit.capture.sync_hook.PREFIX; the reader must not import torch's hook
@@ -51,11 +53,12 @@ SYNC_TYPES = {"Event Sync": "Event sync", "Stream Wait Event": "Stream wait sync
 GPU_TABLES = {"kernel": "kernels", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver", "user_annotation",
               "gpu_user_annotation", "cpu_op", "cuda_sync", "python_function", "Trace")
-EMPTY: dict[str, Any] = {}
+NO_ARGS = Args()
 
 
 # Python frames (cat python_function) are no model table: stacks.py turns them into python_sites.
-FRAME_COLUMNS = {"start": "int", "end": "int", "pid": "int", "tid": "int", "name": "category"}
+FRAME_COLUMNS = {"start": schema.INT, "end": schema.INT, "pid": schema.INT, "tid": schema.INT,
+                 "name": schema.CATEGORY}
 
 
 def short_kernel_name(name: str) -> str:
@@ -95,6 +98,14 @@ def copy_kinds(name: Any) -> tuple[str, str, str]:
     return "", "", ""
 
 
+def _not_text(value: Any) -> bool:
+    return not isinstance(value, str)
+
+
+def _is_profiler_step(value: Any) -> bool:
+    return isinstance(value, str) and PROFILER_STEP.fullmatch(value) is not None
+
+
 def range_kind(name: str, cat: str) -> str:
     if cat == "gpu_user_annotation":
         return "gpu_user_annotation"
@@ -112,9 +123,9 @@ class TraceBuilder:
     def __init__(self) -> None:
         self.tables = {name: Table(name) for name in
                        ("kernels", "memcpy", "memset", "api", "ranges", "cpu_ops", "syncs", "processes", "threads")}
+        for name in ("memcpy", "memset"):  # the event name, kept to derive the copy kinds from
+            self.tables[name] = Table(name, {**self.tables[name].kinds, "name": schema.CATEGORY})
         self.frames = Table("python_frames", FRAME_COLUMNS)
-        self._short_names: dict[Any, str] = {}
-        self._copy_kind_cache: dict[Any, tuple[str, str, str]] = {}
         self.skipped: Counter[str] = Counter()
         self.capture: tuple[int, int] | None = None
         self.events = 0
@@ -122,27 +133,21 @@ class TraceBuilder:
     # -- one batch -------------------------------------------------------------
     def add(self, events: list[Any]) -> None:
         self.events += len(events)
-        buckets: dict[Any, list[dict[str, Any]]] = {c: [] for c in CATEGORIES}
-        metadata: list[dict[str, Any]] = []
+        buckets: dict[Any, list[Event]] = {c: [] for c in CATEGORIES}
+        metadata: list[Event] = []
         for e in events:
-            if type(e) is not dict:
-                continue
-            bucket = buckets.get(e.get("cat"))
+            bucket = buckets.get(e.cat)
             if bucket is not None:
                 bucket.append(e)
-            elif e.get("ph") == "M":
+            elif e.ph == "M":
                 metadata.append(e)
-        events.clear()  # the caller's list: its dicts go as soon as their bucket does
+        events.clear()  # the caller's list: its events go as soon as their bucket does
         for cat in ("kernel", "gpu_memcpy", "gpu_memset"):
             if buckets[cat]:
                 self._gpu(cat, buckets.pop(cat))
         for cat in ("cuda_runtime", "cuda_driver"):
             if buckets[cat]:
                 self._api(cat, buckets.pop(cat))
-        steps = [e for e in buckets["cpu_op"] if PROFILER_STEP.fullmatch(str(e.get("name")))]
-        if steps:
-            buckets["cpu_op"] = [e for e in buckets["cpu_op"] if not PROFILER_STEP.fullmatch(str(e.get("name")))]
-            self._ranges("cpu_op", steps)
         for cat in ("user_annotation", "gpu_user_annotation"):
             if buckets[cat]:
                 self._ranges(cat, buckets.pop(cat))
@@ -158,131 +163,123 @@ class TraceBuilder:
             self._metadata(metadata)
 
     # -- shared pieces ---------------------------------------------------------
-    def _times(self, cat: str, evs: list[dict[str, Any]], names: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(start ns, end ns, keep): rows without a text name or numeric ts/dur are dropped and counted."""
-        ts = floats([e.get("ts") for e in evs])
-        dur = floats([e.get("dur") for e in evs])
+    def _core(self, cat: str, evs: list[Event], table: Table) -> tuple[np.ndarray, ...]:
+        """(name codes, start ns, end ns, keep).  Rows without a text name or a
+        numeric ts and dur are dropped (``keep`` False) and counted."""
+        codes = table.codes["name"]
+        names = codes.encode([e.name for e in evs])
+        ts = floats([e.ts for e in evs])
+        dur = floats([e.dur for e in evs])
         keep = np.isfinite(ts) & np.isfinite(dur)
-        keep &= np.fromiter((isinstance(n, str) for n in names), dtype=bool, count=len(names))
+        not_text = codes.codes_where(_not_text)
+        if not_text:
+            keep &= ~np.isin(names, not_text)
         dropped = len(evs) - int(np.count_nonzero(keep))
         if dropped:
             self.skipped[cat] += dropped
             ts, dur = np.where(keep, ts, 0.0), np.where(keep, dur, 0.0)
         start = nanoseconds(ts)
-        return start, start + nanoseconds(dur), keep
+        return names, start, start + nanoseconds(dur), keep
 
     @staticmethod
-    def _thread_ids(evs: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
-        return ints([e.get("pid") for e in evs]), ints([e.get("tid") for e in evs])
+    def _thread_ids(evs: list[Event]) -> tuple[np.ndarray, np.ndarray]:
+        return ints([e.pid for e in evs]), ints([e.tid for e in evs])
 
     # -- tables ----------------------------------------------------------------
-    def _gpu(self, cat: str, evs: list[dict[str, Any]]) -> None:
-        names = [e.get("name") for e in evs]
-        start, end, keep = self._times(cat, evs, names)
-        args = [e.get("args") or EMPTY for e in evs]
-        device = ints([a.get("device", a.get("inDevice")) for a in args])  # Memcpy2 (peer copies): inDevice
+    # short_name, the memcpy/memset kinds and the range kind are functions of
+    # the name: source.py derives them from the distinct names when read.
+    def _gpu(self, cat: str, evs: list[Event]) -> None:
+        table = self.tables[GPU_TABLES[cat]]
+        names, start, end, keep = self._core(cat, evs, table)
+        args = [e.args or NO_ARGS for e in evs]
         columns: dict[str, Any] = {
-            "start": start, "end": end, "device": device,
-            "stream": ints([a.get("stream") for a in args]),
-            "correlation": ints([a.get("correlation") for a in args]),
-            "name": names,
+            "start": start, "end": end, "name": names,
+            "device": ints([a.device if a.device is not None else a.in_device for a in args]),  # Memcpy2 (peer copies): inDevice
+            "stream": ints([a.stream for a in args]),
+            "correlation": ints([a.correlation for a in args]),
         }
         if cat == "kernel":
-            columns["short_name"] = [self._short(n) for n in names]
-            grid, block = triples([a.get("grid") for a in args]), triples([a.get("block") for a in args])
-            smem = ints([a.get("shared memory") for a in args])
+            grid, block = triples([a.grid for a in args]), triples([a.block for a in args])
+            smem = ints([a.shared_memory for a in args])
             columns.update({
                 "grid_x": grid[:, 0], "grid_y": grid[:, 1], "grid_z": grid[:, 2],
                 "block_x": block[:, 0], "block_y": block[:, 1], "block_z": block[:, 2],
-                "registers_per_thread": ints([a.get("registers per thread") for a in args]),
+                "registers_per_thread": ints([a.registers for a in args]),
                 # Kineto writes only static + dynamic; the sum goes to static (see schema).
                 "static_smem_bytes": smem,
                 "dynamic_smem_bytes": np.where(smem >= 0, 0, -1),
             })
         else:
-            columns["bytes"] = ints([a.get("bytes") for a in args])
-            kinds = [self._copy_kinds(n) for n in names]
-            if cat == "gpu_memcpy":
-                columns.update(copy_kind=[k[0] for k in kinds], src_kind=[k[1] for k in kinds])
-            columns["dst_kind"] = [k[2] for k in kinds]
-        self.tables[GPU_TABLES[cat]].append(len(evs), columns, keep)
+            columns["bytes"] = ints([a.bytes for a in args])
+        table.append(len(evs), columns, keep)
 
-    def _short(self, name: Any) -> str:
-        short = self._short_names.get(name)
-        if short is None:
-            short = self._short_names[name] = short_kernel_name(name) if isinstance(name, str) else ""
-        return short
-
-    def _copy_kinds(self, name: Any) -> tuple[str, str, str]:
-        kinds = self._copy_kind_cache.get(name)
-        if kinds is None:
-            kinds = self._copy_kind_cache[name] = copy_kinds(name)
-        return kinds
-
-    def _api(self, cat: str, evs: list[dict[str, Any]]) -> None:
-        names = [e.get("name") for e in evs]
-        start, end, keep = self._times(cat, evs, names)
+    def _api(self, cat: str, evs: list[Event]) -> None:
+        table = self.tables["api"]
+        names, start, end, keep = self._core(cat, evs, table)
         pid, tid = self._thread_ids(evs)
-        correlation = ints([(e.get("args") or EMPTY).get("correlation") for e in evs])
-        self.tables["api"].append(len(evs), {
-            "start": start, "end": end, "pid": pid, "tid": tid, "correlation": correlation,
-            "name": names, "layer": "runtime" if cat == "cuda_runtime" else "driver"}, keep)
+        correlation = ints([(e.args or NO_ARGS).correlation for e in evs])
+        table.append(len(evs), {"start": start, "end": end, "pid": pid, "tid": tid, "correlation": correlation,
+                                "name": names, "layer": "runtime" if cat == "cuda_runtime" else "driver"}, keep)
 
-    def _ranges(self, cat: str, evs: list[dict[str, Any]]) -> None:
-        names = [e.get("name") for e in evs]
-        start, end, keep = self._times(cat, evs, names)
+    def _ranges(self, cat: str, evs: list[Event]) -> None:
+        table = self.tables["ranges"]
+        names, start, end, keep = self._core(cat, evs, table)
         pid, tid = self._thread_ids(evs)
-        columns: dict[str, Any] = {"start": start, "end": end, "name": names, "domain": cat, "style": "PushPop",
-                                   "kind": [range_kind(n, cat) for n in names]}
+        columns: dict[str, Any] = {"start": start, "end": end, "name": names, "domain": cat, "style": "PushPop"}
         if cat == "gpu_user_annotation":
             # on the GPU's row of the timeline: pid is the device, tid the stream
-            args = [e.get("args") or EMPTY for e in evs]
-            device = ints([a.get("device") for a in args])
-            stream = ints([a.get("stream") for a in args])
+            args = [e.args or NO_ARGS for e in evs]
+            device = ints([a.device for a in args])
+            stream = ints([a.stream for a in args])
             columns.update(device=np.where(device >= 0, device, pid), stream=np.where(stream >= 0, stream, tid))
         else:
             columns.update(pid=pid, tid=tid)
-        self.tables["ranges"].append(len(evs), columns, keep)
+        table.append(len(evs), columns, keep)
 
-    def _cpu_ops(self, evs: list[dict[str, Any]]) -> None:
-        names = [e.get("name") for e in evs]
-        start, end, keep = self._times("cpu_op", evs, names)
+    def _cpu_ops(self, evs: list[Event]) -> None:
+        table = self.tables["cpu_ops"]
+        names, start, end, keep = self._core("cpu_op", evs, table)
+        steps = table.codes["name"].codes_where(_is_profiler_step)
+        if steps:  # older torch records ProfilerStep#N as a cpu_op: it is a step range
+            is_step = np.isin(names, steps)
+            if is_step.any():
+                self._ranges("cpu_op", [e for e, step in zip(evs, is_step.tolist()) if step])
+                keep &= ~is_step
         pid, tid = self._thread_ids(evs)
-        external = ints([(e.get("args") or EMPTY).get("External id") for e in evs])
-        self.tables["cpu_ops"].append(len(evs), {"start": start, "end": end, "pid": pid, "tid": tid,
-                                                 "name": names, "external_id": external}, keep)
+        external = ints([(e.args or NO_ARGS).external_id for e in evs])
+        table.append(len(evs), {"start": start, "end": end, "pid": pid, "tid": tid,
+                                "name": names, "external_id": external}, keep)
 
-    def _syncs(self, evs: list[dict[str, Any]]) -> None:
-        names = [e.get("name") for e in evs]
-        start, end, keep = self._times("cuda_sync", evs, names)
-        args = [e.get("args") or EMPTY for e in evs]
-        kinds = [SYNC_TYPES.get(a.get("cuda_sync_kind", n), a.get("cuda_sync_kind", n)) for a, n in zip(args, names)]
-        self.tables["syncs"].append(len(evs), {
-            "start": start, "end": end, "correlation": ints([a.get("correlation") for a in args]),
-            "device": ints([a.get("device") for a in args]), "stream": ints([a.get("stream") for a in args]),
-            "sync_type": kinds}, keep)
+    def _syncs(self, evs: list[Event]) -> None:
+        table = self.tables["syncs"]
+        names, start, end, keep = self._core("cuda_sync", evs, table)
+        args = [e.args or NO_ARGS for e in evs]
+        kinds = [a.sync_kind if a.sync_kind is not None else e.name for a, e in zip(args, evs)]
+        table.append(len(evs), {
+            "start": start, "end": end, "correlation": ints([a.correlation for a in args]),
+            "device": ints([a.device for a in args]), "stream": ints([a.stream for a in args]),
+            "sync_type": [SYNC_TYPES.get(k, k) if isinstance(k, str) else None for k in kinds]}, keep)
 
-    def _frames(self, evs: list[dict[str, Any]]) -> None:
-        names = [e.get("name") for e in evs]
-        start, end, keep = self._times("python_function", evs, names)
+    def _frames(self, evs: list[Event]) -> None:
+        names, start, end, keep = self._core("python_function", evs, self.frames)
         pid, tid = self._thread_ids(evs)
         self.frames.append(len(evs), {"start": start, "end": end, "pid": pid, "tid": tid, "name": names}, keep)
 
-    def _capture(self, e: dict[str, Any]) -> None:
-        ts, dur = floats([e.get("ts"), e.get("dur")])
+    def _capture(self, e: Event) -> None:
+        ts, dur = floats([e.ts, e.dur])
         if np.isfinite(ts) and np.isfinite(dur):
             start = int(nanoseconds(np.array([ts]))[0])
             end = start + int(nanoseconds(np.array([dur]))[0])
             self.capture = (start, end) if self.capture is None else (min(self.capture[0], start),
                                                                        max(self.capture[1], end))
 
-    def _metadata(self, evs: list[dict[str, Any]]) -> None:
+    def _metadata(self, evs: list[Event]) -> None:
         for kind, table in (("process_name", "processes"), ("thread_name", "threads")):
-            rows = [e for e in evs if e.get("name") == kind]
+            rows = [e for e in evs if e.name == kind]
             if not rows:
                 continue
             pid, tid = self._thread_ids(rows)
-            labels = [(e.get("args") or EMPTY).get("name") for e in rows]
+            labels = [(e.args or NO_ARGS).name for e in rows]
             columns: dict[str, Any] = {"pid": pid, "name": [v if isinstance(v, str) else None for v in labels]}
             if table == "threads":
                 columns["tid"] = tid

@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import orjson
+import msgspec
 
 from profkit.errors import ProfkitError
 from profkit.readers.kineto.parse import EVENTS_KEY, open_binary
@@ -102,8 +102,8 @@ def _rank(head: bytes) -> int | None:
             depth -= 1
             if depth == 0:
                 try:
-                    info = orjson.loads(head[start:i + 1])
-                except orjson.JSONDecodeError:
+                    info = msgspec.json.decode(head[start:i + 1])
+                except msgspec.DecodeError:
                     return None
                 rank = info.get("rank") if isinstance(info, dict) else None
                 return rank if isinstance(rank, int) else None

@@ -17,7 +17,7 @@ import pandas as pd
 
 from profkit.model import schema
 from profkit.model.trace import KINETO, Trace, TraceMeta, empty_table, from_columns
-from profkit.readers.kineto.events import TraceBuilder
+from profkit.readers.kineto.events import TraceBuilder, copy_kinds, range_kind, short_kernel_name
 from profkit.readers.kineto.parse import read_events
 from profkit.readers.kineto.stacks import python_sites
 
@@ -28,6 +28,16 @@ DEVICE_KEYS = {
     "totalGlobalMem": "memory_total_bytes", "maxThreadsPerMultiprocessor": "max_threads_per_sm",
     "regsPerMultiprocessor": "max_registers_per_sm", "sharedMemPerMultiprocessor": "max_shared_memory_per_sm",
     "sharedMemPerBlockOptin": "max_shared_memory_per_block", "warpSize": "warp_size",
+    "maxThreadsPerBlock": "max_threads_per_block", "regsPerBlock": "max_registers_per_block",
+    "sharedMemPerBlock": "default_shared_memory_per_block",
+}
+# Columns that are functions of the event name, computed once per distinct name.
+DERIVED_FROM_NAME = {
+    ("kernels", "short_name"): lambda name: short_kernel_name(name) if isinstance(name, str) else "",
+    ("memcpy", "copy_kind"): lambda name: copy_kinds(name)[0],
+    ("memcpy", "src_kind"): lambda name: copy_kinds(name)[1],
+    ("memcpy", "dst_kind"): lambda name: copy_kinds(name)[2],
+    ("memset", "dst_kind"): lambda name: copy_kinds(name)[2],
 }
 # Tables whose process is the trace's own: Kineto puts GPU events on a
 # "process" per device, but one trace file is one profiled process.
@@ -106,7 +116,47 @@ class KinetoSource:
         derived: dict[str, Any] = {}
         if table in LAUNCHED_BY_TRACE_PROCESS and "pid" in columns:
             derived["pid"] = np.full(source.rows, self.main_pid, dtype=np.int64)
+        for column in columns:
+            if (table, column) in DERIVED_FROM_NAME:
+                derived[column] = source.codes["name"].categorical(source.column("name"),
+                                                                   DERIVED_FROM_NAME[table, column])
+        if table == "ranges" and "kind" in columns:
+            derived["kind"] = self._range_kinds()
+        if table == "ranges" and "end_tid" in columns:
+            derived["end_tid"] = source.column("tid")  # a complete ('X') event ends on its own thread
+        if table == "syncs" and "tid" in columns:
+            derived["tid"] = self._sync_threads()
         return source.frame(columns, derived)
+
+    def _range_kinds(self) -> pd.Categorical:
+        """kind is a function of (domain, name): computed once per distinct pair."""
+        ranges = self.tables["ranges"]
+        names, domains = ranges.column("name"), ranges.column("domain")
+        pairs, inverse = np.unique(domains * (len(ranges.codes["name"].index) + 1) + names, return_inverse=True)
+        name_of = list(ranges.codes["name"].index)
+        domain_of = list(ranges.codes["domain"].index)
+        width = len(name_of) + 1
+        labels = [range_kind(name_of[p % width], domain_of[p // width]) for p in pairs.tolist()]
+        unique = sorted(set(labels))
+        codes = np.array([unique.index(label) for label in labels], dtype=np.int64)
+        return pd.Categorical.from_codes(codes[inverse.reshape(-1)], categories=unique)
+
+    def _sync_threads(self) -> np.ndarray:
+        """A cuda_sync event sits on the GPU's row; its CPU thread is that of
+        the API call with the same correlation id (-1 when there is none)."""
+        correlation = self.tables["syncs"].column("correlation")
+        api = self.tables["api"]
+        tid = np.full(len(correlation), schema.MISSING_INT, dtype=np.int64)
+        if api.rows and len(correlation):
+            api_corr, api_tid = api.column("correlation"), api.column("tid")
+            order = np.argsort(api_corr, kind="stable")
+            at = np.searchsorted(api_corr[order], correlation)
+            inside = at < len(order)
+            hit = inside.copy()
+            hit[inside] = api_corr[order[at[inside]]] == correlation[inside]
+            hit &= correlation >= 0
+            tid[hit] = api_tid[order[at[hit]]]
+        return tid
 
     def close(self) -> None:
         self._finished.clear()
