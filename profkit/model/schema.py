@@ -138,7 +138,8 @@ RANGES = _cols(
 # 'cpu_op' for a ProfilerStep#N of older torch), style 'PushPop'; kind refines
 # it: a user_annotation named ProfilerStep#N is 'profiler_step', one whose
 # text starts 'profkit.sync|' (the torch backend's sync hook, record_function
-# ranges with the same text as its NVTX ranges) is 'sync_site'.  GPU-side
+# ranges with the same text as its NVTX ranges) is 'sync_site', with domain
+# 'profkit.sync' (the hook's NVTX domain, so nvtx labels agree with nsys).  GPU-side
 # ranges have tid -1 and the device and stream they ran on.
 
 # Where in the user's Python code each CUDA API call was made, from the

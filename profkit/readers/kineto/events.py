@@ -9,9 +9,9 @@ Which events go where (``cat`` is the event's category, times are
   'Memcpy HtoD (Pageable -> Device)', 'Memset (Device)'; args bytes);
 - ``cuda_runtime`` / ``cuda_driver`` -> api (layer 'runtime' / 'driver');
 - ``user_annotation`` (record_function) -> ranges, kind 'user_annotation',
-  or 'profiler_step' for ``ProfilerStep#N``, or 'sync_site' for the ranges
-  of profkit's sync hook (text ``profkit.sync|kind|file:line|code``, as on
-  nsys); ``gpu_user_annotation`` -> ranges of kind 'gpu_user_annotation' on
+  or 'profiler_step' for ``ProfilerStep#N``, or 'sync_site' (domain
+  'profkit.sync', as on nsys) for the ranges of profkit's sync hook (text
+  ``profkit.sync|kind|file:line|code``, as on nsys); ``gpu_user_annotation`` -> ranges of kind 'gpu_user_annotation' on
   the GPU; a ``cpu_op`` named ``ProfilerStep#N`` (older torch) -> a
   'profiler_step' range, every other ``cpu_op`` -> cpu_ops;
 - ``cuda_sync`` -> syncs; ``python_function`` -> Python frames, for the
@@ -37,7 +37,10 @@ from profkit.model import schema
 from profkit.readers.kineto.parse import Args, Event
 from profkit.readers.kineto.columns import Table, floats, ints, nanoseconds, triples
 
-SYNC_SITE_PREFIX = "profkit.sync|"  # profkit.capture.sync_hook.PREFIX; the reader must not import torch's hook
+# profkit.capture.sync_hook's PREFIX and DOMAIN (not imported: the reader needs no capture code).  A
+# sync-site range gets the hook's NVTX domain, so it is labelled alike from nsys and Kineto traces.
+SYNC_SITE_PREFIX = "profkit.sync|"
+SYNC_SITE_DOMAIN = "profkit.sync"
 PROFILER_STEP = re.compile(r"ProfilerStep#\d+")
 MEMCPY_NAME = re.compile(r"Memcpy (\w+) \((.*?) -> (.*?)\)")
 MEMSET_NAME = re.compile(r"Memset \((.*?)\)")
@@ -100,6 +103,10 @@ def copy_kinds(name: Any) -> tuple[str, str, str]:
 
 def _not_text(value: Any) -> bool:
     return not isinstance(value, str)
+
+
+def _is_sync_site(value: Any) -> bool:
+    return isinstance(value, str) and value.startswith(SYNC_SITE_PREFIX)
 
 
 def _is_profiler_step(value: Any) -> bool:
@@ -225,7 +232,11 @@ class TraceBuilder:
         table = self.tables["ranges"]
         names, start, end, keep = self._core(cat, evs, table)
         pid, tid = self._thread_ids(evs)
-        columns: dict[str, Any] = {"start": start, "end": end, "name": names, "domain": cat, "style": "PushPop"}
+        domain_codes = table.codes["domain"].encode([cat, SYNC_SITE_DOMAIN])
+        sync_sites = table.codes["name"].codes_where(_is_sync_site)
+        domain = np.where(np.isin(names, sync_sites), domain_codes[1], domain_codes[0]) if sync_sites \
+            else np.full(len(names), domain_codes[0])
+        columns: dict[str, Any] = {"start": start, "end": end, "name": names, "domain": domain, "style": "PushPop"}
         if cat == "gpu_user_annotation":
             # on the GPU's row of the timeline: pid is the device, tid the stream
             args = [e.args or NO_ARGS for e in evs]

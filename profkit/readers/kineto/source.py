@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from profkit.errors import ProfkitError
 from profkit.model import schema
 from profkit.model.trace import KINETO, Trace, TraceMeta, empty_table, from_columns
 from profkit.readers.kineto.events import TraceBuilder, copy_kinds, range_kind, short_kernel_name
@@ -49,6 +50,8 @@ class KinetoSource:
 
     def __init__(self, path: Path) -> None:
         header, builder = read_events(path, TraceBuilder)
+        if builder.events == 0:
+            raise ProfkitError(f"{path.name} holds no trace events: not a PyTorch profiler trace, or an empty one")
         self.path = path
         self.header = header
         self.builder = builder
