@@ -1,98 +1,135 @@
-"""Summaries of an nsys export that equal ``nsys stats`` to the nanosecond.
+"""Summaries of a trace that equal ``nsys stats`` to the nanosecond on nsys exports.
 
-Each function returns plain rows (a list of dicts) and never prints:
+Each function takes a ``Trace`` (``profkit.readers.open_trace``), computes
+from its columns and returns plain rows (a list of dicts); none prints:
 
 - ``kernel_summary``  = ``nsys stats --report cuda_gpu_kern_sum``
 - ``api_summary``     = ``cuda_api_sum``
-- ``nvtx_summary``    = ``nvtx_sum``
+- ``nvtx_summary``    = ``nvtx_sum`` (on Kineto traces: the record_function /
+  user_annotation ranges)
 - ``memory_summary``  = ``cuda_gpu_mem_time_sum`` + ``cuda_gpu_mem_size_sum``
-- ``nvtx_kernel_summary`` = ``nvtx_kern_sum`` (kernels per enclosing NVTX range)
-- ``capture_info``    = the capture: versions, GPU, span, GPU busy % (``profkit.analysis.capture``)
+- ``nvtx_kernel_summary`` = ``nvtx_kern_sum`` (kernels per enclosing range)
+- ``capture_info``    = the capture: versions, GPU, span, GPU busy %
+  (``profkit.analysis.capture``, re-exported)
 
 Rows of the first three have the keys of ``SUMMARY_KEYS`` (NVTX rows add
 ``style``), in nsys's order: total time descending.  Times are integer ns;
-``avg_ns``, ``med_ns`` and ``stddev_ns`` are rounded to 0.1 ns the way nsys
-rounds them, ``time_pct`` to 0.1 %.
+``avg_ns``, ``med_ns`` and ``stddev_ns`` are rounded to 0.1 ns the way the
+trace's nsys release rounds them (``TraceMeta.rounding_mode``), ``time_pct``
+to 0.1 %.  The statistics are ``profkit.analysis.grouped_stats``.
+
+Transition: an ``NsysExport`` is still accepted where a ``Trace`` is expected
+(``as_trace``), so callers not yet ported keep working.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from profkit.readers.nsys import queries
-from profkit.readers.nsys.reader import NsysExport, normalize_api_name
-from profkit.readers.nsys.stats import (
-    NULL_INT,
-    GroupStats,
-    encode_keys,
-    grouped_stats,
-    round_like_nsys,
-    stats_from_columns,
-)
+from profkit.analysis.grouped_stats import GroupStats, encode_keys, round_like_nsys, stats_from_columns
+from profkit.model import Coded, Trace
 
 SUMMARY_KEYS = ("name", "time_pct", "total_ns", "instances", "avg_ns", "med_ns", "min_ns", "max_ns", "stddev_ns")
 
 Row = dict[str, Any]
 
 
-def kernel_summary(export: NsysExport) -> list[Row]:
+def as_trace(trace: Any) -> Trace:
+    """``trace`` itself, or a ``Trace`` over an ``NsysExport`` (shared by later calls on it)."""
+    if isinstance(trace, Trace):
+        return trace
+    if hasattr(trace, "conn") and hasattr(trace, "rounding_mode"):  # an NsysExport: not yet ported callers
+        from profkit.readers.nsys.model_source import trace_of_export
+        return trace_of_export(trace)
+    raise TypeError(f"expected a Trace, got {type(trace).__name__}")
+
+
+def kernel_summary(trace: Trace) -> list[Row]:
     """One row per kernel name (demangled), like cuda_gpu_kern_sum."""
-    groups = grouped_stats(export, queries.kernel_durations(export))
-    names = export.strings([g.key[0] for g in groups])
-    rows = _summary_rows(export, groups, lambda g: {"name": names.get(g.key[0], f"<string {g.key[0]}>")})
+    trace = as_trace(trace)
+    trace.require("kernels", "CUDA kernel data")
+    rows = _named_rows(trace, trace.codes("kernels", "name"), trace.array("kernels", "duration"))
     # cuda_gpu_kern_sum: ORDER BY total DESC, instances, name.
     rows.sort(key=lambda r: (-r["total_ns"], r["instances"], r["name"]))
     return rows
 
 
-def api_summary(export: NsysExport) -> list[Row]:
-    """One row per CUDA runtime/driver API function, like cuda_api_sum."""
-    groups = grouped_stats(export, queries.api_durations(export))
-    names = export.strings([g.key[0] for g in groups])
-    rows = _summary_rows(
-        export, groups, lambda g: {"name": normalize_api_name(names.get(g.key[0], f"<string {g.key[0]}>"))}
-    )
+def api_summary(trace: Trace) -> list[Row]:
+    """One row per CUDA runtime/driver API function, like cuda_api_sum.
+
+    Names come without their version suffix (cudaLaunchKernel_v7000 ->
+    cudaLaunchKernel), as nsys prints them; nsys groups before stripping, so
+    a trace holding both spellings of one call gets two nsys rows and one here."""
+    trace = as_trace(trace)
+    trace.require("api", "CUDA API trace data")
+    rows = _named_rows(trace, trace.codes("api", "name"), trace.array("api", "duration"))
     # cuda_api_sum orders by total only; instances and name make ties stable.
     rows.sort(key=lambda r: (-r["total_ns"], r["instances"], r["name"]))
     return rows
 
 
-def nvtx_summary(export: NsysExport) -> list[Row]:
-    """One row per NVTX range text and style (PushPop / StartEnd), like nvtx_sum."""
-    groups = grouped_stats(export, queries.nvtx_durations(export))
-    rows = _summary_rows(export, groups, lambda g: {"name": g.key[0], "style": g.key[1]})
+def nvtx_summary(trace: Trace) -> list[Row]:
+    """One row per range name and style (PushPop / StartEnd), like nvtx_sum.
+
+    Names and the end of a never-closed range follow nvtx_sum
+    (``profkit.analysis.ranges``): "domain:text" in a named NVTX domain,
+    ":text" or "text" in the default one as the trace's nsys release
+    prints it; Kineto's record_function / user_annotation ranges by their
+    name.  GPU-side copies of annotations are left out."""
+    from profkit.analysis.ranges import cpu_ranges
+
+    trace = as_trace(trace)
+    trace.require("ranges", "NVTX data")
+    r = cpu_ranges(trace, ["style"], open_end="nvtx_sum")
+    labels, styles = r["label"].array, r["style"].array
+    codes, keys = _group_codes([np.asarray(labels.codes, dtype=np.int64), np.asarray(styles.codes, dtype=np.int64)])
+    durations = r["end"].to_numpy() - r["start"].to_numpy()
+    groups = stats_from_columns([codes], durations, trace.meta.rounding_mode)
+
+    def name_and_style(g: GroupStats) -> Row:
+        label, style = keys[g.key[0]]
+        return {"name": str(labels.categories[label]) if label >= 0 else None,
+                "style": str(styles.categories[style]) if style >= 0 else None}
+
+    rows = _summary_rows(trace, groups, name_and_style)
     rows.sort(key=lambda r: (-r["total_ns"], r["instances"], str(r["name"]), r["style"]))
     return rows
 
 
-def memory_summary(export: NsysExport) -> list[Row]:
+def memory_summary(trace: Trace) -> list[Row]:
     """memcpy/memset totals per operation ("[CUDA memcpy Host-to-Device]", "[CUDA memset]").
 
     Time columns equal cuda_gpu_mem_time_sum; byte columns (total_bytes,
     avg_bytes, med_bytes, min_bytes, max_bytes, stddev_bytes) equal
     cuda_gpu_mem_size_sum, which does not round them.  ``direction`` is the
-    copy kind ("Host-to-Device", ...) or "memset".  Empty when the export
+    copy kind ("Host-to-Device", ...) or "memset".  Empty when the trace
     has no memory operations.
     """
+    trace = as_trace(trace)
     by_time: list[GroupStats] = []
-    by_size: dict[tuple, GroupStats] = {}
-    for time_query, size_query in queries.memory_ops(export):
-        by_time += grouped_stats(export, time_query)
-        by_size.update((g.key, g) for g in grouped_stats(export, size_query, rounded=False))
-    rows = _summary_rows(export, by_time, lambda g: {"name": g.key[0], "direction": _direction(g.key[0])})
+    by_size: dict[str, GroupStats] = {}
+    for table, kind_column in (("memcpy", "copy_kind"), ("memset", None)):
+        if not trace.has(table):
+            continue
+        durations, sizes = trace.array(table, "duration"), trace.array(table, "bytes")
+        if kind_column:
+            kinds = trace.codes(table, kind_column)
+            codes = np.asarray(kinds.codes, dtype=np.int64)
+            names = [f"[CUDA memcpy {k}]" for k in kinds.categories]
+        else:
+            codes, names = np.zeros(len(durations), dtype=np.int64), ["[CUDA memset]"]
+        for g in stats_from_columns([codes], durations, trace.meta.rounding_mode):
+            by_time.append(GroupStats((names[g.key[0]],), g.count, g.total, g.avg, g.med, g.min, g.max, g.stddev))
+        for g in stats_from_columns([codes], sizes, None):
+            by_size[names[g.key[0]]] = g
+    rows = _summary_rows(trace, by_time, lambda g: {"name": g.key[0], "direction": _direction(g.key[0])})
     for row in rows:
-        size = by_size[(row["name"],)]
-        row.update(
-            total_bytes=size.total,
-            avg_bytes=size.avg,
-            med_bytes=size.med,
-            min_bytes=size.min,
-            max_bytes=size.max,
-            stddev_bytes=size.stddev,
-        )
+        size = by_size[row["name"]]
+        row.update(total_bytes=size.total, avg_bytes=size.avg, med_bytes=size.med, min_bytes=size.min,
+                   max_bytes=size.max, stddev_bytes=size.stddev)
     rows.sort(key=lambda r: (-r["total_ns"], r["name"]))
     return rows
 
@@ -103,24 +140,23 @@ def _direction(operation: str) -> str:
     return inner[len("CUDA memcpy "):] if inner.startswith("CUDA memcpy ") else inner.replace("CUDA ", "")
 
 
-def _summary_rows(export: NsysExport, groups: Sequence[GroupStats], label) -> list[Row]:
+def _named_rows(trace: Trace, names: Coded, values: np.ndarray) -> list[Row]:
+    """Summary rows of ``values`` grouped by a text column."""
+    groups = stats_from_columns([np.asarray(names.codes, dtype=np.int64)], values, trace.meta.rounding_mode)
+    categories = names.categories
+    return _summary_rows(trace, groups, lambda g: {"name": categories[g.key[0]]})
+
+
+def _summary_rows(trace: Trace, groups: Sequence[GroupStats], label: Callable[[GroupStats], Row]) -> list[Row]:
     grand_total = sum(g.total for g in groups)
     # nsys: round(total * 100.0 / grand_total, 1), rounded by its SQLite.
     pcts = round_like_nsys([g.total * 100.0 / grand_total if grand_total else 0.0 for g in groups], 1,
-                           export.rounding_mode)
+                           trace.meta.rounding_mode)
     rows = []
     for g, pct in zip(groups, pcts):
         row: Row = label(g)
-        row.update(
-            time_pct=pct,
-            total_ns=g.total,
-            instances=g.count,
-            avg_ns=g.avg,
-            med_ns=g.med,
-            min_ns=g.min,
-            max_ns=g.max,
-            stddev_ns=g.stddev,
-        )
+        row.update(time_pct=pct, total_ns=g.total, instances=g.count, avg_ns=g.avg, med_ns=g.med,
+                   min_ns=g.min, max_ns=g.max, stddev_ns=g.stddev)
         rows.append(row)
     return rows
 
@@ -163,53 +199,41 @@ def top_n(rows: Sequence[Row], n: int, label_key: str = "name") -> list[Row]:
     return [*head, other]
 
 
-# -- the capture ---------------------------------------------------------------------
-# The capture and the GPU busy time are analyses of their own (profkit.analysis.capture,
-# profkit.analysis.timeline: one union of the GPU intervals serves the capture, the
-# utilization figure and the findings); the names stay reachable here.
-from profkit.analysis.capture import capture_info  # noqa: E402, F401
-from profkit.analysis.timeline import gpu_busy, union_length  # noqa: E402, F401
-
 # -- kernels per NVTX range ---------------------------------------------------------
 NVTX_KERNEL_KEYS = ("range", "style", "pid", "tid", "nvtx_instances", "instances", "total_ns", "avg_ns",
                     "med_ns", "min_ns", "max_ns", "stddev_ns", "name")
 
 
-def nvtx_kernel_summary(export: NsysExport) -> list[Row]:
+def nvtx_kernel_summary(trace: Trace) -> list[Row]:
     """Kernels grouped by the NVTX range enclosing their launch, like nvtx_kern_sum.
 
-    One row per (range text, style, pid, tid, kernel name).  A kernel counts
+    One row per (range label, style, pid, tid, kernel name).  A kernel counts
     in every range that encloses its launch (nested ranges included);
     kernels launched outside any range have ``range = None``.
     ``nvtx_instances`` counts range instances, ``instances`` kernel
     instances; the time figures are over the kernels of the row.  Ordered as
     nsys orders it: range, pid, tid, total time descending.
     """
-    from profkit.readers.nsys.nvtx_projection import (
-        kernel_range_pairs,  # imports pandas: only here
-    )
+    from profkit.analysis.nvtx_projection import kernel_range_pairs
 
-    pairs = kernel_range_pairs(export)
+    trace = as_trace(trace)
+    pairs = kernel_range_pairs(trace)
     if len(pairs.duration) == 0:
         return []
-    pid = np.where(pairs.global_tid == NULL_INT, -1, (pairs.global_tid >> 24) & 0xFFFFFF)
-    tid = np.where(pairs.global_tid == NULL_INT, -1, pairs.global_tid & 0xFFFFFF)
-    group, group_keys = _group_codes([pairs.range_label, pid, tid, pairs.kernel_name_id])
-    del pid, tid
-    stats = stats_from_columns([group], pairs.duration, export.rounding_mode)
+    group, group_keys = _group_codes([pairs.range_label, pairs.pid, pairs.tid, pairs.kernel_name])
+    stats = stats_from_columns([group], pairs.duration, trace.meta.rounding_mode)
     nvtx_instances = _distinct_per_group(group, pairs.range_row, ignore=-1)
     kernel_instances = _distinct_per_group(group, pairs.kernel_row)
-    names = export.strings(np.unique(pairs.kernel_name_id).tolist())
     rows = []
     for s in stats:
         code = s.key[0]
-        label, p, t, name_id = group_keys[code]
+        label, p, t, name = group_keys[code]
         text, style = pairs.range_labels[label] if label >= 0 else (None, None)
         rows.append({
             "range": text, "style": style, "pid": p if p >= 0 else None, "tid": t if t >= 0 else None,
             "nvtx_instances": int(nvtx_instances[code]), "instances": int(kernel_instances[code]),
             "total_ns": s.total, "avg_ns": s.avg, "med_ns": s.med, "min_ns": s.min, "max_ns": s.max,
-            "stddev_ns": s.stddev, "name": names.get(name_id, f"<string {name_id}>"),
+            "stddev_ns": s.stddev, "name": pairs.kernel_names[name],
         })
     rows.sort(key=lambda r: (r["range"] is not None, r["range"] or "", r["pid"] is not None, r["pid"] or 0,
                              r["tid"] or 0, -r["total_ns"]))
@@ -279,3 +303,12 @@ def _distinct_per_group(group: np.ndarray, ids: np.ndarray, ignore: int | None =
     id_codes, id_values = encode_keys([ids[keep]])
     unique_pairs = np.unique(group[keep] * len(id_values) + id_codes)
     return np.bincount(unique_pairs // len(id_values), minlength=n_groups)
+
+
+# The capture and GPU busy time (``profkit info``), re-exported under their old home.
+from profkit.analysis.capture import capture_info  # noqa: E402
+from profkit.analysis.timeline import gpu_busy, union_length  # noqa: E402
+
+__all__ = ["SUMMARY_KEYS", "NVTX_KERNEL_KEYS", "api_summary", "as_trace", "capture_info", "gpu_busy",
+           "kernel_summary", "memory_summary", "nvtx_kernel_summary", "nvtx_range_gpu_time", "nvtx_summary",
+           "top_n", "union_length"]

@@ -1,8 +1,9 @@
-"""`profkit kernels|api|nvtx|info EXPORT`: the summary tables of an nsys export.
+"""`profkit kernels|api|nvtx|info TRACE`: the summary tables of a trace.
 
-Thin commands: open the export, call profkit.analysis.summaries, render with
-profkit.output.  The figures equal `nsys stats` (cuda_gpu_kern_sum,
-cuda_api_sum, nvtx_sum) on the same file.
+Thin commands: open the trace (an nsys export or a PyTorch profiler trace,
+``profkit.readers.open_trace``), call profkit.analysis.summaries, render
+with profkit.output.  On nsys exports the figures equal `nsys stats`
+(cuda_gpu_kern_sum, cuda_api_sum, nvtx_sum) on the same file.
 """
 
 from __future__ import annotations
@@ -14,7 +15,10 @@ from pathlib import Path
 import click
 
 from profkit.analysis import summaries
-from profkit.readers.nsys import open_export
+from profkit.analysis.capture import capture_info
+from profkit.model import Trace
+from profkit.readers import open_trace
+from profkit.readers.nsys import NsysExport
 from profkit.output import (
     API_COLUMNS,
     KERNEL_COLUMNS,
@@ -28,9 +32,9 @@ INFO_COLUMNS = [Column("field", "Field"), Column("value", "Value")]
 
 SUMMARY_SCAN_MMAP_BYTES = 1 << 30
 
-# click.Path without exists=True: open_export reports a missing or bad file
+# click.Path without exists=True: open_trace reports a missing or bad file
 # as one line, the same way for every problem.
-_EXPORT_ARG = click.argument("export", metavar="EXPORT.sqlite", type=click.Path(path_type=Path))
+_EXPORT_ARG = click.argument("export", metavar="TRACE", type=click.Path(path_type=Path))
 _TOP_OPTION = click.option(
     "--top", type=click.IntRange(min=1), default=None, metavar="N",
     help="Show the N rows with the most time and sum the rest into one '(other K)' row.",
@@ -39,13 +43,18 @@ _TOP_OPTION = click.option(
 
 def _print_summary(summarize: Callable, columns: list[Column], title: str,
                    export: Path, top: int | None, fmt: str) -> None:
-    with open_export(export) as ex:
-        # One scan, then exit: mapped file pages (faster) cost no memory that matters.
-        ex.scan_mmap_bytes = SUMMARY_SCAN_MMAP_BYTES
-        rows = summarize(ex)
+    with open_trace(export) as trace:
+        _one_scan_then_exit(trace)
+        rows = summarize(trace)
     if top is not None:
         rows = summaries.top_n(rows, top)
     emit_rows(rows, columns, fmt, title=title)
+
+
+def _one_scan_then_exit(trace: Trace) -> None:
+    if isinstance(trace.native, NsysExport):
+        # One scan, then exit: mapped file pages (faster) cost no memory that matters.
+        trace.native.scan_mmap_bytes = SUMMARY_SCAN_MMAP_BYTES
 
 
 @click.command()
@@ -63,8 +72,9 @@ def kernels(export: Path, top: int | None, fmt: str) -> None:
 
     JSON rows have the keys name, time_pct, total_ns, instances, avg_ns,
     med_ns, min_ns, max_ns, stddev_ns (times in ns; avg/med/stddev rounded
-    to 0.1 ns as nsys rounds them).  EXPORT.sqlite comes from
-    `nsys profile -t cuda ... --export sqlite` or `nsys export --type sqlite`.
+    to 0.1 ns as nsys rounds them).  TRACE is an nsys SQLite export
+    (`nsys profile -t cuda ... --export sqlite` or `nsys export --type
+    sqlite`) or a PyTorch profiler trace (.json, .json.gz, or a folder).
     """
     _print_summary(summaries.kernel_summary, KERNEL_COLUMNS, "CUDA kernels", export, top, fmt)
 
@@ -119,9 +129,6 @@ def info(export: Path, fmt: str) -> None:
 
     Never shows the profiled process's environment (it can hold secrets).
     """
-    from profkit.analysis.capture import capture_info
-    from profkit.readers import open_trace
-
     with open_trace(export) as trace:
         details = capture_info(trace)
     if fmt == "json":

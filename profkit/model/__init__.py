@@ -6,7 +6,7 @@ readers (nsys SQLite, Kineto JSON) -> ``Trace`` -> analyses -> renderers.
 """
 
 from profkit.model.schema import TABLES, column_names
-from profkit.model.trace import KINETO, NSYS, Trace, TraceMeta, TraceSource, empty_table, from_columns
+from profkit.model.trace import KINETO, NSYS, Coded, Trace, TraceMeta, TraceSource, empty_table, from_columns
 
-__all__ = ["KINETO", "NSYS", "TABLES", "Trace", "TraceMeta", "TraceSource", "column_names", "empty_table",
+__all__ = ["KINETO", "NSYS", "TABLES", "Coded", "Trace", "TraceMeta", "TraceSource", "column_names", "empty_table",
            "from_columns"]

@@ -13,6 +13,20 @@ once per column, and every section shares what was read.
 
 Row order within a table is the source's (nsys: rowid; Kineto: file order)
 and is the same on every load, so columns loaded at different times line up.
+
+``duration`` (``end - start``, int64 ns) may be asked for as a column of any
+table with ``start`` and ``end``.  It is not in the schema: a source that
+sets ``computes_duration = True`` gets it in ``load`` and computes it itself
+(nsys does it in SQL: one narrow column instead of two wide ones is what
+keeps ``profkit kernels`` on a 1M-kernel export as fast as one SQL scan);
+for any other source ``Trace`` loads ``start`` and ``end`` and subtracts.
+
+Two ways to read columns: ``table()`` gives a pandas DataFrame (text columns
+as Categoricals); ``array()`` and ``codes()`` give plain numpy arrays and
+never import pandas.  Importing pandas costs ~0.35 s of CPU, more than
+``profkit kernels`` on a 1M-kernel export takes without it, so the summaries
+read through ``array``/``codes`` and a source may implement ``load_arrays``
+(text columns as ``Coded``) to stay pandas-free end to end.
 """
 
 from __future__ import annotations
@@ -22,11 +36,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from typing import TYPE_CHECKING, NamedTuple
+
 import numpy as np
-import pandas as pd
 
 from profkit.errors import ProfkitError
 from profkit.model import schema
+
+if TYPE_CHECKING:  # pandas is imported only when a DataFrame is asked for (see Coded)
+    import pandas as pd
 
 NSYS = "nsys"
 KINETO = "kineto"
@@ -73,6 +91,23 @@ class TraceSource(Protocol):
     def close(self) -> None:
         ...
 
+    # Optional:
+    # - ``load_arrays(table, columns) -> dict``: like ``load``, numpy arrays
+    #   and ``Coded`` text columns, no pandas;
+    # - ``computes_duration: bool``: ``load`` accepts the column "duration";
+    # - ``require(table, what)``: raise the source's own ProfkitError for a
+    #   table it did not record (naming its table and the option that records it);
+
+
+DURATION = "duration"
+
+
+class Coded(NamedTuple):
+    """A text column as integer codes into its distinct strings (a Categorical without pandas)."""
+
+    codes: np.ndarray          # int, one per row, indexing ``categories``
+    categories: list[str]      # distinct strings
+
 
 class Trace:
     """A trace as columnar tables.  Use ``profkit.readers.open_trace`` to get one.
@@ -100,26 +135,88 @@ class Trace:
 
         A table the source did not record comes back empty, with the right
         columns, so analyses need no special case for it."""
+        import pandas as pd
+
+        wanted = self._load(name, columns)
+        if not wanted:
+            return pd.DataFrame(index=pd.RangeIndex(self._lengths.get(name, 0)))
+        cached = self._columns[name]
+        data = {}
+        for c in wanted:
+            value = cached[c]
+            if isinstance(value, Coded):
+                value = cached[c] = _categorical(value)
+            data[c] = value
+        return pd.DataFrame(data, copy=False)
+
+    def array(self, name: str, column: str) -> np.ndarray:
+        """One integer or float column as a numpy array (``duration`` too); no pandas."""
+        self._load(name, [column])
+        value = self._columns[name][column]
+        if isinstance(value, Coded) or not isinstance(value, np.ndarray):
+            raise TypeError(f"{name}.{column} is a text column: use codes()")
+        return value
+
+    def codes(self, name: str, column: str) -> Coded:
+        """One text column as (codes, distinct strings); no pandas."""
+        self._load(name, [column])
+        value = self._columns[name][column]
+        if isinstance(value, Coded):
+            return value
+        if isinstance(value, np.ndarray):
+            raise TypeError(f"{name}.{column} is not a text column: use array()")
+        return Coded(np.asarray(value.codes), [str(c) for c in value.categories])
+
+    def _load(self, name: str, columns: Sequence[str] | None) -> list[str]:
+        """Make sure the columns are cached; the list of wanted column names."""
         if name not in schema.TABLES:
             raise KeyError(f"the trace model has no table {name!r}")
         wanted = list(schema.column_names(name) if columns is None else columns)
         for column in wanted:
-            schema.column_kind(name, column)  # raises KeyError on a typo
+            if column != DURATION:
+                schema.column_kind(name, column)  # raises KeyError on a typo
         cached = self._columns.setdefault(name, {})
         missing = [c for c in wanted if c not in cached]
+        derive = DURATION in missing and not getattr(self.source, "computes_duration", False)
+        if derive:
+            missing = [c for c in missing if c != DURATION]
+            missing += [c for c in ("start", "end") if c not in cached and c not in missing]
         if missing:
-            frame = self.source.load(name, missing) if self.source.has(name) else empty_table(name, missing)
-            n = len(frame)
+            loaded = self._from_source(name, missing)
+            first = next(iter(loaded.values()), None)
+            n = 0 if first is None else len(first.codes) if isinstance(first, Coded) else len(first)
             if name in self._lengths and self._lengths[name] != n:
                 raise ProfkitError(f"{self.meta.path.name}: table {name} changed length between reads "
                                    f"({self._lengths[name]} then {n} rows)")
             self._lengths[name] = n
-            for column in missing:
-                cached[column] = frame[column].to_numpy() if schema.column_kind(name, column) != schema.CATEGORY \
-                    else frame[column].array
-        if not wanted:
-            return pd.DataFrame(index=pd.RangeIndex(self._lengths.get(name, 0)))
-        return pd.DataFrame({c: cached[c] for c in wanted}, copy=False)
+            cached.update(loaded)
+        if derive:
+            cached[DURATION] = cached["end"] - cached["start"]
+        return wanted
+
+    def _from_source(self, name: str, columns: list[str]) -> dict[str, Any]:
+        """Asked columns as numpy arrays, and Coded or Categorical text columns."""
+        if not self.source.has(name):
+            return empty_arrays(name, columns)
+        load_arrays = getattr(self.source, "load_arrays", None)
+        if load_arrays is not None:
+            return dict(load_arrays(name, columns))
+        frame = self.source.load(name, columns)
+        out: dict[str, Any] = {}
+        for column in columns:
+            kind = schema.INT if column == DURATION else schema.column_kind(name, column)
+            out[column] = frame[column].to_numpy() if kind != schema.CATEGORY else frame[column].array
+        return out
+
+    def require(self, name: str, what: str) -> None:
+        """Raise a one-line ProfkitError when the trace did not record table ``name``
+        (``what`` says what it holds, e.g. "CUDA kernel data")."""
+        if self.has(name):
+            return
+        own = getattr(self.source, "require", None)
+        if own is not None:
+            own(name, what)
+        raise ProfkitError(f"{self.name} has no {what}")
 
     def count(self, name: str) -> int:
         """Rows of a table (loads its first column if nothing was loaded yet)."""
@@ -190,12 +287,32 @@ class Trace:
         return f"Trace({self.meta.source}, {str(self.meta.path)!r})"
 
 
+def _categorical(coded: Coded) -> Any:
+    import pandas as pd
+
+    return pd.Categorical.from_codes(coded.codes, coded.categories, validate=False)
+
+
+def empty_arrays(name: str, columns: Sequence[str] | None = None) -> dict[str, Any]:
+    """Zero-row columns of the model's kinds (text columns as ``Coded``)."""
+    out: dict[str, Any] = {}
+    for c in schema.column_names(name) if columns is None else columns:
+        kind = schema.INT if c == DURATION else schema.column_kind(name, c)
+        if kind == schema.CATEGORY:
+            out[c] = Coded(np.zeros(0, dtype=np.int64), [])
+        else:
+            out[c] = np.empty(0, dtype=np.float64 if kind == schema.FLOAT else np.int64)
+    return out
+
+
 def empty_table(name: str, columns: Sequence[str] | None = None) -> pd.DataFrame:
     """A zero-row frame with the model's columns and kinds."""
+    import pandas as pd
+
     cols = schema.column_names(name) if columns is None else columns
     data: dict[str, Any] = {}
     for c in cols:
-        kind = schema.column_kind(name, c)
+        kind = schema.INT if c == DURATION else schema.column_kind(name, c)
         if kind == schema.INT:
             data[c] = np.empty(0, dtype=np.int64)
         elif kind == schema.FLOAT:
@@ -210,6 +327,8 @@ def from_columns(name: str, columns: dict[str, Any]) -> pd.DataFrame:
 
     Readers use this so that every source yields the same dtypes; text
     columns become categoricals, integer columns int64 with -1 for missing."""
+    import pandas as pd
+
     data: dict[str, Any] = {}
     for c, values in columns.items():
         kind = schema.column_kind(name, c)

@@ -23,24 +23,32 @@ GZIP_MAGIC = b"\x1f\x8b"
 def detect_source(path: str | Path) -> str:
     """``"nsys"`` or ``"kineto"``, from the file's first bytes, never its name.
 
-    A folder is a Kineto folder (``tensorboard_trace_handler`` output) unless
-    it is a ``profkit trace`` run folder, whose ``run.json`` names its trace."""
+    A folder is a Kineto folder (``tensorboard_trace_handler`` output) when
+    it holds JSON traces (a ``profkit trace`` run folder's run.json aside).
+    A file that is neither gzip nor JSON goes to the nsys reader, whose
+    checks say precisely what it is instead (empty, an ``.nsys-rep``,
+    truncated SQLite, SQLite of another program)."""
     p = Path(path)
-    if p.is_dir():
-        return "kineto"
+    try:
+        is_dir = p.is_dir()
+    except PermissionError:  # is_dir() re-raises EACCES on a parent folder
+        raise ProfkitError(f"{p}: permission denied") from None
+    if is_dir:
+        if any(f.name != "run.json" for pattern in ("*.json", "*.json.gz") for f in p.glob(pattern)):
+            return "kineto"
+        raise ProfkitError(f"{p} is a directory with no PyTorch profiler trace in it",
+                           hint="give the nsys export (.sqlite) or the trace file itself")
     try:
         with p.open("rb") as f:
             head = f.read(64)
     except FileNotFoundError:
         raise ProfkitError(f"{p}: no such file") from None
-    except IsADirectoryError:
-        return "kineto"
-    except OSError as exc:
-        raise ProfkitError(f"{p}: cannot read it ({exc.strerror or exc})") from None
+    except PermissionError:
+        raise ProfkitError(f"{p}: permission denied") from None
+    except OSError:
+        return "nsys"  # open_export names the problem (not a regular file, path through a file, ...)
     if head.startswith(GZIP_MAGIC) or head.lstrip()[:1] in (b"{", b"["):
         return "kineto"
-    # SQLite, and everything else: the nsys reader names what is wrong with a
-    # file that is no export (empty, not SQLite, an .nsys-rep, truncated).
     return "nsys"
 
 

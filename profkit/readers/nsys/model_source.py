@@ -41,11 +41,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from profkit.capture.sync_hook import PREFIX as SYNC_SITE_PREFIX
 from profkit.model import schema
-from profkit.model.trace import NSYS, Trace, TraceMeta, empty_table
+from profkit.model.trace import DURATION, NSYS, Coded, Trace, TraceMeta
 from profkit.readers.nsys import launches, queries, sync
 from profkit.readers.nsys.reader import (
     NsysExport,
@@ -228,8 +227,17 @@ _NSYS_TABLES = {
 _RANGE_TEXT_COLUMNS = ("name", "domain", "kind")
 
 
+# model table -> what the nsys table holds and the ``nsys profile -t`` option recording it
+_REQUIREMENTS = {"kernels": queries.KERNELS, "api": queries.RUNTIME, "ranges": queries.NVTX,
+                 "memcpy": queries.MEMCPY, "memset": queries.MEMSET}
+
+
 class NsysSource:
     """``TraceSource`` over an open ``NsysExport`` (see the module docstring)."""
+
+    # "duration" is computed in SQL ("end" - start): one narrow integer column
+    # leaves SQLite instead of two wide ones (the summaries need only it).
+    computes_duration = True
 
     def __init__(self, export: NsysExport) -> None:
         self.export = export
@@ -244,14 +252,34 @@ class NsysSource:
     def close(self) -> None:
         self.export.close()
 
+    def require(self, table: str, what: str) -> None:
+        req = _REQUIREMENTS.get(table)
+        if req is not None:
+            self.export.require(req.table, req.what, req.trace_flag)
+        self.export.require(_NSYS_TABLES.get(table, table), what)
+
     def spec(self, table: str) -> TableSpec:
         if table not in self._specs:
-            self._specs[table] = _SPECS[table](self.export)
+            spec = _SPECS[table](self.export)
+            start, end = spec.columns.get("start"), spec.columns.get("end")
+            if start is not None and end is not None and start.sql and end.sql:
+                spec.columns[DURATION] = Spec(INT, f"({end.sql}) - ({start.sql})")
+            self._specs[table] = spec
         return self._specs[table]
 
-    def load(self, table: str, columns: Sequence[str]) -> pd.DataFrame:
+    def load(self, table: str, columns: Sequence[str]) -> Any:
+        """The columns as a pandas DataFrame (``Trace`` itself uses ``load_arrays``)."""
+        import pandas as pd
+
+        arrays = self.load_arrays(table, columns)
+        return pd.DataFrame({c: pd.Categorical.from_codes(v.codes, v.categories, validate=False)
+                             if isinstance(v, Coded) else v for c, v in arrays.items()}, copy=False)
+
+    def load_arrays(self, table: str, columns: Sequence[str]) -> dict[str, Any]:
+        """The columns as numpy arrays, text columns as ``Coded``; never imports pandas."""
         if table == "devices":
-            return _devices(self.export)[list(columns)]
+            devices = _devices(self.export)
+            return {c: devices[c] for c in columns}
         spec = self.spec(table)
         wanted = list(columns)
         text_columns = [c for c in wanted if c in _RANGE_TEXT_COLUMNS] if table == "ranges" else []
@@ -271,7 +299,7 @@ class NsysSource:
         for name, values in zip(scanned, ints):
             data[name] = self._column(spec.columns[name], values)
         for name, values in zip(texts, text_values):
-            data[name] = pd.Categorical(["" if v is None else str(v) for v in values])
+            data[name] = _coded_strings(["" if v is None else str(v) for v in values])
         if text_columns:
             data.update(self._range_texts(ints[len(scanned):], text_values[len(texts):], text_columns))
         for name in plain:
@@ -279,7 +307,7 @@ class NsysSource:
                 data[name] = _missing(table, name, n)
         if table == "ranges" and "end" in data:
             self._note_nvtx_end(data["end"])
-        return pd.DataFrame({c: data[c] for c in wanted}, copy=False)
+        return {c: data[c] for c in wanted}
 
     # -- helpers -------------------------------------------------------------
     def _count(self, spec: TableSpec) -> int:
@@ -307,15 +335,15 @@ class NsysSource:
         names = _categorical(text_id, self.export.strings)
         if texts and any(v is not None for v in texts[0]):
             inline = np.array(["" if v is None else str(v) for v in texts[0]], dtype=object)
-            merged = np.where(text_id == NULL_INT, inline, np.asarray(names, dtype=object))
-            names = pd.Categorical(merged)
+            by_id = np.asarray(names.categories + [""], dtype=object)[names.codes]
+            names = _coded_strings(list(np.where(text_id == NULL_INT, inline, by_id)))
         out: dict[str, Any] = {}
         if "name" in wanted:
             out["name"] = names
         if "kind" in wanted:
-            is_site = np.array([str(c).startswith(SYNC_SITE_PREFIX) for c in names.categories], dtype=bool)
-            site = is_site[names.codes] if len(is_site) else np.zeros(len(names), dtype=bool)
-            out["kind"] = pd.Categorical.from_codes(site.astype(np.int8), ["nvtx", "sync_site"])
+            is_site = np.array([c.startswith(SYNC_SITE_PREFIX) for c in names.categories], dtype=bool)
+            site = is_site[names.codes] if len(is_site) else np.zeros(len(names.codes), dtype=bool)
+            out["kind"] = Coded(site.astype(np.int64), ["nvtx", "sync_site"])
         if "domain" in wanted:
             domains = sync.nvtx_domains(self.export)
             gpid = np.where(global_tid == NULL_INT, 0, global_tid & np.int64(sync.GLOBAL_PID_MASK - (1 << 64)))
@@ -343,8 +371,8 @@ def _range_text_sql(export: NsysExport) -> tuple[tuple[str, ...], tuple[str, ...
 
 
 def _categorical(ids: np.ndarray, lookup: Callable[[list[int]], dict[int, str]],
-                 rename: Callable[[str], str] | None = None) -> pd.Categorical:
-    """Text of integer keys as a Categorical: one lookup of the distinct keys, NULL -> ''."""
+                 rename: Callable[[str], str] | None = None) -> Coded:
+    """Text of integer keys as ``Coded``: one lookup of the distinct keys, NULL -> ''."""
     codes, keys = encode_keys([ids])
     distinct = [k[0] for k in keys]
     found = lookup([k for k in distinct if k is not None and k != NULL_INT])
@@ -354,21 +382,27 @@ def _categorical(ids: np.ndarray, lookup: Callable[[list[int]], dict[int, str]],
     return _categorical_from_labels(codes, labels)
 
 
-def _categorical_from_labels(codes: np.ndarray, labels: list[str]) -> pd.Categorical:
-    """Codes into ``labels`` (which may repeat a string) as a Categorical of distinct strings."""
+def _categorical_from_labels(codes: np.ndarray, labels: list[str]) -> Coded:
+    """Codes into ``labels`` (which may repeat a string) as codes into distinct strings."""
     categories: dict[str, int] = {}
     remap = np.array([categories.setdefault(label, len(categories)) for label in labels], dtype=np.int64)
     new_codes = remap[codes] if len(codes) else np.zeros(0, dtype=np.int64)
-    return pd.Categorical.from_codes(new_codes, list(categories))
+    return Coded(new_codes, list(categories))
+
+
+def _coded_strings(values: list[str]) -> Coded:
+    distinct: dict[str, int] = {}
+    codes = np.fromiter((distinct.setdefault(v, len(distinct)) for v in values), dtype=np.int64, count=len(values))
+    return Coded(codes, list(distinct))
 
 
 def _missing(table: str, column: str, n: int) -> Any:
-    kind = schema.column_kind(table, column)
+    kind = schema.INT if column == DURATION else schema.column_kind(table, column)
     if kind == schema.INT:
         return np.full(n, schema.MISSING_INT, dtype=np.int64)
     if kind == schema.FLOAT:
         return np.full(n, np.nan)
-    return pd.Categorical.from_codes(np.zeros(n, dtype=np.int8), [""])
+    return Coded(np.zeros(n, dtype=np.int64), [""])
 
 
 # -- devices -------------------------------------------------------------------------
@@ -384,7 +418,7 @@ _DEVICE_KEYS = {
 }
 
 
-def _devices(export: NsysExport) -> pd.DataFrame:
+def _devices(export: NsysExport) -> dict[str, Any]:
     limits = launches.gpu_info(export)
     described = {g.get("id"): g for g in queries.gpus(export)}
     rows: dict[str, list[Any]] = {c: [] for c in schema.column_names("devices")}
@@ -399,15 +433,13 @@ def _devices(export: NsysExport) -> pd.DataFrame:
         for column, key in _DEVICE_KEYS.items():
             value = info.get(key)
             rows[column].append(("" if value is None else str(value)) if column == "name" else value)
-    if not rows["device"]:
-        return empty_table("devices")
     data: dict[str, Any] = {}
     for column, values in rows.items():
         if schema.column_kind("devices", column) == schema.CATEGORY:
-            data[column] = pd.Categorical(values)
+            data[column] = _coded_strings(values)
         else:
             data[column] = np.array([schema.MISSING_INT if v is None else int(v) for v in values], dtype=np.int64)
-    return pd.DataFrame(data)
+    return data
 
 
 # -- meta ------------------------------------------------------------------------------
@@ -437,3 +469,16 @@ def open_nsys_trace(path: str | Path) -> Trace:
         export.close()
         raise
 
+
+def trace_of_export(export: NsysExport) -> Trace:
+    """The ``Trace`` over an already open export, made once and kept on it.
+
+    For callers that still hold an ``NsysExport``; the meta follows the
+    export's current ``match_nsys_stats`` choice."""
+    trace = getattr(export, "_model_trace", None)
+    if trace is None:
+        trace = Trace(NsysSource(export), native=export)
+        export._model_trace = trace  # type: ignore[attr-defined]
+    trace.meta.rounding_mode = export.rounding_mode
+    trace.meta.nvtx_default_domain_prefix = export.nvtx_default_domain_prefix
+    return trace

@@ -1,11 +1,9 @@
-"""The SQL behind each summary, one query per report, next to the tables it needs.
+"""SQL for nsys tables, next to the tables it needs (requirements, capture facts, NVTX labels).
 
-Each query mirrors the nsys ``reports/*.py`` script named in its docstring
-(nsys 2023.4; the 2025.3 oracles in tests/data/nsys check the newer schema).
-Each query is a ``ColumnsQuery``: the group key columns, then one integer
-value (a duration in ns or a size in bytes); ``profkit.readers.nsys.stats`` computes
-the statistics.  Only this module and
-reader.py hold SQL for nsys tables.
+The summaries are computed from the trace model (``model_source.py`` reads
+the columns); what stays here mirrors nsys ``reports/*.py`` scripts where a
+query is still needed (nvtx_sum's labels for the timeline) and reads the
+capture's metadata.  Only the modules of ``profkit/readers/nsys`` hold SQL.
 """
 
 from __future__ import annotations
@@ -46,20 +44,7 @@ def check(export: NsysExport, *requirements: Requirement) -> None:
         export.require(req.table, req.what, req.trace_flag)
 
 
-# -- cuda_gpu_kern_sum -------------------------------------------------------
-# Needs: CUPTI_ACTIVITY_KIND_KERNEL(start, end, demangledName), StringIds.
-# nsys groups by the demangled name string; StringIds holds each string
-# once, so grouping by the id is the same grouping and needs no join.
-def kernel_durations(export: NsysExport) -> ColumnsQuery:
-    check(export, KERNELS, STRINGS)
-    export.require_columns(KERNELS.table, ("start", "end", "demangledName"), "the kernel summary")
-    return ColumnsQuery(KERNELS.table, KERNELS.table, ("demangledName", '"end" - start'))
-
-
-# -- cuda_api_sum ------------------------------------------------------------
-# Needs: CUPTI_ACTIVITY_KIND_RUNTIME(start, end, nameId), StringIds.
-# nsys groups by nameId and only then strips the "_v7000" suffix for display,
-# so cudaLaunchKernel and cudaLaunchKernel_v7000 stay two rows, as in nsys.
+# -- kernel mangled names (to match ncu's kernels) -------------------------------
 # Needs: CUPTI_ACTIVITY_KIND_KERNEL(demangledName, mangledName), StringIds.
 MANGLED_NAMES_SQL = """
 SELECT DISTINCT d.value, m.value
@@ -85,12 +70,6 @@ def mangled_names(export: NsysExport) -> dict[str, str]:
     return names
 
 
-def api_durations(export: NsysExport) -> ColumnsQuery:
-    check(export, RUNTIME, STRINGS)
-    export.require_columns(RUNTIME.table, ("start", "end", "nameId"), "the CUDA API summary")
-    return ColumnsQuery(RUNTIME.table, RUNTIME.table, ("nameId", '"end" - start'))
-
-
 # -- nvtx_sum ----------------------------------------------------------------
 # Needs: NVTX_EVENTS(start, end, eventType, domainId, globalTid, text|textId), StringIds.
 # A range without an end (never popped/ended) lasts until the last NVTX
@@ -109,29 +88,6 @@ def nvtx_durations(export: NsysExport) -> ColumnsQuery:
         text_columns=(_nvtx_tag_sql(export, "ne", "d"), _nvtx_style_sql("ne")),
         int_columns=('coalesce(ne."end", (SELECT m FROM maxts)) - ne.start',),
         where=f"ne.eventType IN ({', '.join(map(str, NVTX_RANGE_TYPES))})",
-        rowid="ne.rowid",
-    )
-
-
-# -- nvtx_kern_sum: the ranges kernels are projected onto -----------------------
-# Needs: NVTX_EVENTS(start, end, eventType, globalTid, endGlobalTid, text|textId,
-# domainId), StringIds.  As in nvtx_kern_sum.py, an open range ends at the last
-# range timestamp, and ranges ended on another thread are skipped.
-def nvtx_ranges(export: NsysExport) -> ColumnsQuery:
-    check(export, NVTX, STRINGS)
-    export.require_columns(NVTX.table, ("start", "end", "eventType", "globalTid"), "NVTX projection")
-    types = ", ".join(map(str, NVTX_RANGE_TYPES))
-    same_thread = "AND ne.endGlobalTid IS NULL" if export.has_column(NVTX.table, "endGlobalTid") else ""
-    return ColumnsQuery(
-        table=NVTX.table,
-        with_clause=f"""WITH
-            domains AS ({_nvtx_domains_sql(export)}),
-            maxts AS (SELECT max(max(start), max("end")) AS m FROM NVTX_EVENTS WHERE eventType IN ({types}))""",
-        source=f"""NVTX_EVENTS AS ne LEFT JOIN domains AS d
-            ON ne.domainId = d.id AND {_pid_bits('ne.globalTid')} = {_pid_bits('d.globalTid')}""",
-        int_columns=("ne.rowid", "ne.globalTid", "ne.start", 'coalesce(ne."end", (SELECT m FROM maxts))'),
-        text_columns=(_nvtx_tag_sql(export, "ne", "d"), _nvtx_style_sql("ne")),
-        where=f"ne.eventType IN ({types}) {same_thread}",
         rowid="ne.rowid",
     )
 
@@ -166,31 +122,6 @@ def _nvtx_style_sql(event: str) -> str:
             f"WHEN {NVTX_PUSHPOP_RANGE} THEN 'PushPop' WHEN {NVTXT_PUSHPOP_RANGE} THEN 'PushPop' "
             f"WHEN {NVTX_STARTEND_RANGE} THEN 'StartEnd' WHEN {NVTXT_STARTEND_RANGE} THEN 'StartEnd' "
             f"ELSE 'Unknown' END")
-
-
-# -- cuda_gpu_mem_time_sum / cuda_gpu_mem_size_sum -----------------------------
-# Needs: CUPTI_ACTIVITY_KIND_MEMCPY(start, end, bytes, copyKind) with
-# ENUM_CUDA_MEMCPY_OPER(id, label), and/or CUPTI_ACTIVITY_KIND_MEMSET(start, end, bytes).
-# Returns (operation, duration) and (operation, bytes) queries over the same rows.
-def memory_ops(export: NsysExport) -> list[tuple[ColumnsQuery, ColumnsQuery]]:
-    """One (time, size) query pair per memory table present; empty when there is none."""
-    pairs = []
-    if export.has_table(MEMCPY.table):
-        export.require("ENUM_CUDA_MEMCPY_OPER", "memcpy kind labels (ENUM_CUDA_MEMCPY_OPER)", None)
-        source = """CUPTI_ACTIVITY_KIND_MEMCPY AS mcpy
-            JOIN ENUM_CUDA_MEMCPY_OPER AS mos ON mos.id = mcpy.copyKind"""
-        name = ("'[CUDA memcpy ' || mos.label || ']'",)
-        pairs.append((
-            ColumnsQuery(MEMCPY.table, source, ('mcpy."end" - mcpy.start',), name, rowid="mcpy.rowid"),
-            ColumnsQuery(MEMCPY.table, source, ("mcpy.bytes",), name, rowid="mcpy.rowid"),
-        ))
-    if export.has_table(MEMSET.table):
-        name = ("'[CUDA memset]'",)
-        pairs.append((
-            ColumnsQuery(MEMSET.table, MEMSET.table, ('"end" - start',), name),
-            ColumnsQuery(MEMSET.table, MEMSET.table, ("bytes",), name),
-        ))
-    return pairs
 
 
 # -- the capture (for `profkit info` and the report header) -------------------
@@ -245,46 +176,9 @@ def capture_settings(export: NsysExport) -> list[tuple[str, str]]:
     return export.rows(f"SELECT name, value FROM META_DATA_CAPTURE WHERE {_SAFE_CAPTURE_KEY} ORDER BY rowid")
 
 
-def processes(export: NsysExport, global_pids: list[int]) -> dict[int, str]:
-    """Process names by globalPid, for the given processes."""
-    if not {"globalPid", "name"} <= export.columns("PROCESSES") or not global_pids:
-        return {}
-    marks = ",".join("?" * len(global_pids))
-    return dict(export.rows(f"SELECT globalPid, name FROM PROCESSES WHERE globalPid IN ({marks})", global_pids))
-
-
 def library_paths(export: NsysExport) -> list[str]:
     """Loaded libcuda/libcudart paths that backtraces recorded in StringIds (carry versions)."""
     if not export.has_table("StringIds"):
         return []
     return [r[0] for r in export.rows(
         "SELECT value FROM StringIds WHERE value GLOB '*/libcuda.so.*' OR value GLOB '*/libcudart.so.*' LIMIT 50")]
-
-
-def gpu_activity(export: NsysExport) -> list[ColumnsQuery]:
-    """(deviceId, start, end) of every kernel, memcpy and memset."""
-    out = []
-    for req in (KERNELS, MEMCPY, MEMSET):
-        if export.has_table(req.table) and {"start", "end"} <= export.columns(req.table):
-            device = "deviceId" if export.has_column(req.table, "deviceId") else "0"
-            out.append(ColumnsQuery(req.table, req.table, (device, "start", '"end"')))
-    return out
-
-
-def activity_counts(export: NsysExport) -> dict[str, int]:
-    tables = {"kernels": KERNELS.table, "memcpys": MEMCPY.table, "memsets": MEMSET.table,
-              "api_calls": RUNTIME.table}
-    counts = {key: export.scalar(f'SELECT count(*) FROM "{t}"') if export.has_table(t) else 0
-              for key, t in tables.items()}
-    if export.has_column(NVTX.table, "eventType"):
-        counts["nvtx_ranges"] = export.scalar(
-            f"SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN ({', '.join(map(str, NVTX_RANGE_TYPES))})")
-    else:
-        counts["nvtx_ranges"] = 0
-    return counts
-
-
-def kernel_processes(export: NsysExport) -> list[int]:
-    if not export.has_column(KERNELS.table, "globalPid"):
-        return []
-    return [r[0] for r in export.rows("SELECT DISTINCT globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL")]

@@ -1,16 +1,9 @@
-"""Grouped duration statistics that equal nsys's summary reports to the nanosecond.
+"""Column scans of nsys exports, fast: the SQL half of nsys-equal statistics.
 
-nsys's reports compute, per group, ``sum, count, avg, median, min, max,
-stdev`` in SQLite and round avg/median/stdev with SQLite's ``round(x, 1)``.
-profkit computes the same figures, with the same definitions:
-
-- ``avg``: total / count as a double (SQLite's ``avg`` of integers);
-- ``median``: the middle value, or the mean of the two middle values for an
-  even count (nsys's ``median`` aggregate);
-- ``stddev``: the *sample* standard deviation (n - 1), 0.0 for one value;
-- rounding: SQLite's own ``round(x, 1)`` (half away from zero on the decimal
-  form, unlike Python's ``round``), so the values are rounded by the same
-  code nsys uses.
+The statistics themselves (count, total, avg, median, min, max, stddev,
+rounded the way each nsys release rounds) are pure numpy and live in
+``profkit.analysis.grouped_stats``; this module gets the columns out of
+SQLite (``collect_columns``) and re-exports those names for older callers.
 
 Speed: SQLite has no hash aggregation, so ``GROUP BY`` on an unindexed
 column sorts every row, and the export is read-only (no index can be added).
@@ -25,50 +18,30 @@ proportional to the two columns, never to the table.
 from __future__ import annotations
 
 import itertools
-import math
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from decimal import ROUND_HALF_UP, Decimal
-from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
+from profkit.analysis.grouped_stats import (  # noqa: F401 (re-exported)
+    DECIMAL_HALF_UP,
+    NULL_INT,
+    ROUNDING_MODES,
+    SQLITE_LEGACY,
+    GroupStats,
+    encode_keys,
+    round_like_nsys,
+    stats_from_columns,
+)
 from profkit.readers.nsys.reader import NsysExport
 
 _collector_ids = itertools.count()
 
-
-# How nsys rounds avg/median/stddev/percent to one decimal depends on the
-# SQLite inside the nsys that runs the report:
-# - SQLITE_LEGACY: SQLite before 3.43 (nsys 2023.4 ships 3.42).  round() prints
-#   with "%.1f", whose rounder adds 0.05 plus a fudge of x * 3e-16, so a value
-#   just below a tie (13065.65 is 13065.6499999999996 as a double) rounds up.
-# - DECIMAL_HALF_UP: newer SQLite (nsys 2025.3) rounds the exact binary value
-#   half away from zero: 13065.6499999999996 -> 13065.6, 70180.25 -> 70180.3.
-# Both are computed here exactly (fractions), so the result does not depend
-# on the SQLite that Python happens to link.
-SQLITE_LEGACY = "sqlite-legacy"
-DECIMAL_HALF_UP = "decimal-half-up"
-ROUNDING_MODES = (SQLITE_LEGACY, DECIMAL_HALF_UP)
-
-
-@dataclass(frozen=True)
-class GroupStats:
-    """Statistics of one group, as nsys prints them (avg/med/stddev rounded to 0.1)."""
-
-    key: tuple[Any, ...]
-    count: int
-    total: int
-    avg: float
-    med: float
-    min: int
-    max: int
-    stddev: float
 
 
 @dataclass(frozen=True)
@@ -89,10 +62,8 @@ class ColumnsQuery:
     with_clause: str = ""
 
 
-# Stands for NULL in integer columns (group_concat skips NULLs, which would
-# misalign the columns).
-NULL_INT = -(1 << 63)
-
+# NULL_INT (from grouped_stats) stands for NULL in integer columns
+# (group_concat skips NULLs, which would misalign the columns).
 # Rows per group_concat chunk: the text of a chunk is ~20 bytes per row and
 # column, so chunks keep transient strings near 5 MB per column.
 CHUNK_ROWS = 250_000
@@ -213,205 +184,3 @@ def _list_sink(target: list[Any]) -> type:
             return None
 
     return Sink
-
-
-def grouped_stats(export: NsysExport, query: ColumnsQuery, rounded: bool = True) -> list[GroupStats]:
-    """nsys-equal statistics of a query's last integer column, grouped by all
-    its other columns (text columns first, then the other integer columns)."""
-    ints, texts = collect_columns(export, query)
-    keys: list[Sequence[Any]] = [*texts, *ints[:-1]]
-    return stats_from_columns(keys, ints[-1], export.rounding_mode if rounded else None)
-
-
-def stats_from_columns(keys: Sequence[Sequence[Any]], values: np.ndarray,
-                       rounding: str | None = DECIMAL_HALF_UP) -> list[GroupStats]:
-    if len(values) == 0:
-        return []
-    codes, unique_keys = encode_keys(keys)
-    n_groups = len(unique_keys)
-    packed = _pack_sorted(codes, values, n_groups)
-    if packed is not None:
-        # Codes are dense (every code 0..n_groups-1 occurs), so each group
-        # starts where its code does in the packed, sorted array.
-        starts = np.searchsorted(packed, np.arange(n_groups, dtype=np.int64) << _VALUE_BITS)
-        grouped = packed & ((1 << _VALUE_BITS) - 1)
-        del packed
-        counts = np.diff(np.r_[starts, len(grouped)])
-        group_codes = np.arange(n_groups)
-        mins = grouped[starts]
-        maxs = grouped[starts + counts - 1]
-        lo = grouped[starts + (counts - 1) // 2]
-        hi = grouped[starts + counts // 2]
-    elif n_groups <= PARTITION_MAX_GROUPS:
-        grouped, starts, counts = _group_by_code(codes, values, n_groups)
-        group_codes = np.arange(n_groups)
-        mins = np.minimum.reduceat(grouped, starts)
-        maxs = np.maximum.reduceat(grouped, starts)
-        lo, hi = _middle_values(grouped, starts, counts)
-    else:
-        sorted_codes, grouped = _sort_by_group_then_value(codes, values)
-        starts = np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]])
-        counts = np.diff(np.r_[starts, len(grouped)])
-        group_codes = sorted_codes[starts]
-        mins = grouped[starts]
-        maxs = grouped[starts + counts - 1]
-        lo = grouped[starts + (counts - 1) // 2]
-        hi = grouped[starts + counts // 2]
-    del codes
-    totals = np.add.reduceat(grouped, starts)
-    means = totals / counts
-    # In place, so the peak is two row-sized arrays, not four.
-    deviations = grouped.astype(np.float64)
-    del grouped
-    deviations -= np.repeat(means, counts)
-    deviations *= deviations
-    squares = np.add.reduceat(deviations, starts)
-    del deviations
-    stddevs = np.where(counts > 1, np.sqrt(squares / np.maximum(counts - 1, 1)), 0.0)
-
-    results = []
-    medians = [
-        int(a) if c % 2 else (int(a) + int(b)) / 2 for a, b, c in zip(lo.tolist(), hi.tolist(), counts.tolist())
-    ]
-    avgs = [int(t) / int(c) for t, c in zip(totals.tolist(), counts.tolist())]
-    figures = [*avgs, *medians, *stddevs.tolist()]
-    # rounding=None keeps the raw doubles (nsys does not round byte sizes).
-    rounded = round_like_nsys(figures, 1, rounding) if rounding else figures
-    n = len(starts)
-    for i in range(n):
-        results.append(GroupStats(
-            key=unique_keys[int(group_codes[i])],
-            count=int(counts[i]),
-            total=int(totals[i]),
-            avg=rounded[i],
-            med=rounded[n + i],
-            min=int(mins[i]),
-            max=int(maxs[i]),
-            stddev=rounded[2 * n + i],
-        ))
-    return results
-
-
-# When (group code, value) pairs fit one int64 (values of 0 to 2**40 - 1 ns,
-# i.e. up to 18 minutes, which is every real duration), one in-place sort of
-# the packed pairs orders every group by value: numpy sorts int64 with SIMD,
-# 2.5M pairs in ~10 ms, after which min, max, median are plain lookups.
-# Otherwise: up to this many groups, values are grouped with an O(n) radix
-# argsort and each median found with np.partition; beyond it, one lexsort of
-# (group, value) pairs is cheaper than a Python loop over the groups.
-PARTITION_MAX_GROUPS = 2000
-
-
-def _pack_sorted(codes: np.ndarray, values: np.ndarray, n_groups: int) -> np.ndarray | None:
-    """``code << 40 | value`` sorted, or None when the pairs do not fit."""
-    if n_groups >= (1 << (62 - _VALUE_BITS)) or values.min() < 0 or values.max() >= (1 << _VALUE_BITS):
-        return None
-    packed = codes << _VALUE_BITS
-    packed |= values
-    packed.sort()
-    return packed
-
-
-def _group_by_code(codes: np.ndarray, values: np.ndarray, n_groups: int
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Values ordered by group (not by value within a group), group starts and sizes."""
-    # numpy's stable argsort is a radix sort for 16-bit integers.
-    small = codes.astype(np.uint16) if n_groups <= 0xFFFF else codes
-    order = np.argsort(small, kind="stable")
-    counts = np.bincount(codes, minlength=n_groups)
-    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-    return values[order], starts, counts
-
-
-def _middle_values(grouped: np.ndarray, starts: np.ndarray, counts: np.ndarray
-                   ) -> tuple[np.ndarray, np.ndarray]:
-    """The lower and upper middle value of each group (equal for odd sizes)."""
-    lo = np.empty(len(starts), dtype=np.int64)
-    hi = np.empty(len(starts), dtype=np.int64)
-    for i, (start, count) in enumerate(zip(starts.tolist(), counts.tolist())):
-        segment = grouped[start : start + count]
-        upper = count // 2
-        if count % 2:
-            lo[i] = hi[i] = np.partition(segment, upper)[upper]
-        else:
-            part = np.partition(segment, (upper - 1, upper))
-            lo[i], hi[i] = part[upper - 1], part[upper]
-    return lo, hi
-
-
-def encode_keys(keys: Sequence[Sequence[Any]]) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
-    """Dense integer codes for the key tuples, and the key tuple of each code."""
-    if len(keys) == 1 and isinstance(keys[0], np.ndarray):
-        key = keys[0]
-        if len(key) == 0:
-            return np.zeros(0, dtype=np.int64), []
-        low, high = int(key.min()), int(key.max())
-        if low >= 0 and high < max(1 << 22, 4 * len(key)):
-            # Small non-negative ids (StringIds keys): a lookup table is O(n),
-            # where np.unique sorts.
-            present = np.zeros(high + 1, dtype=bool)
-            present[key] = True
-            uniq = np.flatnonzero(present)
-            lookup = np.cumsum(present, dtype=np.int64) - 1
-            return lookup[key], [(int(u),) for u in uniq.tolist()]
-        uniq, codes = np.unique(key, return_inverse=True)
-        return codes.astype(np.int64, copy=False), [(_none_if_null(u),) for u in uniq.tolist()]
-    index: dict[tuple[Any, ...], int] = {}
-    columns = [k.tolist() if isinstance(k, np.ndarray) else k for k in keys]
-    codes_list = [index.setdefault(k, len(index)) for k in zip(*columns)]
-    return np.asarray(codes_list, dtype=np.int64), [tuple(_none_if_null(v) for v in k) for k in index]
-
-
-def _none_if_null(value: Any) -> Any:
-    return None if value == NULL_INT else value
-
-
-_VALUE_BITS = 40
-
-
-def _sort_by_group_then_value(codes: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Codes and values, both ordered by (group code, value)."""
-    n_codes = int(codes.max()) + 1
-    if values.min() >= 0 and values.max() < (1 << _VALUE_BITS) and n_codes < (1 << (62 - _VALUE_BITS)):
-        # Pack (code, value) into one int64 and sort that: several times
-        # faster than a two-key lexsort plus two gathers.
-        packed = (codes << _VALUE_BITS) | values
-        packed.sort()
-        return packed >> _VALUE_BITS, packed & ((1 << _VALUE_BITS) - 1)
-    order = np.lexsort((values, codes))
-    return codes[order], values[order]
-
-
-def round_like_nsys(values: Sequence[float | int], digits: int = 1,
-                    mode: str = DECIMAL_HALF_UP) -> list[float]:
-    """Round each value to ``digits`` decimals the way nsys's reports do (see ROUNDING_MODES)."""
-    if mode == SQLITE_LEGACY:
-        return [_round_sqlite_legacy(float(v), digits) for v in values]
-    if mode == DECIMAL_HALF_UP:
-        quantum = Decimal(1).scaleb(-digits)
-        return [float(Decimal(float(v)).quantize(quantum, rounding=ROUND_HALF_UP))
-                if math.isfinite(v) else float(v) for v in values]
-    raise ValueError(f"unknown rounding mode {mode!r}")
-
-
-def _round_sqlite_legacy(x: float, digits: int) -> float:
-    """SQLite 3.42's round(x, digits) for digits >= 1 (func.c roundFunc + printf.c etFLOAT).
-
-    printf adds ``rounder = 0.5 * 10**-digits`` and, when
-    ``digits + exponent2/3 < 15``, also ``x * 3e-16``; then it truncates to
-    ``digits`` decimals.  Values beyond 2**52 have no fraction to round.
-    """
-    if not math.isfinite(x) or x == 0 or abs(x) > 4503599627370496.0:
-        return x
-    # Not modelled: printf's 16-significant-digit cap, which changes results
-    # only from 1e15 up (11 days in ns; percentages never get there).
-    magnitude = abs(x)
-    exponent2 = math.frexp(magnitude)[1] - 1  # IEEE unbiased exponent
-    # C's int division truncates toward zero.
-    fudge = digits + int(exponent2 / 3) < 15
-    value = Fraction(magnitude) + Fraction(5, 10 ** (digits + 1))
-    if fudge:
-        value += Fraction(magnitude) * Fraction(3e-16)
-    scaled = math.floor(value * 10**digits)
-    result = float(Fraction(scaled, 10**digits))
-    return -result if x < 0 else result
