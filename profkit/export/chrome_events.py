@@ -53,9 +53,14 @@ def json_names(column: pd.Categorical | pd.Series | Sequence[str]) -> tuple[np.n
     return np.where(codes < 0, len(table) - 1, codes), table
 
 
-def _us(ns: np.ndarray) -> tuple[list[int], list[int]]:
+# "000" .. "999", taken by index (numpy, no Python loop): formatting {:03d} per row costs twice the time.
+FRACTIONS = np.array([f"{i:03d}" for i in range(1000)], dtype=object)
+
+
+def _us(ns: np.ndarray) -> tuple[list[int], list[str]]:
+    """Whole microseconds and the three decimals (as text) of each ns value."""
     whole, frac = np.divmod(np.asarray(ns, dtype=np.int64), 1000)
-    return whole.tolist(), frac.tolist()
+    return whole.tolist(), FRACTIONS[frac].tolist()
 
 
 def _chunks(n: int) -> Iterator[slice]:
@@ -63,25 +68,40 @@ def _chunks(n: int) -> Iterator[slice]:
         yield slice(lo, min(n, lo + CHUNK_ROWS))
 
 
+def combinations(columns: dict[str, np.ndarray]) -> tuple[np.ndarray, pd.DataFrame]:
+    """(group per row, one row per distinct combination of the columns).
+
+    Everything of an event that repeats (name, track, launch shape) is
+    serialised once per combination, so a row costs only its times and ids."""
+    frame = pd.DataFrame(columns, copy=False)
+    if frame.empty:
+        return np.empty(0, dtype=np.int64), frame
+    group = frame.groupby(list(columns), sort=False, observed=True).ngroup().to_numpy()
+    _, first = np.unique(group, return_index=True)
+    return group, frame.iloc[first].reset_index(drop=True)
+
+
 def kernel_events(k: pd.DataFrame, pid: np.ndarray) -> Iterator[Lines]:
     """Kernels on their GPU track (``pid`` per row, ``tid`` = stream)."""
     code, names = json_names(k["name"])
     static, dynamic = k["static_smem_bytes"].to_numpy(), k["dynamic_smem_bytes"].to_numpy()
-    smem = np.where((static >= 0) & (dynamic >= 0), static + dynamic, -1)
+    shape = ("device", "stream", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
+             "registers_per_thread", "static_smem_bytes", "dynamic_smem_bytes")
+    group, combos = combinations({"name": code, "pid": pid, **{c: k[c].to_numpy() for c in shape}})
+    heads, tails = [], []
+    for r in combos.itertuples(index=False):
+        smem = r.static_smem_bytes + r.dynamic_smem_bytes if min(r.static_smem_bytes, r.dynamic_smem_bytes) >= 0 else -1
+        heads.append(f'{{"ph":"X","cat":"kernel","name":{names[r.name]},"pid":{r.pid},"tid":{r.stream},"ts":')
+        tails.append(f'"device":{r.device},"stream":{r.stream},"grid":[{r.grid_x},{r.grid_y},{r.grid_z}],'
+                     f'"block":[{r.block_x},{r.block_y},{r.block_z}],"registers per thread":{r.registers_per_thread},'
+                     f'"shared memory":{smem},"static shared memory":{r.static_smem_bytes},'
+                     f'"dynamic shared memory":{r.dynamic_smem_bytes}}}}}')
+    start, end, corr = k["start"].to_numpy(), k["end"].to_numpy(), k["correlation"].to_numpy()
     for part in _chunks(len(k)):
-        ts, tsf = _us(k["start"].to_numpy()[part])
-        du, duf = _us(k["end"].to_numpy()[part] - k["start"].to_numpy()[part])
-        cols = [k[c].to_numpy()[part].tolist() for c in (
-            "device", "stream", "correlation", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
-            "registers_per_thread", "static_smem_bytes", "dynamic_smem_bytes")]
-        yield [
-            f'{{"ph":"X","cat":"kernel","name":{names[c]},"pid":{p},"tid":{st},"ts":{a}.{b:03d},'
-            f'"dur":{d}.{e:03d},"args":{{"device":{dev},"stream":{st},"correlation":{co},'
-            f'"grid":[{gx},{gy},{gz}],"block":[{bx},{by},{bz}],"registers per thread":{rg},'
-            f'"shared memory":{sm},"static shared memory":{ss},"dynamic shared memory":{ds}}}}}'
-            for c, p, a, b, d, e, dev, st, co, gx, gy, gz, bx, by, bz, rg, ss, ds, sm in zip(
-                code[part].tolist(), pid[part].tolist(), ts, tsf, du, duf, *cols, smem[part].tolist())
-        ]
+        ts, tsf = _us(start[part])
+        du, duf = _us(end[part] - start[part])
+        yield [f'{heads[g]}{a}.{b},"dur":{d}.{e},"args":{{"correlation":{co},{tails[g]}'
+               for g, a, b, d, e, co in zip(group[part].tolist(), ts, tsf, du, duf, corr[part].tolist())]
 
 
 # nsys copy kinds -> Kineto's short labels ("Memcpy HtoD (Pageable -> Device)")
@@ -115,34 +135,38 @@ def memset_names(m: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
 def memory_events(m: pd.DataFrame, pid: np.ndarray, what: str) -> Iterator[Lines]:
     """memcpy (``what="gpu_memcpy"``) or memset (``"gpu_memset"``) on their GPU track."""
     code, names = memcpy_names(m) if what == "gpu_memcpy" else memset_names(m)
+    group, combos = combinations({"name": code, "pid": pid, "device": m["device"].to_numpy(),
+                                  "stream": m["stream"].to_numpy()})
+    heads = [f'{{"ph":"X","cat":"{what}","name":{names[r.name]},"pid":{r.pid},"tid":{r.stream},"ts":'
+             for r in combos.itertuples(index=False)]
+    tails = [f'"device":{r.device},"stream":{r.stream}' for r in combos.itertuples(index=False)]
+    start, end = m["start"].to_numpy(), m["end"].to_numpy()
+    corr, nbytes = m["correlation"].to_numpy(), m["bytes"].to_numpy()
     for part in _chunks(len(m)):
-        ts, tsf = _us(m["start"].to_numpy()[part])
-        du, duf = _us(m["end"].to_numpy()[part] - m["start"].to_numpy()[part])
-        cols = [m[c].to_numpy()[part].tolist() for c in ("device", "stream", "correlation", "bytes")]
-        yield [
-            f'{{"ph":"X","cat":"{what}","name":{names[c]},"pid":{p},"tid":{st},"ts":{a}.{b:03d},'
-            f'"dur":{d}.{e:03d},"args":{{"device":{dev},"stream":{st},"correlation":{co},"bytes":{nb}}}}}'
-            for c, p, a, b, d, e, dev, st, co, nb in zip(code[part].tolist(), pid[part].tolist(), ts, tsf, du, duf,
-                                                          *cols)
-        ]
+        ts, tsf = _us(start[part])
+        du, duf = _us(end[part] - start[part])
+        yield [f'{heads[g]}{a}.{b},"dur":{d}.{e},"args":{{{tails[g]},"correlation":{co},"bytes":{nb}}}}}'
+               for g, a, b, d, e, co, nb in zip(group[part].tolist(), ts, tsf, du, duf, corr[part].tolist(),
+                                                nbytes[part].tolist())]
 
 
 def api_events(a: pd.DataFrame) -> Iterator[Lines]:
     """CUDA runtime/driver calls on the calling thread."""
     code, names = json_names(a["name"])
     layer = pd.Categorical(a["layer"])
-    cats = ['"cuda_driver"' if str(c) == "driver" else '"cuda_runtime"' for c in layer.categories] + ['"cuda_runtime"']
-    layer_code = np.where(layer.codes < 0, len(cats) - 1, layer.codes)
+    group, combos = combinations({"name": code, "layer": np.asarray(layer.codes, np.int64),
+                                  "pid": a["pid"].to_numpy(), "tid": a["tid"].to_numpy()})
+    heads = []
+    for r in combos.itertuples(index=False):
+        driver = r.layer >= 0 and str(layer.categories[r.layer]) == "driver"
+        cat = "cuda_driver" if driver else "cuda_runtime"
+        heads.append(f'{{"ph":"X","cat":"{cat}","name":{names[r.name]},"pid":{r.pid},"tid":{r.tid},"ts":')
+    start, end, corr = a["start"].to_numpy(), a["end"].to_numpy(), a["correlation"].to_numpy()
     for part in _chunks(len(a)):
-        ts, tsf = _us(a["start"].to_numpy()[part])
-        du, duf = _us(a["end"].to_numpy()[part] - a["start"].to_numpy()[part])
-        yield [
-            f'{{"ph":"X","cat":{cats[lc]},"name":{names[c]},"pid":{p},"tid":{t},"ts":{s}.{sf:03d},'
-            f'"dur":{d}.{df:03d},"args":{{"correlation":{co}}}}}'
-            for c, lc, p, t, s, sf, d, df, co in zip(
-                code[part].tolist(), layer_code[part].tolist(), a["pid"].to_numpy()[part].tolist(),
-                a["tid"].to_numpy()[part].tolist(), ts, tsf, du, duf, a["correlation"].to_numpy()[part].tolist())
-        ]
+        ts, tsf = _us(start[part])
+        du, duf = _us(end[part] - start[part])
+        yield [f'{heads[g]}{s}.{sf},"dur":{d}.{df},"args":{{"correlation":{co}}}}}'
+               for g, s, sf, d, df, co in zip(group[part].tolist(), ts, tsf, du, duf, corr[part].tolist())]
 
 
 def slice_events(frame: pd.DataFrame, cat: np.ndarray, cats: list[str], names: tuple[np.ndarray, list[str]],
@@ -150,15 +174,17 @@ def slice_events(frame: pd.DataFrame, cat: np.ndarray, cats: list[str], names: t
     """Generic complete events: ``frame`` has pid, tid, start, end; ``cat`` indexes ``cats``
     (JSON strings); ``args`` is one serialised args object per row."""
     code, table = names
+    start, end = frame["start"].to_numpy(), frame["end"].to_numpy()
+    pid, tid = frame["pid"].to_numpy(), frame["tid"].to_numpy()
     for part in _chunks(len(frame)):
-        ts, tsf = _us(frame["start"].to_numpy()[part])
-        du, duf = _us(frame["end"].to_numpy()[part] - frame["start"].to_numpy()[part])
+        ts, tsf = _us(start[part])
+        du, duf = _us(end[part] - start[part])
         yield [
-            f'{{"ph":"X","cat":{cats[k]},"name":{table[c]},"pid":{p},"tid":{t},"ts":{s}.{sf:03d},'
-            f'"dur":{d}.{df:03d},"args":{g}}}'
+            f'{{"ph":"X","cat":{cats[k]},"name":{table[c]},"pid":{p},"tid":{t},"ts":{s}.{sf},'
+            f'"dur":{d}.{df},"args":{g}}}'
             for k, c, p, t, s, sf, d, df, g in zip(
-                cat[part].tolist(), code[part].tolist(), frame["pid"].to_numpy()[part].tolist(),
-                frame["tid"].to_numpy()[part].tolist(), ts, tsf, du, duf, args[part])
+                cat[part].tolist(), code[part].tolist(), pid[part].tolist(), tid[part].tolist(), ts, tsf, du, duf,
+                args[part])
         ]
 
 
@@ -166,25 +192,24 @@ def flow_events(ids: np.ndarray, src_pid: np.ndarray, src_tid: np.ndarray, src_t
                 dst_pid: np.ndarray, dst_tid: np.ndarray, dst_ts: np.ndarray) -> Iterator[Lines]:
     """Launch -> GPU operation arrows: an ``s`` inside the API slice, an ``f`` bound to the
     GPU slice that encloses its timestamp (the operation's start)."""
+    src, src_tracks = combinations({"pid": src_pid, "tid": src_tid})
+    dst, dst_tracks = combinations({"pid": dst_pid, "tid": dst_tid})
+    starts = [f',"pid":{r.pid},"tid":{r.tid},"cat":"ac2g","name":"ac2g","ts":' for r in src_tracks.itertuples()]
+    ends = [f',"pid":{r.pid},"tid":{r.tid},"cat":"ac2g","name":"ac2g","bp":"e","ts":'
+            for r in dst_tracks.itertuples()]
     for part in _chunks(len(ids)):
         a, af = _us(src_ts[part])
         b, bf = _us(dst_ts[part])
-        lines: Lines = []
-        for i, sp, st, s1, s2, dp, dt, d1, d2 in zip(
-                ids[part].tolist(), src_pid[part].tolist(), src_tid[part].tolist(), a, af,
-                dst_pid[part].tolist(), dst_tid[part].tolist(), b, bf):
-            lines.append(f'{{"ph":"s","id":{i},"pid":{sp},"tid":{st},"ts":{s1}.{s2:03d},'
-                         f'"cat":"ac2g","name":"ac2g"}}')
-            lines.append(f'{{"ph":"f","id":{i},"pid":{dp},"tid":{dt},"ts":{d1}.{d2:03d},'
-                         f'"cat":"ac2g","name":"ac2g","bp":"e"}}')
-        yield lines
+        fid = ids[part].tolist()
+        yield [f'{{"ph":"s","id":{i}{starts[s]}{s1}.{s2}}}' for i, s, s1, s2 in zip(fid, src[part].tolist(), a, af)]
+        yield [f'{{"ph":"f","id":{i}{ends[d]}{d1}.{d2}}}' for i, d, d1, d2 in zip(fid, dst[part].tolist(), b, bf)]
 
 
 def counter_events(name: str, pid: int, ts_ns: np.ndarray, values: np.ndarray, key: str) -> Lines:
     """One counter track (``ph: "C"``): a sample per timestamp."""
     ts, tsf = _us(ts_ns)
     jname, jkey = json_text(name), json_text(key)
-    return [f'{{"ph":"C","name":{jname},"pid":{pid},"tid":0,"ts":{a}.{b:03d},"args":{{{jkey}:{v}}}}}'
+    return [f'{{"ph":"C","name":{jname},"pid":{pid},"tid":0,"ts":{a}.{b},"args":{{{jkey}:{v}}}}}'
             for a, b, v in zip(ts, tsf, np.round(values, 2).tolist())]
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 import contextlib
 import gzip
 import os
+import queue
 import secrets
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -43,6 +45,43 @@ except ImportError:  # pragma: no cover - depends on what is on main
     atomic_path = _atomic_path
 
 
+class _CompressInBackground:
+    """A write-only stream that gzips on a second thread.
+
+    zlib releases the GIL while it compresses, so the main thread formats
+    the next chunk of events meanwhile: on two cores the compression costs
+    almost no wall time.  At most ``depth`` chunks wait, bounding memory."""
+
+    def __init__(self, raw: BinaryIO, depth: int = 4) -> None:
+        self._packed = gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=GZIP_LEVEL, mtime=0)
+        self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=depth)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="profkit-gzip", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (data := self._queue.get()) is not None:
+            if self._error is None:
+                try:
+                    self._packed.write(data)
+                except BaseException as exc:  # noqa: BLE001 - handed to the writing thread below
+                    self._error = exc
+
+    def write(self, data: bytes) -> int:
+        if self._error is not None:
+            raise self._error
+        self._queue.put(data)
+        return len(data)
+
+    def close(self, finish: bool) -> None:
+        self._queue.put(None)
+        self._thread.join()
+        if finish:
+            if self._error is not None:
+                raise self._error
+            self._packed.close()
+
+
 @contextlib.contextmanager
 def open_output(target: str | os.PathLike[str], inputs: tuple[Path, ...] = ()) -> Iterator[BinaryIO]:
     """A binary stream to write; ``target`` is replaced only if the block succeeds.
@@ -60,10 +99,13 @@ def open_output(target: str | os.PathLike[str], inputs: tuple[Path, ...] = ()) -
         with atomic_path(path) as tmp:
             with open(tmp, "wb", buffering=BUFFER_BYTES) as raw:
                 if path.name.endswith(".gz"):
-                    # mtime=0: the same trace gives the same bytes
-                    with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=GZIP_LEVEL,
-                                       mtime=0) as packed:
+                    packed = _CompressInBackground(raw)
+                    try:
                         yield packed  # type: ignore[misc]
+                    except BaseException:
+                        packed.close(finish=False)
+                        raise
+                    packed.close(finish=True)
                 else:
                     yield raw
             os.chmod(tmp, 0o644)

@@ -80,16 +80,20 @@ def load_tables(trace: Trace, lo: int, hi: int, whole: bool) -> dict[str, pd.Dat
     return tables
 
 
+def _distinct(values: np.ndarray) -> set[int]:
+    return set(pd.unique(np.asarray(values)).tolist())  # a hash, not a sort: cheap on millions of rows
+
+
 def gpu_pid_base(tables: dict[str, pd.DataFrame]) -> int:
     """0 (GPU pid = device, as Kineto) unless a device id equals a CPU process id."""
-    devices = set()
+    devices: set[int] = set()
     for name in GPU_TABLES:
-        devices |= set(np.unique(tables[name]["device"]).tolist())
+        devices |= _distinct(tables[name]["device"])
     ranges = tables["ranges"]
-    devices |= set(np.unique(ranges["device"][ranges["device"] >= 0]).tolist())
-    cpu = set()
+    devices |= _distinct(ranges["device"][ranges["device"] >= 0])
+    cpu: set[int] = set()
     for name in ("api", "ranges", "cpu_ops"):
-        cpu |= set(np.unique(tables[name]["pid"]).tolist())
+        cpu |= _distinct(tables[name]["pid"])
     return GPU_PID_BASE if devices & cpu else 0
 
 
@@ -119,11 +123,10 @@ def metadata_events(trace: Trace, tables: dict[str, pd.DataFrame], base: int) ->
     """Names (and order) of the processes and threads: GPUs after the CPU processes."""
     lines = []
     names = {int(r["pid"]): ev.clean_text(r["name"]) for r in trace.table("processes").to_dict("records")}
-    cpu_pids = set()
+    cpu_pids: set[int] = set()
     for name in ("api", "ranges", "cpu_ops"):
         frame = tables[name]
-        cpu_pids |= set(np.unique(frame["pid"][frame["tid"] >= 0]).tolist()) if name == "ranges" else \
-            set(np.unique(frame["pid"]).tolist())
+        cpu_pids |= _distinct(frame["pid"][frame["tid"] >= 0] if name == "ranges" else frame["pid"])
     for pid in sorted(cpu_pids):
         lines.append(ev.metadata_event("process_name", pid, None, names.get(pid) or f"process {pid}"))
     for r in trace.table("threads").to_dict("records"):
@@ -131,11 +134,10 @@ def metadata_events(trace: Trace, tables: dict[str, pd.DataFrame], base: int) ->
             lines.append(ev.metadata_event("thread_name", int(r["pid"]), int(r["tid"]), r["name"]))
     gpu_names = {int(r["device"]): ev.clean_text(r["name"]) for r in trace.table("devices", ["device", "name"])
                  .to_dict("records")}
-    streams = set()
+    streams: set[tuple[int, int]] = set()
     for name in GPU_TABLES:
-        frame = tables[name]
-        streams |= set(zip(frame["device"].tolist(), frame["stream"].tolist())) if len(frame) < 1_000 else \
-            set(map(tuple, np.unique(frame[["device", "stream"]].to_numpy(), axis=0).tolist()))
+        pairs = tables[name][["device", "stream"]].drop_duplicates()
+        streams |= set(zip(pairs["device"].tolist(), pairs["stream"].tolist()))
     for device in sorted({d for d, _ in streams}):
         label = f"GPU {device}" + (f": {gpu_names[device]}" if gpu_names.get(device) else "")
         lines.append(ev.metadata_event("process_name", device + base, None, label))
@@ -242,16 +244,28 @@ def flow_pairs(tables: dict[str, pd.DataFrame], base: int, api_tid: np.ndarray) 
     """(id, launch pid, tid, ts, GPU pid, stream, ts) of every launch whose GPU operation is
     exported too, joined on (process, correlation id).  The id is the correlation id where
     those are unique in the export (as Kineto writes them), else a running number."""
-    gpu = pd.concat([tables[t][["pid", "correlation", "device", "stream", "start"]] for t in GPU_TABLES],
-                    ignore_index=True)
-    gpu = gpu[gpu["correlation"] >= 0]
-    api = tables["api"][["pid", "correlation", "start"]].assign(tid=api_tid)
-    api = api[api["correlation"] >= 0].drop_duplicates(["pid", "correlation"])
-    pairs = gpu.merge(api, on=["pid", "correlation"], suffixes=("_gpu", "_api"))
-    corr = pairs["correlation"].to_numpy()
-    ids = corr if len(np.unique(corr)) == len(corr) else np.arange(1, len(corr) + 1, dtype=np.int64)
-    return (ids, pairs["pid"].to_numpy(), pairs["tid"].to_numpy(), pairs["start_api"].to_numpy(),
-            pairs["device"].to_numpy() + base, pairs["stream"].to_numpy(), pairs["start_gpu"].to_numpy())
+    gpu = {c: np.concatenate([tables[t][c].to_numpy() for t in GPU_TABLES])
+           for c in ("pid", "correlation", "device", "stream", "start")}
+    api = tables["api"]
+
+    def key(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
+        # one int64 per (process, correlation): pids stay below 2**22, correlation ids are 32-bit
+        return (pid.astype(np.int64) << 32) | (corr.astype(np.int64) & 0xFFFFFFFF)
+
+    api_keys = key(api["pid"].to_numpy(), api["correlation"].to_numpy())
+    api_keys = np.where(api["correlation"].to_numpy() >= 0, api_keys, -1)
+    order = np.argsort(api_keys, kind="stable")  # stable: the first call of a correlation wins
+    sorted_keys = api_keys[order]
+    gpu_keys = key(gpu["pid"], gpu["correlation"])
+    at = np.minimum(np.searchsorted(sorted_keys, gpu_keys, side="left"), max(len(sorted_keys) - 1, 0))
+    found = (gpu["correlation"] >= 0) & (len(sorted_keys) > 0)
+    if len(sorted_keys):
+        found &= sorted_keys[at] == gpu_keys
+    launch = order[at[found]] if len(sorted_keys) else np.empty(0, dtype=np.int64)
+    corr = gpu["correlation"][found]
+    ids = corr if len(pd.unique(corr)) == len(corr) else np.arange(1, len(corr) + 1, dtype=np.int64)
+    return (ids, api["pid"].to_numpy()[launch], api_tid[launch], api["start"].to_numpy()[launch],
+            gpu["device"][found] + base, gpu["stream"][found], gpu["start"][found])
 
 
 def step_table(trace: Trace) -> pd.DataFrame | None:

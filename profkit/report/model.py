@@ -95,6 +95,7 @@ class Report:
     capture: dict[str, Any]
     sections: list[Section]
     top: int
+    interactive_timeline: Any = None  # report.interactive_timeline.InteractiveTimeline (HTML only)
 
     def section(self, key: str) -> Section | None:
         return next((s for s in self.sections if s.key == key), None)
