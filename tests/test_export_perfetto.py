@@ -140,17 +140,29 @@ def test_export_is_a_valid_trace_with_nsys_kernel_totals(fixture: str, tmp_path:
 
 @pytest.mark.parametrize("fixture", FIXTURES)
 def test_export_reads_back_with_the_same_kernel_summary(fixture: str, tmp_path: Path) -> None:
-    pytest.importorskip("profkit.readers.kineto", reason="the Kineto reader is not on this branch yet")
-    out = tmp_path / "trace.json"
+    """nsys -> export -> Kineto reader: the same kernels; and that Kineto-read trace exports
+    again (the export from a Kineto source) into a valid trace with the same kernels."""
+    out, again = tmp_path / "trace.json", tmp_path / "again.json.gz"
     with open_trace(nsys_fixture(fixture)) as trace:
         export_perfetto(trace, out)
     with open_trace(out) as back:
         assert back.meta.source == "kineto"
         kernels = back.table("kernels", ["name", "start", "end"])
+        export_perfetto(back, again)
     got = {}
     for name, group in kernels.groupby("name", observed=True):
         got[str(name)] = (len(group), int((group["end"] - group["start"]).sum()))
-    assert got == oracle_kernels(fixture)
+    want = oracle_kernels(fixture)
+    assert got == want
+    events = check_trace_events(load(again))
+    check_flows(events, check_nesting(events))
+    counts: Counter = Counter()
+    totals: Counter = Counter()
+    for e in events:
+        if e["ph"] == "X" and e["cat"] == "kernel":
+            counts[e["name"]] += 1
+            totals[e["name"]] += ns(e["dur"])
+    assert {n: (counts[n], totals[n]) for n in counts} == want
 
 
 def test_window_keeps_only_overlapping_events(tmp_path: Path) -> None:
@@ -236,3 +248,30 @@ def test_interrupted_export_leaves_no_partial_file(tmp_path: Path, monkeypatch: 
     with open_trace(nsys_fixture("nsys2023_nvtx")) as trace, pytest.raises(KeyboardInterrupt):
         export_perfetto(trace, tmp_path / "t.json.gz")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_steps_cut_and_steps_track(tmp_path: Path) -> None:
+    """--steps 2:4 keeps what overlaps steps 2 to 4 as `profkit steps` prints them, and the
+    steps track shows those steps."""
+    export = str(nsys_fixture("nsys2025_train_print"))
+    code, output = run_cli("steps", export, "--format", "json")
+    assert code == 0, output
+    steps = {s["index"]: s for s in json.loads(output)["steps"]}
+    lo, hi = steps[2]["start_ns"], steps[4]["end_ns"]
+    out = tmp_path / "steps.json.gz"
+    code, output = run_cli("export", export, "--steps", "2:4", "-o", str(out))
+    assert code == 0, output
+    events = check_trace_events(load(out))
+    check_flows(events, check_nesting(events))
+    slices = [e for e in events if e["ph"] == "X"]
+    assert all(ns(e["ts"]) < hi and ns(e["ts"]) + ns(e["dur"]) >= lo for e in slices)
+    kernels = [e for e in slices if e["cat"] == "kernel"]
+    assert kernels and all(lo <= ns(e["ts"]) < hi for e in kernels[1:-1])
+    shown = {e["args"]["step"]: e for e in slices if e["cat"] == "step"}
+    assert {2, 3, 4} <= set(shown)
+    for index in (2, 3, 4):
+        assert ns(shown[index]["ts"]) == steps[index]["start_ns"]
+        assert shown[index]["args"]["phase"] == steps[index]["phase"]
+    code, output = run_cli("export", export, "--steps", "50:60", "-o", str(tmp_path / "none.json"))
+    assert code == 2 and "no steps 50 to 60" in output
+    assert not (tmp_path / "none.json").exists()

@@ -271,11 +271,13 @@ def flow_pairs(tables: dict[str, pd.DataFrame], base: int, api_tid: np.ndarray) 
 def step_table(trace: Trace) -> pd.DataFrame | None:
     """The steps ``profkit.analysis.steps.find_steps`` finds, as a frame with columns
     index, start_ns, end_ns, phase; None where no steps are found."""
+    from profkit.analysis.steps import find_steps
+    from profkit.errors import ProfkitError
+
     try:
-        from profkit.analysis.steps import find_steps
-    except ImportError:
-        return None
-    found = find_steps(trace)
+        found = find_steps(trace)
+    except ProfkitError:
+        return None  # a trace whose steps cannot be told still exports
     rows = found.get("steps") if isinstance(found, dict) else getattr(found, "steps", found)
     if rows is None:
         return None
