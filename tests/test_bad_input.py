@@ -161,7 +161,8 @@ def test_missing_file(tmp_path: Path) -> None:
 
 
 def test_directory(tmp_path: Path) -> None:
-    assert "is a directory" in run_failing(["kernels", str(tmp_path)], tmp_path)
+    # A folder is read as a torch.profiler (tensorboard_trace_handler) folder.
+    assert "holds no PyTorch profiler trace" in run_failing(["kernels", str(tmp_path)], tmp_path)
 
 
 def test_path_through_a_file(tmp_path: Path) -> None:

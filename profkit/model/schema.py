@@ -81,8 +81,11 @@ KERNELS = _cols(
     ("grid_x", INT, ""), ("grid_y", INT, ""), ("grid_z", INT, ""),
     ("block_x", INT, ""), ("block_y", INT, ""), ("block_z", INT, ""),
     ("registers_per_thread", INT, "-1 unknown"),
-    ("static_smem_bytes", INT, "static shared memory per block, -1 unknown"),
-    ("dynamic_smem_bytes", INT, "dynamic shared memory per block, -1 unknown"),
+    # Kineto records only the sum ('shared memory' = static + dynamic): it is
+    # stored as static with dynamic 0, so static + dynamic (what occupancy
+    # needs) is right for both sources; the split itself is nsys-only.
+    ("static_smem_bytes", INT, "static shared memory per block, -1 unknown (Kineto: static + dynamic)"),
+    ("dynamic_smem_bytes", INT, "dynamic shared memory per block, -1 unknown (Kineto: 0)"),
     ("smem_config_bytes", INT, "shared memory carveout the launch ran with, -1 unknown"),
     # Added by the nsys reader: non-zero means the kernel spills to local memory.
     ("local_memory_per_thread", INT, "bytes of local memory per thread, -1 unknown"),
@@ -131,6 +134,32 @@ RANGES = _cols(
     ("style", CATEGORY, "'PushPop' or 'StartEnd' (nvtx_sum's Style)"),
     ("kind", CATEGORY, "'nvtx', 'user_annotation', 'gpu_user_annotation', 'profiler_step', 'sync_site'"),
 )
+# Kineto: domain is the event's cat ('user_annotation', 'gpu_user_annotation',
+# 'cpu_op' for a ProfilerStep#N of older torch), style 'PushPop'; kind refines
+# it: a user_annotation named ProfilerStep#N is 'profiler_step', one whose
+# text starts 'profkit.sync|' (the torch backend's sync hook, record_function
+# ranges with the same text as its NVTX ranges) is 'sync_site', with domain
+# 'profkit.sync' (the hook's NVTX domain, so nvtx labels agree with nsys).  GPU-side
+# ranges have tid -1 and the device and stream they ran on.
+
+# Where in the user's Python code each CUDA API call was made, from the
+# Python stacks a trace records (Kineto ``with_stack=True``: its
+# ``python_function`` events); nsys has none (its sync sites are the 'sync_site'
+# ranges of profkit's hook, which carry the exact line).  One row per API call
+# that a recorded Python frame encloses; join with ``api`` on (pid, correlation)
+# or (pid, tid, start).  The frame is the innermost one outside torch, profkit
+# and built-ins (the frame that called into torch, as profkit's sync hook
+# picks it).  Its line is the line torch's Python tracer gives the frame: the
+# function's first line, not the line of the call inside it (for module-level
+# code: the line where profiling began), so a site here names a function;
+# the sync hook's ranges name the line.
+PYTHON_SITES = _cols(
+    ("pid", INT, ""), ("tid", INT, ""),
+    ("correlation", INT, "the API call's correlation id"),
+    ("start", INT, "ns, the API call's start"),
+    ("site", CATEGORY, "'train.py:25' (file as the trace names it, the frame's line)"),
+    ("function", CATEGORY, "'train_step' ('<module>' for top-level code)"),
+)
 
 # Framework CPU operators (Kineto cat 'cpu_op'; nsys has none).
 CPU_OPS = _cols(
@@ -169,6 +198,7 @@ TABLES: dict[str, tuple[Column, ...]] = {
     "api": API,
     "ranges": RANGES,
     "cpu_ops": CPU_OPS,
+    "python_sites": PYTHON_SITES,
     "syncs": SYNCS,
     "processes": PROCESSES,
     "threads": THREADS,

@@ -23,8 +23,7 @@ GZIP_MAGIC = b"\x1f\x8b"
 def detect_source(path: str | Path) -> str:
     """``"nsys"`` or ``"kineto"``, from the file's first bytes, never its name.
 
-    A folder is a Kineto folder (``tensorboard_trace_handler`` output) when
-    it holds JSON traces (a ``profkit trace`` run folder's run.json aside).
+    A folder is a Kineto folder (``tensorboard_trace_handler`` output).
     A file that is neither gzip nor JSON goes to the nsys reader, whose
     checks say precisely what it is instead (empty, an ``.nsys-rep``,
     truncated SQLite, SQLite of another program)."""
@@ -34,10 +33,7 @@ def detect_source(path: str | Path) -> str:
     except PermissionError:  # is_dir() re-raises EACCES on a parent folder
         raise ProfkitError(f"{p}: permission denied") from None
     if is_dir:
-        if any(f.name != "run.json" for pattern in ("*.json", "*.json.gz") for f in p.glob(pattern)):
-            return "kineto"
-        raise ProfkitError(f"{p} is a directory with no PyTorch profiler trace in it",
-                           hint="give the nsys export (.sqlite) or the trace file itself")
+        return "kineto"  # the Kineto reader's folder policy says what a folder without traces is
     try:
         with p.open("rb") as f:
             head = f.read(64)

@@ -1,0 +1,208 @@
+"""``KinetoSource``: one Kineto trace file as a ``TraceSource`` of the model.
+
+A JSON trace has no index to read one column from, so the whole file is
+read once, at open, straight into columns (``parse`` + ``events``); ``load``
+then hands out the asked columns.  Tables are finished lazily (devices and
+python_sites are built the first time they are asked for).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from profkit.errors import ProfkitError
+from profkit.model import schema
+from profkit.model.trace import KINETO, Trace, TraceMeta, empty_table, from_columns
+from profkit.readers.kineto.events import TraceBuilder, copy_kinds, range_kind, short_kernel_name
+from profkit.readers.kineto.parse import read_events
+from profkit.readers.kineto.stacks import python_sites
+
+# deviceProperties key -> devices column (Kineto's CudaDeviceProperties.cpp and
+# torch's Python exporter; the latter writes fewer keys, the rest stay -1).
+DEVICE_KEYS = {
+    "id": "device", "name": "name", "numSms": "sm_count", "computeMajor": "cc_major", "computeMinor": "cc_minor",
+    "totalGlobalMem": "memory_total_bytes", "maxThreadsPerMultiprocessor": "max_threads_per_sm",
+    "regsPerMultiprocessor": "max_registers_per_sm", "sharedMemPerMultiprocessor": "max_shared_memory_per_sm",
+    "sharedMemPerBlockOptin": "max_shared_memory_per_block", "warpSize": "warp_size",
+    "maxThreadsPerBlock": "max_threads_per_block", "regsPerBlock": "max_registers_per_block",
+    "sharedMemPerBlock": "default_shared_memory_per_block",
+}
+# Columns that are functions of the event name, computed once per distinct name.
+DERIVED_FROM_NAME = {
+    ("kernels", "short_name"): lambda name: short_kernel_name(name) if isinstance(name, str) else "",
+    ("memcpy", "copy_kind"): lambda name: copy_kinds(name)[0],
+    ("memcpy", "src_kind"): lambda name: copy_kinds(name)[1],
+    ("memcpy", "dst_kind"): lambda name: copy_kinds(name)[2],
+    ("memset", "dst_kind"): lambda name: copy_kinds(name)[2],
+}
+# Tables whose process is the trace's own: Kineto puts GPU events on a
+# "process" per device, but one trace file is one profiled process.
+LAUNCHED_BY_TRACE_PROCESS = ("kernels", "memcpy", "memset", "ranges", "syncs")
+
+
+class KinetoSource:
+    """Every table of one trace, read at open."""
+
+    def __init__(self, path: Path) -> None:
+        header, builder = read_events(path, TraceBuilder)
+        if builder.events == 0:
+            raise ProfkitError(f"{path.name} holds no trace events: not a PyTorch profiler trace, or an empty one")
+        self.path = path
+        self.header = header
+        self.builder = builder
+        self.tables = builder.tables
+        self.main_pid = self._main_pid()
+        self._finished: dict[str, pd.DataFrame] = {}
+        self.meta = self._meta()
+
+    def _main_pid(self) -> int:
+        """The profiled process: the pid of most CUDA API calls, else of CPU ops, ranges."""
+        for name in ("api", "cpu_ops", "ranges"):
+            table = self.tables[name]
+            if table.rows:
+                pids = table.column("pid")
+                pids = pids[pids >= 0]
+                if len(pids):
+                    values, counts = np.unique(pids, return_counts=True)
+                    return int(values[np.argmax(counts)])
+        return schema.MISSING_INT
+
+    def _meta(self) -> TraceMeta:
+        header = self.header
+        dist = header.get("distributedInfo") if isinstance(header.get("distributedInfo"), dict) else {}
+        capture = self.builder.capture
+        traced = tuple(name for name in ("kernels", "memcpy", "memset", "api", "ranges", "cpu_ops", "syncs")
+                       if self.tables[name].rows) + (("python_stacks",) if self.builder.frames.rows else ())
+        extra: dict[str, Any] = {
+            "events": self.builder.events,
+            "skipped_events": dict(self.builder.skipped),
+            "base_time_ns": _int_or_none(header.get("baseTimeNanoseconds")),
+            "pid": self.main_pid,
+        }
+        if dist:
+            extra["distributed_backend"] = dist.get("backend")
+        return TraceMeta(
+            source=KINETO,
+            path=self.path,
+            tool_version=_first_str(header, ("pytorch_version", "torch_version", "pytorchVersion")),
+            schema_version=None if header.get("schemaVersion") is None else str(header.get("schemaVersion")),
+            rank=_int_or_none(dist.get("rank")),
+            world_size=_int_or_none(dist.get("world_size")),
+            rounding_mode="decimal-half-up",
+            capture_start_ns=capture[0] if capture else None,
+            capture_end_ns=capture[1] if capture else None,
+            traced=traced,
+            extra=extra,
+        )
+
+    # -- TraceSource ---------------------------------------------------------------
+    def has(self, table: str) -> bool:
+        if table == "devices":
+            return bool(self._devices_frame().shape[0])
+        if table == "python_sites":
+            return bool(self.builder.frames.rows) and bool(self.tables["api"].rows)
+        return bool(self.tables[table].rows)
+
+    def load(self, table: str, columns: Sequence[str]) -> pd.DataFrame:
+        if table == "devices":
+            return self._devices_frame()[list(columns)]
+        if table == "python_sites":
+            if "python_sites" not in self._finished:
+                self._finished["python_sites"] = python_sites(self.builder.frames, self.tables["api"])
+            return self._finished["python_sites"][list(columns)]
+        source = self.tables[table]
+        derived: dict[str, Any] = {}
+        if table in LAUNCHED_BY_TRACE_PROCESS and "pid" in columns:
+            derived["pid"] = np.full(source.rows, self.main_pid, dtype=np.int64)
+        for column in columns:
+            if (table, column) in DERIVED_FROM_NAME:
+                derived[column] = source.codes["name"].categorical(source.column("name"),
+                                                                   DERIVED_FROM_NAME[table, column])
+        if table == "ranges" and "kind" in columns:
+            derived["kind"] = self._range_kinds()
+        if table == "ranges" and "end_tid" in columns:
+            derived["end_tid"] = source.column("tid")  # a complete ('X') event ends on its own thread
+        if table == "syncs" and "tid" in columns:
+            derived["tid"] = self._sync_threads()
+        return source.frame(columns, derived)
+
+    def _range_kinds(self) -> pd.Categorical:
+        """kind is a function of (domain, name): computed once per distinct pair."""
+        ranges = self.tables["ranges"]
+        names, domains = ranges.column("name"), ranges.column("domain")
+        pairs, inverse = np.unique(domains * (len(ranges.codes["name"].index) + 1) + names, return_inverse=True)
+        name_of = list(ranges.codes["name"].index)
+        domain_of = list(ranges.codes["domain"].index)
+        width = len(name_of) + 1
+        labels = [range_kind(name_of[p % width], domain_of[p // width]) for p in pairs.tolist()]
+        unique = sorted(set(labels))
+        codes = np.array([unique.index(label) for label in labels], dtype=np.int64)
+        return pd.Categorical.from_codes(codes[inverse.reshape(-1)], categories=unique)
+
+    def _sync_threads(self) -> np.ndarray:
+        """A cuda_sync event sits on the GPU's row; its CPU thread is that of
+        the API call with the same correlation id (-1 when there is none)."""
+        correlation = self.tables["syncs"].column("correlation")
+        api = self.tables["api"]
+        tid = np.full(len(correlation), schema.MISSING_INT, dtype=np.int64)
+        if api.rows and len(correlation):
+            api_corr, api_tid = api.column("correlation"), api.column("tid")
+            order = np.argsort(api_corr, kind="stable")
+            at = np.searchsorted(api_corr[order], correlation)
+            inside = at < len(order)
+            hit = inside.copy()
+            hit[inside] = api_corr[order[at[inside]]] == correlation[inside]
+            hit &= correlation >= 0
+            tid[hit] = api_tid[order[at[hit]]]
+        return tid
+
+    def close(self) -> None:
+        self._finished.clear()
+
+    # -- devices -------------------------------------------------------------------
+    def _devices_frame(self) -> pd.DataFrame:
+        if "devices" in self._finished:
+            return self._finished["devices"]
+        props = self.header.get("deviceProperties")
+        rows = [p for p in props if isinstance(p, dict)] if isinstance(props, list) else []
+        if not rows:
+            frame = empty_table("devices")
+        else:
+            columns: dict[str, list[Any]] = {c: [] for c in schema.column_names("devices")}
+            for p in rows:
+                for column in columns:
+                    columns[column].append(None)
+                for key, column in DEVICE_KEYS.items():
+                    value = p.get(key)
+                    if column == "name":
+                        columns[column][-1] = value if isinstance(value, str) else ""
+                    elif isinstance(value, (int, float)):
+                        columns[column][-1] = int(value)
+            columns["name"] = [v or "" for v in columns["name"]]
+            frame = from_columns("devices", columns)
+        self._finished["devices"] = frame
+        return frame
+
+
+def open_kineto_file(path: Path) -> Trace:
+    source = KinetoSource(path)
+    return Trace(source, native=source)
+
+
+def _int_or_none(value: Any) -> int | None:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _first_str(header: dict[str, Any], keys: Sequence[str]) -> str | None:
+    for key in keys:
+        if isinstance(header.get(key), str):
+            return header[key]
+    return None
+
+
+__all__ = ["KinetoSource", "open_kineto_file"]

@@ -1,0 +1,110 @@
+"""python_sites: the user's Python frame around each CUDA API call.
+
+A ``with_stack=True`` trace records every Python call as a ``python_function``
+event named ``"file.py(25): train_step"`` (a function's first line) or
+``"<built-in method item of Tensor object at 0x...>"``.  For a
+cudaStreamSynchronize made by ``loss.item()`` the enclosing frames on its
+thread are, innermost first: the built-in ``item``, then the user's
+function.  The site is the innermost frame that is not a built-in and not in
+torch or profkit: the frame that called into torch, the one profkit's sync
+hook picks too.
+
+Only those "user" frames are kept; on one thread they nest, so the innermost
+one around a time ``t`` is the last one started at or before ``t``, or,
+when that one has already ended, the nearest of its enclosing frames that
+has not.  The enclosing frame of each is found once with a stack, and the
+API calls of a thread are then resolved together with numpy.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from profkit.model.trace import empty_table
+from profkit.readers.kineto.columns import Table
+
+FRAME_NAME = re.compile(r"(?P<file>.+)\((?P<line>\d+)\): (?P<function>.*)")
+# Frames of these are never the user's site (paths as torch's tracer prints them).
+LIBRARY_PREFIXES = ("torch/", "torch\\", "profkit/", "profkit\\", "<")
+
+
+def user_frame(name: str) -> tuple[str, str] | None:
+    """('file.py:25', 'train_step') for a user frame, None for built-ins and library frames."""
+    m = FRAME_NAME.fullmatch(name)
+    if m is None:
+        return None
+    file = m.group("file")
+    if file.startswith(LIBRARY_PREFIXES) or "/site-packages/torch/" in file:
+        return None
+    return f"{file}:{m.group('line')}", m.group("function")
+
+
+def python_sites(frames: Table, api: Table) -> pd.DataFrame:
+    """One row per API call enclosed by a user frame (model table ``python_sites``)."""
+    if frames.rows == 0 or api.rows == 0:
+        return empty_table("python_sites")
+    codes = frames.codes["name"]
+    is_user = np.array([_label(n)[0] != "" for n in codes.index], dtype=bool)
+    name = frames.column("name")
+    keep = is_user[name]
+    f_pid, f_tid = frames.column("pid")[keep], frames.column("tid")[keep]
+    f_start, f_end, f_name = frames.column("start")[keep], frames.column("end")[keep], name[keep]
+    a_pid, a_tid, a_start = api.column("pid"), api.column("tid"), api.column("start")
+    a_corr = api.column("correlation")
+
+    found_api: list[np.ndarray] = []
+    found_frame: list[np.ndarray] = []
+    threads = set(zip(f_pid.tolist(), f_tid.tolist()))
+    for pid, tid in threads:
+        on_thread = np.flatnonzero((f_pid == pid) & (f_tid == tid))
+        order = on_thread[np.lexsort((-f_end[on_thread], f_start[on_thread]))]  # outer before inner at equal starts
+        starts, ends = f_start[order], f_end[order]
+        parent = _enclosing(starts, ends)
+        calls = np.flatnonzero((a_pid == pid) & (a_tid == tid))
+        if not len(calls):
+            continue
+        t = a_start[calls]
+        at = np.searchsorted(starts, t, side="right") - 1
+        # climb to the nearest frame still open at t; depth bounds the loop
+        open_ = at >= 0
+        while True:
+            closed = open_ & (ends[np.maximum(at, 0)] < t)
+            if not closed.any():
+                break
+            at[closed] = parent[at[closed]]
+            open_ &= at >= 0
+        found_api.append(calls[open_])
+        found_frame.append(order[at[open_]])
+    if not found_api:
+        return empty_table("python_sites")
+    calls = np.concatenate(found_api)
+    frame_rows = np.concatenate(found_frame)
+    order = np.argsort(calls, kind="stable")  # api row order
+    calls, frame_rows = calls[order], frame_rows[order]
+    frame_code = f_name[frame_rows]
+    return pd.DataFrame({
+        "pid": a_pid[calls], "tid": a_tid[calls], "correlation": a_corr[calls], "start": a_start[calls],
+        "site": codes.categorical(frame_code, lambda n: _label(n)[0]),
+        "function": codes.categorical(frame_code, lambda n: _label(n)[1]),
+    })
+
+
+def _label(name: object) -> tuple[str, str]:
+    return (user_frame(name) if isinstance(name, str) else None) or ("", "")
+
+
+def _enclosing(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Index of each frame's innermost enclosing frame (-1 for none); frames sorted by start."""
+    parent = np.full(len(starts), -1, dtype=np.int64)
+    stack: list[int] = []
+    end_list = ends.tolist()
+    for k, s in enumerate(starts.tolist()):
+        while stack and end_list[stack[-1]] < s:
+            stack.pop()
+        if stack:
+            parent[k] = stack[-1]
+        stack.append(k)
+    return parent

@@ -1,0 +1,173 @@
+"""Kineto bad input and folder policy: one clear line (ProfkitError), never a traceback.
+
+Every trace here is synthetic, built in the test (``synthetic_trace``): the
+point is the malformed or odd input itself.  Real captures are read in
+test_kineto_reader.py.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from profkit.errors import ProfkitError
+from profkit.readers import open_trace
+from profkit.readers.kineto import parse
+
+
+def synthetic_event(cat: str, name: str, ts: float, dur: float, **args: Any) -> dict[str, Any]:
+    pid, tid = (0, 7) if cat in ("kernel", "gpu_memcpy", "gpu_memset") else (100, 100)
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
+def synthetic_trace(events: list[dict[str, Any]], **header: Any) -> dict[str, Any]:
+    return {"schemaVersion": 1, "deviceProperties": [], **header, "traceEvents": events,
+            "traceName": "synthetic"}
+
+
+def kineto_layout(doc: dict[str, Any]) -> bytes:
+    """JSON laid out as Kineto's C++ writer does: one event per block at indent 2."""
+    events = doc["traceEvents"]
+    head = {k: v for k, v in doc.items() if k != "traceEvents"}
+    lines = ["{"] + [f"  {json.dumps(k)}: {json.dumps(v)}," for k, v in head.items()] + ['  "traceEvents": [']
+    body = ",\n".join("  {\n    " + json.dumps(e)[1:-1] + "\n  }" for e in events)
+    return ("\n".join(lines) + "\n" + body + "\n  ]\n}\n").encode()
+
+
+def write(path: Path, doc: dict[str, Any] | bytes, gz: bool = False) -> Path:
+    data = doc if isinstance(doc, bytes) else kineto_layout(doc)
+    path.write_bytes(gzip.compress(data) if gz else data)
+    return path
+
+
+def one_line_error(path: Path) -> str:
+    before = (path.read_bytes(), path.stat().st_mtime_ns) if path.is_file() else None
+    with pytest.raises(ProfkitError) as info:
+        open_trace(path)
+    if before is not None:
+        assert (path.read_bytes(), path.stat().st_mtime_ns) == before  # read-only
+    line = info.value.one_line()
+    assert "\n" not in line and line
+    return line
+
+
+SMALL = synthetic_trace([
+    synthetic_event("cuda_runtime", "cudaLaunchKernel", 10.0, 5.0, correlation=1),
+    synthetic_event("kernel", "k1", 20.0, 3.5, device=0, stream=7, correlation=1, grid=[1, 1, 1], block=[32, 1, 1]),
+    synthetic_event("cpu_op", "aten::add", 9.0, 8.0, **{"External id": 3}),
+])
+
+
+def test_json_that_is_no_trace(tmp_path: Path) -> None:
+    assert "not a PyTorch profiler trace" in one_line_error(write(tmp_path / "x.json", b'{"hello": [1, 2]}'))
+    assert "no trace events" in one_line_error(write(tmp_path / "y.json", b"[1, 2, 3]"))
+    assert "no trace events" in one_line_error(write(tmp_path / "z.json", synthetic_trace([])))
+
+
+def test_truncated_json(tmp_path: Path) -> None:
+    data = kineto_layout(SMALL)
+    line = one_line_error(write(tmp_path / "t.json", data[: len(data) * 2 // 3]))
+    assert "not valid JSON, or is truncated" in line
+
+
+@pytest.mark.parametrize("damage", ["truncate", "corrupt"])
+def test_damaged_gzip(tmp_path: Path, damage: str) -> None:
+    packed = gzip.compress(kineto_layout(synthetic_trace(SMALL["traceEvents"] * 200)))
+    if damage == "truncate":
+        packed = packed[: len(packed) // 2]
+    else:
+        middle = len(packed) // 2
+        packed = packed[:middle] + bytes(b ^ 0xFF for b in packed[middle:middle + 64]) + packed[middle + 64:]
+    line = one_line_error(write(tmp_path / "t.json.gz", packed))
+    assert "truncated" in line or "corrupt gzip" in line
+
+
+def test_empty_file(tmp_path: Path) -> None:
+    assert "empty" in one_line_error(write(tmp_path / "e.json", b""))
+
+
+def test_no_gpu_events_opens_and_says_so(tmp_path: Path) -> None:
+    trace = open_trace(write(tmp_path / "cpu.json", synthetic_trace([SMALL["traceEvents"][2]])))
+    assert not trace.has("kernels") and not trace.has("api")
+    assert trace.count("kernels") == 0 and trace.count("cpu_ops") == 1
+
+
+def test_events_with_missing_fields_are_skipped_and_counted(tmp_path: Path) -> None:
+    good = synthetic_event("kernel", "k", 1.0, 2.0, device=0, stream=7, correlation=5)
+    no_dur = {k: v for k, v in good.items() if k != "dur"}
+    no_name = {k: v for k, v in good.items() if k != "name"}
+    no_args = {k: v for k, v in good.items() if k != "args"}
+    bad_ts = {**synthetic_event("cuda_runtime", "cudaMemcpyAsync", 1.0, 1.0), "ts": "soon"}
+    odd_args = {**synthetic_event("cpu_op", "aten::mm", 1.0, 1.0), "args": [1, 2]}
+    trace = open_trace(write(tmp_path / "m.json", synthetic_trace([good, no_dur, no_name, no_args, bad_ts, odd_args])))
+    assert trace.meta.extra["skipped_events"] == {"kernel": 2, "cuda_runtime": 1}
+    kernels = trace.table("kernels", ["name", "device", "correlation", "grid_x"])
+    assert kernels["device"].tolist() == [0, -1] and kernels["correlation"].tolist() == [5, -1]
+    assert kernels["grid_x"].tolist() == [-1, -1]
+    assert trace.count("api") == 0
+    assert trace.table("cpu_ops", ["name", "external_id"]).to_dict("list") == {"name": ["aten::mm"],
+                                                                               "external_id": [-1]}
+
+
+def test_chunked_read_equals_whole_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Scale input: many small blocks force many chunks; the one-piece decode must agree."""
+    events = []
+    for i in range(3000):
+        events.append(synthetic_event("cuda_runtime", "cudaLaunchKernel", 10.0 * i, 2.0, correlation=i))
+        events.append(synthetic_event("kernel", f"k{i % 7}", 10.0 * i + 3, 1.25 + i % 5, device=0, stream=7,
+                                      correlation=i, grid=[i, 1, 1], block=[128, 1, 1],
+                                      **{"registers per thread": 32, "shared memory": 1024}))
+    path = write(tmp_path / "scale.json", synthetic_trace(events))
+    monkeypatch.setattr(parse, "BLOCK", 4096)
+    chunked = open_trace(path)
+    monkeypatch.setattr(parse, "_separator", lambda events: None)
+    whole = open_trace(path)
+    for table in ("kernels", "api"):
+        assert chunked.table(table).equals(whole.table(table))
+    assert chunked.count("kernels") == 3000
+
+
+# -- folders --------------------------------------------------------------------
+def handler_name(worker: str, ns: int) -> str:
+    return f"{worker}.{ns}.pt.trace.json"
+
+
+def test_folder_without_traces(tmp_path: Path) -> None:
+    (tmp_path / "run.json").write_text('{"command": ["python", "x.py"]}')
+    assert "holds no PyTorch profiler trace" in one_line_error(tmp_path)
+
+
+def test_folder_of_several_ranks_is_an_error_pointing_at_ranks(tmp_path: Path) -> None:
+    for rank in (0, 1):
+        write(tmp_path / handler_name(f"host_{100 + rank}", 1700000000000000000 + rank),
+              synthetic_trace(SMALL["traceEvents"], distributedInfo={"backend": "nccl", "rank": rank,
+                                                                    "world_size": 2}))
+    line = one_line_error(tmp_path)
+    assert "2 ranks or processes" in line and "profkit ranks" in line and "rank 0" in line
+
+
+def test_folder_of_several_processes_without_ranks_is_an_error(tmp_path: Path) -> None:
+    for worker in ("host_1", "host_2"):
+        write(tmp_path / handler_name(worker, 1700000000000000000), SMALL)
+    assert "profkit ranks" in one_line_error(tmp_path)
+
+
+def test_folder_of_cycles_reads_the_newest(tmp_path: Path) -> None:
+    older = write(tmp_path / handler_name("host_7", 1700000000000000000), SMALL)
+    newer_events = SMALL["traceEvents"] + [synthetic_event("cpu_op", "aten::mul", 30.0, 1.0)]
+    newer = write(tmp_path / (handler_name("host_7", 1700000000500000000) + ".gz"),
+                  synthetic_trace(newer_events), gz=True)
+    (tmp_path / "run.json").write_text("{}")
+    trace = open_trace(tmp_path)
+    assert trace.path == newer and trace.count("cpu_ops") == 2
+    assert older.name not in trace.meta.extra["folder_note"] and "2 profiler cycles" in trace.meta.extra["folder_note"]
+
+
+def test_folder_of_one_trace(tmp_path: Path) -> None:
+    only = write(tmp_path / "anything.json", SMALL)
+    trace = open_trace(tmp_path)
+    assert trace.path == only and "folder_note" not in trace.meta.extra
