@@ -28,7 +28,7 @@ import numpy as np
 
 from profkit.analysis.grouping import factorize_rows
 from profkit.analysis.ranges import cpu_ranges
-from profkit.model import Trace
+from profkit.model import NSYS, Trace
 
 # Kinds of GPU operation, drawn in this order; each is a table of the model.
 ACTIVITY_TABLES = (("kernel", "kernels"), ("memcpy", "memcpy"), ("memset", "memset"))
@@ -36,11 +36,16 @@ ACTIVITY_TABLES = (("kernel", "kernels"), ("memcpy", "memcpy"), ("memset", "mems
 
 @dataclass(frozen=True)
 class TimeBins:
-    """``count`` equal bins of ``width_ns`` from ``start_ns`` (trace time)."""
+    """``count`` equal bins of ``width_ns`` from ``start_ns`` (trace time).
+
+    ``origin_ns`` is the trace time shown as 0 s ("s of the capture"): 0 for
+    nsys (session time), the capture's start for Kineto (whose clock is the
+    host's), see ``time_origin``."""
 
     start_ns: int
     width_ns: int
     count: int
+    origin_ns: int = 0
 
     @property
     def end_ns(self) -> int:
@@ -50,13 +55,21 @@ class TimeBins:
         return self.start_ns + self.width_ns * np.arange(self.count + 1, dtype=np.int64)
 
 
-def make_bins(start_ns: int, end_ns: int, count: int) -> TimeBins:
+def make_bins(start_ns: int, end_ns: int, count: int, origin_ns: int = 0) -> TimeBins:
     """Bins covering ``[start_ns, end_ns)``: ``count`` of them, each at least 1 ns wide."""
     if count < 1:
         raise ValueError("count must be >= 1")
     span = max(end_ns - start_ns, 1)
     width = -(-span // count)  # ceil: the last bin reaches end_ns
-    return TimeBins(start_ns, width, min(count, -(-span // width)))
+    return TimeBins(start_ns, width, min(count, -(-span // width)), origin_ns)
+
+
+def time_origin(trace: Trace) -> int:
+    """The trace time that reads as 0 s of the capture: nsys times already count from the
+    session's start; Kineto's count from the host clock's epoch, so its capture start is 0."""
+    if trace.meta.source == NSYS:
+        return 0
+    return trace.meta.capture_start_ns or 0
 
 
 @dataclass

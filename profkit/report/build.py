@@ -26,6 +26,7 @@ from typing import Any
 from profkit import __version__
 from profkit.analysis import summaries, timeline
 from profkit.analysis.capture import capture_info
+from profkit.analysis.occupancy.trace import CONFIG_COLUMNS
 from profkit.errors import ProfkitError
 from profkit.model import NSYS, Trace
 from profkit.output import API_COLUMNS, KERNEL_COLUMNS, NVTX_COLUMNS
@@ -49,16 +50,14 @@ def build_report(trace: Trace, *, ncu_csv: Path | None = None, partial: bool = F
                 "profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]")
         raise ProfkitError(f"{trace.name} has no CUDA trace data (no kernels, no CUDA API calls)", hint=hint)
     summary_source = fill._summary_source(trace)
+    fill.start_figure_imports()
     found: dict[str, Any] = {}
-    sections: list[Section] = []
+    plan: list[tuple[str, str, Callable[[Section], Section | None]]] = []
 
-    def add(key: str, title: str, build: Callable[[Section], None]) -> None:
-        section = Section(key, title)
-        try:
-            build(section)
-        except ProfkitError as exc:
-            section.notes.append(exc.one_line())
-        sections.append(section)
+    def add(key: str, title: str, build: Callable[[Section], Section | None]) -> None:
+        """Register a section, in the order the report shows it; ``build`` fills the section
+        it gets (or returns the one it made).  They run in ``BUILD_ORDER`` (see there)."""
+        plan.append((key, title, build))
 
     capture: dict[str, Any] = {}
 
@@ -69,23 +68,27 @@ def build_report(trace: Trace, *, ncu_csv: Path | None = None, partial: bool = F
     add("capture", "Capture", capture_section)
     add("timeline", "Timeline", lambda s: fill.fill_timeline(s, trace, bins, found))
     add("utilization", "GPU utilization", lambda s: fill.fill_utilization(s, found))
+    nsys = trace.meta.source == NSYS
     add("kernels", "CUDA kernels", lambda s: fill.fill_summary(
         s, summaries.kernel_summary(summary_source), KERNEL_COLUMNS, top, "kernels", found,
-        "Time per kernel name, as nsys stats --report cuda_gpu_kern_sum."))
+        "Time per kernel name, as nsys stats --report cuda_gpu_kern_sum." if nsys else
+        "Time per kernel name, from the trace's kernel events (the figures nsys stats would give)."))
     add("api", "CUDA API", lambda s: fill.fill_summary(
         s, summaries.api_summary(summary_source), API_COLUMNS, top, "api", found,
-        "Time the CPU spent in each CUDA runtime/driver call, as nsys stats --report cuda_api_sum."))
-    add("nvtx", "NVTX ranges", lambda s: fill.fill_summary(
+        "Time the CPU spent in each CUDA runtime/driver call, as nsys stats --report cuda_api_sum." if nsys else
+        "Time the CPU spent in each CUDA runtime/driver call, from the trace's cuda_runtime/cuda_driver events."))
+    add("nvtx", "NVTX ranges" if nsys else "Annotated ranges", lambda s: fill.fill_summary(
         s, summaries.nvtx_summary(summary_source), NVTX_COLUMNS, top, "nvtx", found,
-        "Push/pop and start/end ranges, as nsys stats --report nvtx_sum."))
-    add("nvtx_kernels", "Kernels per NVTX range", lambda s: fill.fill_nvtx_kernels(s, trace, top, found))
+        "Push/pop and start/end ranges, as nsys stats --report nvtx_sum." if nsys else
+        "record_function / user annotation ranges, ProfilerStep#N included."))
+    add("nvtx_kernels", "Kernels per NVTX range" if nsys else "Kernels per annotated range",
+        lambda s: fill.fill_nvtx_kernels(s, trace, top, found))
     add("memory", "Memory copies and sets", lambda s: fill.fill_memory(s, trace, top, found))
     add("occupancy", "Occupancy and registers", lambda s: fill.fill_occupancy(s, trace, ncu_csv, top, found))
-    stalls = fill.stalls_section(trace, top, found, baseline)
-    if stalls is not None:
-        sections.append(stalls)
+    add("stalls", "Synchronization stalls", lambda s: fill.stalls_section(trace, top, found, baseline))
     if ncu_csv is not None:
         add("ncu", "Nsight Compute (ncu)", lambda s: fill.fill_ncu(s, Path(ncu_csv), top, found))
+    sections = _build_sections(plan, trace)
 
     items = list(found.get("stall_findings", []))
     gap = longest_gap(found.get("utilization"))
@@ -94,7 +97,7 @@ def build_report(trace: Trace, *, ncu_csv: Path | None = None, partial: bool = F
                            memory=found.get("memory"), utilization=found.get("utilization"),
                            longest_gap_ranges=gap_ranges,
                            occupancy=found.get("occupancy"), nvtx_ranges=found.get("nvtx_ranges"),
-                           ncu=found.get("ncu"))
+                           ncu=found.get("ncu"), time_origin_ns=timeline.time_origin(trace))
     partial_reason = (run_info or {}).get("partial_reason") if partial else None
     command = (run_info or {}).get("command")
     title = f"profkit report: {' '.join(command) if command else trace.name}"
@@ -104,6 +107,46 @@ def build_report(trace: Trace, *, ncu_csv: Path | None = None, partial: bool = F
         profkit_version=__version__, partial=partial, partial_reason=partial_reason, run_info=run_info,
         findings=items, capture=capture, sections=sections, top=top,
     )
+
+
+# The order sections are computed in (the report shows them in the order they were
+# added).  Sections that read the same columns run next to each other and the columns
+# are dropped once no later section needs them (RELEASE), which bounds the peak
+# memory on big traces: the kernels' launch configurations (occupancy) are read and
+# dropped before the CUDA API calls (the biggest table) are read.  The capture runs
+# after the API summary so that its row counts come from columns already read.
+BUILD_ORDER = ("timeline", "utilization", "kernels", "occupancy", "api", "nvtx", "capture", "nvtx_kernels",
+               "memory", "stalls", "ncu")
+# Columns read in one scan of their table before the section that first needs them:
+# a scan of a million rows costs about as much as three more columns in it, so every
+# column the report will want from the two big tables is read at once.
+PREFETCH: dict[str, dict[str, tuple[str, ...]]] = {
+    "timeline": {"kernels": ("start", "end", "device", "stream", "pid", "correlation", "name", "short_name",
+                             *CONFIG_COLUMNS)},
+    "api": {"api": ("start", "end", "pid", "tid", "correlation", "name")},
+}
+RELEASE = {"utilization": {"kernels": ("stream",), "memcpy": ("stream", "pid"), "memset": ("stream", "pid")},
+           "stalls": {"api": None, "syncs": None}}
+
+
+def _build_sections(plan: list[tuple[str, str, Callable[[Section], Section | None]]], trace: Trace) -> list[Section]:
+    """Run each registered section in BUILD_ORDER (others after the known ones, in their
+    order); a ProfkitError becomes the section's note.  Returns them in registration order."""
+    built: dict[str, Section] = {}
+    rank = {key: i for i, key in enumerate(BUILD_ORDER)}
+    for index, (key, title, build) in sorted(enumerate(plan), key=lambda p: (rank.get(p[1][0], len(rank)), p[0])):
+        for table, columns in PREFETCH.get(key, {}).items():
+            if trace.has(table):
+                trace.table(table, list(columns))
+        section = Section(key, title)
+        try:
+            section = build(section) or section
+        except ProfkitError as exc:
+            section.notes.append(exc.one_line())
+        built[key] = section
+        for table, columns in RELEASE.get(key, {}).items():
+            trace.forget(table, columns)
+    return [built[key] for key, _, _ in plan]
 
 
 def _capture_facts(info: dict[str, Any], run_info: dict[str, Any] | None) -> list[tuple[str, str]]:

@@ -166,7 +166,7 @@ def timeline_png(bins: TimeBins, lanes: Sequence[StreamActivity], bars: Sequence
         ax.set_yticks(ticks, labels)
         ax.set_ylim(0, top)
         ax.set_xlim(x[0], x[-1])
-        ax.set_xlabel(f"time ({unit}) from {bins.start_ns / 1e9:.6f} s of the capture; "
+        ax.set_xlabel(f"time ({unit}) from {(bins.start_ns - bins.origin_ns) / 1e9:.6f} s of the capture; "
                       f"bin = {_duration(bins.width_ns)}")
         ax.set_title(title, loc="left")
         ax.grid(axis="x", color="#e5e5e5", linewidth=0.5)
@@ -207,7 +207,7 @@ def utilization_png(views: Sequence[tuple[TimeBins, Sequence[Utilization], str]]
             ax.set_xlim(x[0], x[-1])
             ax.set_ylim(0, 100)
             ax.set_title(title, loc="left")
-            ax.set_xlabel(f"time ({unit}) from {bins.start_ns / 1e9:.6f} s of the capture; "
+            ax.set_xlabel(f"time ({unit}) from {(bins.start_ns - bins.origin_ns) / 1e9:.6f} s of the capture; "
                           f"bin = {_duration(bins.width_ns)}")
             ax.grid(color="#e5e5e5", linewidth=0.5)
             ax.set_axisbelow(True)

@@ -9,14 +9,17 @@ once and shared by every section) and what earlier sections found, in
 
 from __future__ import annotations
 
+import importlib
+import sys
+import threading
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from profkit.analysis import summaries, timeline
 from profkit.errors import ProfkitError
 from profkit.model import Trace
 from profkit.output import Column
-from profkit.report import figures
 from profkit.report.model import Figure, Row, Section, Table
 from profkit.report.text import duration
 
@@ -107,8 +110,29 @@ STALL_COLUMNS = [
 ]
 
 
-def _ranges_word(trace: Trace) -> str:
-    return "NVTX ranges" if trace.meta.source == "nsys" else "annotated ranges"
+_figure_imports: threading.Thread | None = None
+
+
+def start_figure_imports() -> None:
+    """Import matplotlib (about half a second) on a thread while the first columns are read:
+    SQLite scans release the GIL, so both proceed at once."""
+    global _figure_imports
+    if _figure_imports is None and "profkit.report.figures" not in sys.modules:
+        _figure_imports = threading.Thread(target=importlib.import_module, args=("profkit.report.figures",),
+                                           daemon=True)
+        _figure_imports.start()
+
+
+def _figures() -> ModuleType:
+    if _figure_imports is not None:
+        _figure_imports.join()
+    return importlib.import_module("profkit.report.figures")
+
+
+def _ranges_word(trace: Trace, capital: bool = False) -> str:
+    if trace.meta.source == "nsys":
+        return "NVTX ranges"
+    return "Annotated ranges" if capital else "annotated ranges"
 
 
 def _summary_source(trace: Trace) -> Any:
@@ -135,9 +159,9 @@ def fill_nvtx_kernels(section: Section, trace: Trace, top: int, found: dict[str,
     kernel_total = sum(k["total_ns"] for k in found.get("kernels") or ()) or None
     per_range = summaries.nvtx_range_gpu_time(rows, kernel_total)
     found["nvtx_ranges"] = per_range
-    section.intro = ("Which NVTX ranges the GPU time went to: a kernel counts in every range that encloses the "
-                     "CUDA call that launched it, on the same thread (nested ranges included, so shares can add "
-                     "up to more than 100%), as nsys stats --report nvtx_kern_sum.")
+    section.intro = (f"Which {_ranges_word(trace)} the GPU time went to: a kernel counts in every range that "
+                     "encloses the CUDA call that launched it, on the same thread (nested ranges included, so "
+                     "shares can add up to more than 100%), as nsys stats --report nvtx_kern_sum.")
     by_time = sorted(rows, key=lambda r: (-r["total_ns"], r["range"] is None, r["range"] or "", r["name"]))
     blank = {"range": NO_RANGE}
     section.tables.append(Table("nvtx_range_gpu_time", "Kernel time per range", RANGE_GPU_COLUMNS, per_range, top,
@@ -162,12 +186,12 @@ def fill_timeline(section: Section, trace: Trace, bins: int, found: dict[str, An
     if window is None:
         section.notes.append("No GPU operations or NVTX ranges to draw.")
         return
-    whole = timeline.make_bins(*window, bins)
+    whole = timeline.make_bins(*window, bins, origin_ns=timeline.time_origin(trace))
     utilization = timeline.gpu_utilization(trace, whole)
     views = [(whole, utilization, "Whole capture")]
     section.intro = ("Each row is a CUDA stream: a light column marks a bin with any GPU work, the solid fill is "
-                     "the share of the bin that was busy, white is idle. NVTX ranges are drawn above, one row per "
-                     "nesting level and thread.")
+                     f"the share of the bin that was busy, white is idle. {_ranges_word(trace, capital=True)} are "
+                     "drawn above, one row per nesting level and thread.")
     section.figures.append(_timeline_figure("timeline", "Whole capture", trace, whole))
     if utilization:
         total = sum(u.busy_per_bin for u in utilization)
@@ -175,7 +199,7 @@ def fill_timeline(section: Section, trace: Trace, bins: int, found: dict[str, An
         if zoom and zoom[1] - zoom[0] <= ZOOM_MAX_FRACTION * whole.width_ns * whole.count:
             margin = max((zoom[1] - zoom[0]) // 50, 1)
             zoom_bins = timeline.make_bins(max(zoom[0] - margin, whole.start_ns),
-                                           min(zoom[1] + margin, whole.end_ns), bins)
+                                           min(zoom[1] + margin, whole.end_ns), bins, origin_ns=whole.origin_ns)
             title = (f"Zoom: the busiest {duration(zoom_bins.width_ns * zoom_bins.count)} "
                      f"({ZOOM_SHARE:.0%} of the GPU's busy time)")
             section.figures.append(_timeline_figure("timeline_zoom", title, trace, zoom_bins))
@@ -186,13 +210,14 @@ def fill_timeline(section: Section, trace: Trace, bins: int, found: dict[str, An
 def _timeline_figure(key: str, title: str, trace: Trace, bins: timeline.TimeBins) -> Figure:
     lanes = timeline.stream_busy(trace, bins)
     bars, ranges = timeline.nvtx_bars(trace, bins.start_ns, bins.end_ns, min_duration_ns=bins.width_ns // 2)
-    png = figures.timeline_png(bins, lanes, bars, title)
+    png = _figures().timeline_png(bins, lanes, bars, title)
     caption = f"{duration(bins.width_ns * bins.count)} in {bins.count} bins of {duration(bins.width_ns)}."
     if ranges:
         caption += (f" {len(bars):,} of {ranges:,} {_ranges_word(trace)} drawn (the longest; shorter than "
                     "half a bin they would not show).")
     data = {
-        "bins": {"start_ns": bins.start_ns, "width_ns": bins.width_ns, "count": bins.count},
+        "bins": {"start_ns": bins.start_ns, "width_ns": bins.width_ns, "count": bins.count,
+                 "origin_ns": bins.origin_ns},
         "streams": [{"device_id": lane.device_id, "pid": lane.pid, "stream_id": lane.stream_id,
                      "kind": lane.kind, "operations": lane.operations, "busy_ns": lane.busy_ns,
                      "busy_ns_per_bin": lane.busy_per_bin.tolist()} for lane in lanes],
@@ -216,15 +241,17 @@ def fill_utilization(section: Section, found: dict[str, Any]) -> None:
         f"{whole.count} bins of {duration(whole.width_ns)} over the whole capture"
         + (", then the busiest part" if len(views) > 1 else "")
         + "; busy time summed over the whole capture's bins equals the GPU busy time of the capture section.",
-        figures.utilization_png(views),
+        _figures().utilization_png(views),
         {"views": [{"title": title,
-                    "bins": {"start_ns": bins.start_ns, "width_ns": bins.width_ns, "count": bins.count},
+                    "bins": {"start_ns": bins.start_ns, "width_ns": bins.width_ns, "count": bins.count,
+                 "origin_ns": bins.origin_ns},
                     "devices": [{"device_id": u.device_id, "busy_ns": u.busy_ns,
                                  "busy_ns_per_bin": u.busy_per_bin.tolist(),
                                  "gaps": [{"start_ns": a, "end_ns": b} for a, b in u.gaps]} for u in utils]}
                    for bins, utils, title in views]}))
     gaps = [{"device": u.device_id, "duration": duration(b - a), "duration_ns": b - a, "start_ns": a, "end_ns": b,
-             "start_s": f"{a / 1e9:.6f}", "end_s": f"{b / 1e9:.6f}"} for u in views[0][1] for a, b in u.gaps]
+             "start_s": f"{(a - whole.origin_ns) / 1e9:.6f}", "end_s": f"{(b - whole.origin_ns) / 1e9:.6f}"}
+            for u in views[0][1] for a, b in u.gaps]
     if gaps:
         gaps.sort(key=lambda g: -g["duration_ns"])
         section.tables.append(Table("idle_gaps", "Longest idle stretches", GAP_COLUMNS, gaps))
@@ -319,18 +346,13 @@ def _ncu_limiter(row: Row) -> str:
 
 
 # -- synchronization stalls (profkit.analysis.stalls) -------------------------------------
-def stalls_section(trace: Trace, top: int, found: dict[str, Any],
-                   baseline: Trace | None = None) -> Section | None:
-    """The "Synchronization stalls" section, or None while profkit.analysis.stalls does not exist.
+def stalls_section(trace: Trace, top: int, found: dict[str, Any], baseline: Trace | None = None) -> Section:
+    """The "Synchronization stalls" section.
 
-    With a ``baseline`` export (the same program without a change, e.g. without
-    a print), the section also compares the two runs' NVTX step times."""
-    try:
-        from profkit.analysis import stalls
-    except ModuleNotFoundError as exc:
-        if exc.name == "profkit.analysis.stalls":
-            return None
-        raise
+    With a ``baseline`` trace (the same program without a change, e.g. without
+    a print), the section also compares the two runs' step times."""
+    from profkit.analysis import stalls
+
     section = Section("stalls", "Synchronization stalls")
     try:
         result = stalls.analyze_stalls(_stalls_source(trace))
