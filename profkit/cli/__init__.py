@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "ptx": "profkit.cli.ptx:ptx",
     "trace": "profkit.cli.trace:trace",
     "export": "profkit.cli.export:export",
+    "scrub": "profkit.cli.scrub:scrub",
     "doctor": "profkit.cli.doctor:doctor",
 }
 

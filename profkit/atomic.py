@@ -1,0 +1,56 @@
+"""Write output files whole or not at all.
+
+Every file profkit writes for a user (reports, exports, scrubbed copies) is
+first written under a temporary name in the same folder and then renamed
+onto its final name.  A rename within one folder is atomic on POSIX and
+Windows, so a reader sees the old file or the new one, never half of one;
+an interrupted run leaves its temporary file removed (or, after a hard
+kill, a dot-file that ``profkit`` never reads), and two runs writing the
+same folder each put whole files in place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+
+def temp_name(target: Path) -> Path:
+    """A fresh hidden name beside ``target`` (same folder, so the rename stays atomic)."""
+    return target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+
+
+@contextlib.contextmanager
+def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary path to write; on success it replaces ``target``.
+
+    On any exception (KeyboardInterrupt included) the temporary file is
+    removed and ``target`` is left as it was.
+    """
+    final = Path(target)
+    tmp = temp_name(final)
+    try:
+        yield tmp
+        os.replace(tmp, final)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+
+
+def write_bytes(target: str | os.PathLike[str], data: bytes) -> Path:
+    """Write ``data`` to ``target`` atomically."""
+    with atomic_path(target) as tmp:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+    return Path(target)
+
+
+def write_text(target: str | os.PathLike[str], text: str, encoding: str = "utf-8") -> Path:
+    """Write ``text`` to ``target`` atomically."""
+    return write_bytes(target, text.encode(encoding))

@@ -1,0 +1,185 @@
+"""Write a copy of an nsys SQLite export without the profiled process's environment.
+
+nsys records the environment in three places:
+
+- ``TARGET_INFO_SYSTEM_ENV`` row ``DeviceEnvironment``: ``NAME=VALUE;...``;
+- ``META_DATA_CAPTURE`` rows ``PROCESS_<n>:ENVIRONMENT_VARIABLE``: ``NAME="VALUE"``;
+- ``StringIds`` values holding whole ``environ`` blocks, NUL-separated (nsys
+  2025.3 with OS runtime tracing).  SQLite's ``LIKE`` and ``length`` stop at
+  the first NUL, so they are found by their bytes (``instr`` on a BLOB cast).
+
+The first two are deleted; the values of every text column of every table
+then pass through one ``Redactor`` (environment blocks emptied, secret
+values of that environment replaced wherever they occur, credential-shaped
+strings, and with ``anonymize`` user and host names and home folders).  The
+copy is rebuilt with ``VACUUM INTO``, so no deleted byte survives in free
+pages or unused cell space, and the result is checked byte-wise before it
+is renamed into place.  The input is only ever opened read-only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sqlite3
+from collections.abc import Mapping
+from pathlib import Path
+
+from profkit.atomic import atomic_path, temp_name
+from profkit.errors import ProfkitError
+from profkit.readers.nsys.reader import open_export
+from profkit.scrub.text import Anonymizer, Redactor, parse_environment, secret_values
+
+SYSTEM_ENV = "TARGET_INFO_SYSTEM_ENV"
+CAPTURE = "META_DATA_CAPTURE"
+# The capture rows holding environment variables (byte-exact, so a NUL in a name cannot hide one).
+_CAPTURE_ENV = "instr(CAST(name AS BLOB), CAST('ENVIRONMENT_VARIABLE' AS BLOB)) > 0"
+# Identity fields replaced whole under --anonymize.
+_HOST_FIELDS = {(SYSTEM_ENV, "Hostname"), (CAPTURE, "DEVICE_DISPLAY_NAME")}
+_USER_FIELD = re.compile(r"PROCESS_[0-9]+:USER_NAME")
+# Left in the copy by nothing profkit writes; found by the final byte check.
+_ENV_BYTES = re.compile(rb"(?:\x00[A-Za-z_][A-Za-z0-9_]{0,127}=[^\x00]{0,4096}){3}\x00|DeviceEnvironment")
+
+
+def scrub_export(source: str | os.PathLike[str], output: str | os.PathLike[str], *, anonymize: bool = False,
+                 environment: Mapping[str, str] | None = None) -> dict[str, int]:
+    """Write a scrubbed copy of ``source`` to ``output``; return what was removed, by kind.
+
+    ``environment``: more variables whose secret values must go (``profkit
+    trace`` passes the environment it ran the program with).
+    """
+    out = Path(output)
+    with open_export(source) as export:
+        work = temp_name(out)
+        try:
+            export.conn.execute("VACUUM INTO ?", (str(work),))
+        except sqlite3.DatabaseError as exc:
+            with contextlib.suppress(FileNotFoundError):
+                work.unlink()
+            raise ProfkitError(f"cannot copy {export.path.name} to {out} ({exc})",
+                               hint="check the output folder; re-export a damaged file") from None
+    try:
+        conn = sqlite3.connect(work)
+        try:
+            removed = _scrub_in_place(conn, anonymize, environment or {})
+            conn.commit()
+            with atomic_path(out) as tmp:
+                conn.execute("VACUUM INTO ?", (str(tmp),))
+                conn.close()
+                _check_clean(tmp, out)
+        finally:
+            conn.close()
+    finally:
+        for leftover in (work, work.with_name(work.name + "-journal")):
+            with contextlib.suppress(FileNotFoundError):
+                leftover.unlink()
+    return removed
+
+
+def _scrub_in_place(conn: sqlite3.Connection, anonymize: bool, extra_env: Mapping[str, str]) -> dict[str, int]:
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    environments = [dict(extra_env)]
+    counts: dict[str, int] = {}
+    if SYSTEM_ENV in tables and _has_columns(conn, SYSTEM_ENV, ("name", "value")):
+        rows = conn.execute(f"SELECT CAST(value AS BLOB) FROM {SYSTEM_ENV} WHERE name = 'DeviceEnvironment'").fetchall()
+        environments += [parse_environment(_text(v), ";") for (v,) in rows]
+        counts[f"{SYSTEM_ENV} DeviceEnvironment rows"] = conn.execute(
+            f"DELETE FROM {SYSTEM_ENV} WHERE name = 'DeviceEnvironment'").rowcount
+    if CAPTURE in tables and _has_columns(conn, CAPTURE, ("name", "value")):
+        rows = conn.execute(f"SELECT CAST(value AS BLOB) FROM {CAPTURE} WHERE {_CAPTURE_ENV}").fetchall()
+        environments.append(parse_environment("\n".join(_text(v) for (v,) in rows), "\n"))
+        counts[f"{CAPTURE} environment rows"] = conn.execute(
+            f"DELETE FROM {CAPTURE} WHERE {_CAPTURE_ENV}").rowcount
+    if "StringIds" in tables and _has_columns(conn, "StringIds", ("value",)):
+        for (v,) in conn.execute("SELECT CAST(value AS BLOB) FROM StringIds WHERE instr(CAST(value AS BLOB), x'00') > 0"):
+            environments.append(parse_environment(_text(v), "\x00"))
+    anonymizer = Anonymizer() if anonymize else None
+    secrets: set[str] = set()
+    for env in environments:
+        secrets |= secret_values(env)
+        if anonymizer is not None:
+            anonymizer.learn(env)
+    if anonymizer is not None:
+        _anonymize_identity_fields(conn, tables, anonymizer)
+    redact = Redactor(secrets, anonymizer)
+    for table in sorted(tables):
+        if not table.startswith("sqlite_"):
+            _redact_table(conn, table, redact)
+    counts.update(redact.summary())
+    return {k: v for k, v in counts.items() if v}
+
+
+def _anonymize_identity_fields(conn: sqlite3.Connection, tables: set[str], anonymizer: Anonymizer) -> None:
+    """Host and user name fields become tokens whole (a host called "vm" is too short to
+    replace as a word elsewhere), and the anonymizer learns them for every other string."""
+    for table, key in sorted(_HOST_FIELDS):
+        if table in tables and _has_columns(conn, table, ("name", "value")):
+            for rowid, v in conn.execute(f'SELECT rowid, CAST(value AS BLOB) FROM "{table}" WHERE name = ?', (key,)).fetchall():
+                conn.execute(f'UPDATE "{table}" SET value = ? WHERE rowid = ?', (anonymizer.host_token(_text(v)), rowid))
+    if CAPTURE in tables and _has_columns(conn, CAPTURE, ("name", "value")):
+        for rowid, name, v in conn.execute(f"SELECT rowid, CAST(name AS BLOB), CAST(value AS BLOB) FROM {CAPTURE}").fetchall():
+            if _USER_FIELD.fullmatch(_text(name)) and _text(v):
+                conn.execute(f"UPDATE {CAPTURE} SET value = ? WHERE rowid = ?", (anonymizer.user_token(_text(v)), rowid))
+
+
+def _redact_table(conn: sqlite3.Connection, table: str, redact: Redactor) -> None:
+    """Pass every text value of ``table`` through ``redact``; write back the ones it changed."""
+    columns = [(r[1], (r[2] or "").upper()) for r in conn.execute(f'SELECT * FROM pragma_table_info("{_q(table)}")')]
+    # Integer and float columns are skipped: nsys stores text as StringIds keys
+    # there, and scanning a million-row kernel table per column would dominate.
+    text_columns = [name for name, decl in columns if not re.search(r"INT|REAL|FLOA|DOUB", decl)]
+    # Rows are addressed by rowid, unless the table has none (WITHOUT ROWID, or
+    # a column shadowing the name): then by the old value, which is exact too.
+    by_rowid = _has_rowid(conn, table) and not {"rowid", "_rowid_", "oid"} & {c.lower() for c, _ in columns}
+    for column in text_columns:
+        col, tab = _q(column), _q(table)
+        key = "rowid" if by_rowid else f'CAST("{col}" AS BLOB)'
+        changes = []
+        for where_value, raw in conn.execute(
+                f'SELECT {key}, CAST("{col}" AS BLOB) FROM "{tab}" WHERE typeof("{col}") IN (\'text\', \'blob\')'):
+            text = _text(raw)
+            cleaned = redact(text)
+            if cleaned != text:
+                changes.append((cleaned.encode("utf-8", "surrogateescape"), where_value))
+        # CAST(? AS TEXT) stores the bytes as they are (a value may not be valid
+        # UTF-8); a BLOB stays a BLOB.
+        conn.executemany(f'UPDATE "{tab}" SET "{col}" = CASE typeof("{col}") WHEN \'blob\' THEN ?1 '
+                         f'ELSE CAST(?1 AS TEXT) END WHERE {key} = ?2', changes)
+
+
+def _check_clean(path: Path, out: Path) -> None:
+    """Refuse to hand over a copy that still holds an environment block."""
+    with open(path, "rb") as fh:
+        tail = b""
+        while chunk := fh.read(1 << 22):
+            block = tail + chunk
+            if _ENV_BYTES.search(block):
+                raise ProfkitError(f"scrubbing left an environment block in {out.name}; nothing was written",
+                                   hint="please report it with the nsys version that made the file")
+            tail = block[-8192:]
+
+
+def _has_columns(conn: sqlite3.Connection, table: str, columns: tuple[str, ...]) -> bool:
+    present = {r[1] for r in conn.execute(f'SELECT * FROM pragma_table_info("{_q(table)}")')}
+    return set(columns) <= present
+
+
+def _has_rowid(conn: sqlite3.Connection, table: str) -> bool:
+    try:
+        conn.execute(f'SELECT rowid FROM "{_q(table)}" LIMIT 0')
+        return True
+    except sqlite3.OperationalError:
+        return False
+
+
+def _text(raw: bytes | str | None) -> str:
+    if raw is None:
+        return ""
+    if isinstance(raw, str):
+        return raw
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def _q(name: str) -> str:
+    return name.replace('"', '""')
