@@ -11,6 +11,7 @@ import io
 import json
 import math
 import os
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,13 +33,19 @@ def format_option(default: str = "table") -> Callable:
     )
 
 
+def wide_option() -> Callable:
+    """The shared ``--wide`` flag: full kernel names in tables."""
+    return click.option("--wide", is_flag=True, default=False,
+                        help="Show full kernel names in tables (JSON and CSV always have them).")
+
+
 @dataclass(frozen=True)
 class Column:
     """A column of a printed table: the row key, its heading, how to show it."""
 
     key: str
     title: str
-    kind: str = "text"  # text | int | ns | pct | float | bytes
+    kind: str = "text"  # text | kernel (a kernel name) | int | ns | pct | float | bytes
 
     def show(self, value: Any) -> str:
         return format_value(value, self.kind)
@@ -48,6 +55,8 @@ def format_value(value: Any, kind: str = "text") -> str:
     """Human formatting for tables (JSON and CSV keep raw values)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
+    if isinstance(value, bool) or type(value).__name__ == "bool_":  # Python or numpy bool
+        return "yes" if value else "no"
     if kind == "int":
         return f"{int(value):,}"
     if kind == "ns":
@@ -95,7 +104,7 @@ def md_escape(text: str) -> str:
 
 
 def rows_to_markdown(rows: Sequence[dict[str, Any]], columns: Sequence[Column]) -> str:
-    align = {"text": ":--"}
+    align = {"text": ":--", "kernel": ":--"}
     head = "| " + " | ".join(md_escape(c.title) for c in columns) + " |"
     rule = "| " + " | ".join(align.get(c.kind, "--:") for c in columns) + " |"
     body = [
@@ -112,7 +121,7 @@ def rows_to_rich_table(rows: Sequence[dict[str, Any]], columns: Sequence[Column]
     cells = [[c.show(row.get(c.key)) for c in columns] for row in rows]
     widths = _content_widths(cells, columns)
     for c, widest in zip(columns, widths):
-        if c.kind == "text":
+        if c.kind in TEXT_KINDS:
             # names fold onto several lines; they give up width first
             table.add_column(c.title, justify="left", overflow="fold", ratio=1, min_width=12)
         else:
@@ -129,8 +138,14 @@ def _content_widths(cells: Sequence[Sequence[str]], columns: Sequence[Column]) -
             for i, c in enumerate(columns)]
 
 
-def emit_rows(rows: Sequence[dict[str, Any]], columns: Sequence[Column], fmt: str, title: str | None = None) -> None:
-    """Print rows in the chosen format to stdout."""
+def emit_rows(rows: Sequence[dict[str, Any]], columns: Sequence[Column], fmt: str, title: str | None = None,
+              wide: bool = False) -> None:
+    """Print rows in the chosen format to stdout.
+
+    Tables (``table``, ``md``) show kernel names short (``short_kernel_names``)
+    unless ``wide``; JSON and CSV always carry the full names."""
+    if fmt in ("table", "md") and not wide:
+        rows = with_short_kernel_names(rows, columns)
     if fmt == "json":
         click.echo(rows_to_json(rows))
     elif fmt == "csv":
@@ -155,6 +170,106 @@ def emit_rows(rows: Sequence[dict[str, Any]], columns: Sequence[Column], fmt: st
                           style="dim")
 
 
+TEXT_KINDS = ("text", "kernel")
+
+
+# -- short kernel names, like nsys's `:base` ----------------------------------------------
+# A name is generic when it says nothing without its template argument
+# (cutlass::Kernel2<cutlass_80_simt_sgemm_64x64_8x5_nt_align1>).
+_GENERIC_BASES = frozenset({"Kernel", "Kernel2", "kernel", "device_kernel", "kernel_entry"})
+_IDENTIFIER = re.compile(r"[A-Za-z_]\w*(?:::[A-Za-z_]\w*)*")
+_DULL = frozenset({
+    "int", "unsigned", "long", "short", "char", "float", "double", "bool", "void", "const", "signed", "auto",
+    "true", "false", "std", "at", "native", "c10", "cuda", "detail", "array", "Array", "Half", "BFloat16", "half",
+    "size_t", "int64_t", "int32_t", "uint32_t", "uint64_t", "nullptr_t", "decltype", "nullptr", "unnamed",
+    "anonymous", "namespace", "lambda", "instance", "operator", "type", "enable_if", "float2", "float4",
+    "Params", "Policy", "Policy800", "Policy900",
+    # ATen's wrappers: the functor inside them tells kernels apart
+    "BinaryFunctor", "AUnaryFunctor", "BUnaryFunctor", "UnaryFunctor", "TensorListMetadata",
+    "TensorListScalarListMetadata", "FusedOptimizerTensorListMetadata", "gpu_kernel_impl_nocast", "gpu_kernel_impl",
+    "ReduceOp", "func_wrapper_t", "binary_internal", "OpaqueType", "gpu_index_kernel", "index_kernel_impl",
+    "TrivialOffsetCalculator", "OffsetCalculator", "LoadWithCast", "StoreWithCast", "memory",
+})
+
+
+def kernel_base_name(name: str) -> str:
+    """The kernel's function name without namespaces, template arguments,
+    parameters or return type, like nsys's ``:base`` / HTA's ``shorten_name``:
+    ``void at::native::vectorized_elementwise_kernel<4, ...>(int, T2, T3)`` ->
+    ``vectorized_elementwise_kernel``."""
+    text = name.replace("(anonymous namespace)", "").replace("<unnamed>", "").replace("->", "")
+    if "<" not in text and "(" not in text:
+        return text.rsplit("::", 1)[-1].strip() or name
+    kept: list[str] = []
+    depth = 0
+    for ch in text:
+        if ch in "<(":
+            depth += 1
+        elif ch in ">)":
+            depth = max(depth - 1, 0)
+        elif depth == 0:
+            kept.append(ch)
+    words = "".join(kept).split()
+    base = words[-1] if words else name
+    return base.rsplit("::", 1)[-1] or name
+
+
+def _template_hint(name: str, base: str) -> str:
+    """The first telling identifier in the kernel's template arguments, e.g.
+    ``CUDAFunctor_add`` for ``vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, ...>``."""
+    i = name.find(base + "<")
+    if i < 0:
+        return ""
+    for ident in _IDENTIFIER.findall(name[i + len(base) + 1:]):
+        last = ident.rsplit("::", 1)[-1]
+        if last not in _DULL and not re.fullmatch(r"T\d*|_+", last):
+            return last
+    return ""
+
+
+def short_kernel_names(names: Sequence[str]) -> list[str]:
+    """Short names for a table of kernels: the base name; where bases collide
+    (or say nothing, like ``Kernel2``) the first telling template argument
+    added (``vectorized_elementwise_kernel<CUDAFunctor_add>``); where that still
+    collides, ``#2``, ``#3`` ... in table order."""
+    full = [str(n) for n in names]
+    bases = [kernel_base_name(n) for n in full]
+    distinct_per_base: dict[str, set[str]] = {}
+    for n, b in zip(full, bases):
+        distinct_per_base.setdefault(b, set()).add(n)
+    shown: list[str] = []
+    for n, b in zip(full, bases):
+        if len(distinct_per_base[b]) > 1 or b in _GENERIC_BASES:
+            hint = _template_hint(n, b)
+            shown.append(f"{b}<{hint}>" if hint else b)
+        else:
+            shown.append(b)
+    first_full: dict[str, str] = {}
+    seen: dict[str, int] = {}
+    out = []
+    for n, label in zip(full, shown):
+        owner = first_full.setdefault(label, n)
+        if owner == n:
+            out.append(label)
+            continue
+        seen[label] = seen.get(label, 1) + 1
+        out.append(f"{label} #{seen[label]}")
+    return out
+
+
+def with_short_kernel_names(rows: Sequence[dict[str, Any]], columns: Sequence[Column]) -> list[dict[str, Any]]:
+    """The rows with every ``kernel`` column's names shortened (a copy)."""
+    keys = [c.key for c in columns if c.kind == "kernel"]
+    if not keys:
+        return list(rows)
+    out = [dict(r) for r in rows]
+    for key in keys:
+        positions = [i for i, r in enumerate(out) if isinstance(r.get(key), str)]
+        for i, short in zip(positions, short_kernel_names([out[i][key] for i in positions])):
+            out[i][key] = short
+    return out
+
+
 # Columns a narrow terminal drops first, in this order; names and totals stay.
 DROPPABLE_KEYS = ("stddev_ns", "min_ns", "max_ns", "med_ns")
 NAME_MIN_WIDTH = 30
@@ -163,7 +278,7 @@ NAME_MIN_WIDTH = 30
 def fit_columns(rows: Sequence[dict[str, Any]], columns: Sequence[Column], width: int) -> list[Column]:
     """The columns that fit in ``width`` terminal cells with a readable name column."""
     cells = [[c.show(row.get(c.key)) for c in columns] for row in rows]
-    cell_width = {c.key: NAME_MIN_WIDTH if c.kind == "text" else widest + 3  # padding and border
+    cell_width = {c.key: NAME_MIN_WIDTH if c.kind in TEXT_KINDS else widest + 3  # padding and border
                   for c, widest in zip(columns, _content_widths(cells, columns))}
     shown = list(columns)
     for key in DROPPABLE_KEYS:
@@ -194,6 +309,6 @@ TIME_COLUMNS = [
     Column("max_ns", "Max (ns)", "ns"),
     Column("stddev_ns", "StdDev (ns)", "float"),
 ]
-KERNEL_COLUMNS = [*TIME_COLUMNS, Column("name", "Kernel")]
+KERNEL_COLUMNS = [*TIME_COLUMNS, Column("name", "Kernel", "kernel")]
 API_COLUMNS = [*TIME_COLUMNS, Column("name", "API function")]
 NVTX_COLUMNS = [*TIME_COLUMNS, Column("style", "Style"), Column("name", "Range")]

@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "info": "profkit.cli.summaries:info",
     "stalls": "profkit.cli.stalls:stalls",
     "steps": "profkit.cli.steps:steps",
+    "breakdown": "profkit.cli.breakdown:breakdown",
     "occupancy": "profkit.cli.occupancy:occupancy",
     "ptx": "profkit.cli.ptx:ptx",
     "trace": "profkit.cli.trace:trace",

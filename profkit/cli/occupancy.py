@@ -8,7 +8,7 @@ import re
 import click
 
 from profkit.errors import ProfkitError
-from profkit.output import Column, emit_rows, format_option
+from profkit.output import Column, emit_rows, format_option, wide_option
 
 SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(k|kb|kib|m|mb|mib|b)?\s*$", re.IGNORECASE)
 
@@ -20,7 +20,8 @@ DIRECT_COLUMNS = [
     Column("block_limit_blocks", "Lim blocks", "int"),
 ]
 TRACE_COLUMNS = [
-    Column("name", "Kernel"), Column("launches", "Launches", "int"), Column("total_time_ns", "GPU time (ns)", "ns"),
+    Column("name", "Kernel", "kernel"), Column("origin", "Code"), Column("launches", "Launches", "int"),
+    Column("total_time_ns", "GPU time (ns)", "ns"),
     Column("grid_size", "Grid", "int"), Column("block_size", "Block", "int"),
     Column("registers_per_thread", "Regs", "int"), Column("shared_mem_bytes", "Smem", "bytes"),
     Column("local_mem_per_thread", "Local B/thr", "int"), Column("blocks_per_sm", "Blocks/SM", "int"),
@@ -32,7 +33,7 @@ TRACE_NCU_COLUMNS = [
     Column("ncu_achieved_occupancy_pct", "ncu achieved %", "pct"),
 ]
 NCU_COLUMNS = [
-    Column("id", "ID", "int"), Column("name", "Kernel"), Column("block_size", "Block", "int"),
+    Column("id", "ID", "int"), Column("name", "Kernel", "kernel"), Column("block_size", "Block", "int"),
     Column("grid_size", "Grid", "int"), Column("registers_per_thread", "Regs", "int"),
     Column("shared_mem_bytes", "Smem", "bytes"), Column("smem_config_bytes", "Carveout", "bytes"),
     Column("ncu_achieved_occupancy_pct", "ncu achieved %", "pct"),
@@ -71,10 +72,11 @@ def parse_size(text: str | None) -> int:
 @click.option("--sms", type=int, help="SM count, for waves (default: the architecture's flagship).")
 @click.option("--ncu", "ncu_csv", type=click.Path(dir_okay=False),
               help="ncu CSV (details or raw page): show ncu's occupancy and block limits next to profkit's.")
+@wide_option()
 @format_option()
 def occupancy(export: str | None, arch: str | None, block: int | None, regs: int | None, smem: str,
               dyn_smem: str, carveout: int, grid: int | None, sms: int | None, ncu_csv: str | None,
-              fmt: str) -> None:
+              wide: bool, fmt: str) -> None:
     """Theoretical occupancy, its limiter, and the next step.
 
     \b
@@ -92,7 +94,7 @@ def occupancy(export: str | None, arch: str | None, block: int | None, regs: int
         launches = read_ncu_csv(ncu_csv)
         if not export:
             rows = [occ.compare_ncu(launch) for launch in launches]
-            emit_rows(rows, NCU_COLUMNS, fmt, title=f"Occupancy: profkit vs ncu ({ncu_csv})")
+            emit_rows(rows, NCU_COLUMNS, fmt, title=f"Occupancy: profkit vs ncu ({ncu_csv})", wide=wide)
             return
     if export:
         from profkit.readers import open_trace
@@ -103,7 +105,7 @@ def occupancy(export: str | None, arch: str | None, block: int | None, regs: int
         if launches is not None:
             rows = occ.attach_ncu(rows, launches)
             columns = TRACE_COLUMNS[:-1] + TRACE_NCU_COLUMNS + TRACE_COLUMNS[-1:]
-        emit_rows(rows, columns, fmt, title="Occupancy and registers")
+        emit_rows(rows, columns, fmt, title="Occupancy and registers", wide=wide)
         return
     if block is None or regs is None or arch is None:
         raise ProfkitError("give an export, --ncu FILE, or --arch, --block and --regs",

@@ -26,6 +26,7 @@ from profkit.output import (
     Column,
     emit_rows,
     format_option,
+    wide_option,
 )
 
 INFO_COLUMNS = [Column("field", "Field"), Column("value", "Value")]
@@ -42,13 +43,13 @@ _TOP_OPTION = click.option(
 
 
 def _print_summary(summarize: Callable, columns: list[Column], title: str,
-                   export: Path, top: int | None, fmt: str) -> None:
+                   export: Path, top: int | None, fmt: str, wide: bool = False) -> None:
     with open_trace(export) as trace:
         _one_scan_then_exit(trace)
         rows = summarize(trace)
     if top is not None:
         rows = summaries.top_n(rows, top)
-    emit_rows(rows, columns, fmt, title=title)
+    emit_rows(rows, columns, fmt, title=title, wide=wide)
 
 
 def _one_scan_then_exit(trace: Trace) -> None:
@@ -60,8 +61,9 @@ def _one_scan_then_exit(trace: Trace) -> None:
 @click.command()
 @_EXPORT_ARG
 @_TOP_OPTION
+@wide_option()
 @format_option()
-def kernels(export: Path, top: int | None, fmt: str) -> None:
+def kernels(export: Path, top: int | None, wide: bool, fmt: str) -> None:
     """CUDA kernel summary: time per kernel name (= nsys stats cuda_gpu_kern_sum).
 
     \b
@@ -76,7 +78,7 @@ def kernels(export: Path, top: int | None, fmt: str) -> None:
     (`nsys profile -t cuda ... --export sqlite` or `nsys export --type
     sqlite`) or a PyTorch profiler trace (.json, .json.gz, or a folder).
     """
-    _print_summary(summaries.kernel_summary, KERNEL_COLUMNS, "CUDA kernels", export, top, fmt)
+    _print_summary(summaries.kernel_summary, KERNEL_COLUMNS, "CUDA kernels", export, top, fmt, wide)
 
 
 @click.command()

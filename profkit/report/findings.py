@@ -152,6 +152,8 @@ def _occupancy(rows: Sequence[Row] | None) -> list[str]:
     for row in rows or ():
         if (row.get("time_pct") or 0) < HEAVY_KERNEL_PCT:
             continue
+        if row.get("user_code") is False:
+            continue  # a vendor kernel (cuBLAS, NCCL, ...): nothing the user can tune, so no finding
         name = short_kernel_name(row.get("short_name") or row.get("name"))
         if row.get("theoretical_occupancy_pct") is not None and row["theoretical_occupancy_pct"] < LOW_OCCUPANCY_PCT:
             text = (f"{name} ({row['time_pct']:.0f}% of kernel time) can keep at most "

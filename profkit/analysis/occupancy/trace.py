@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from profkit.analysis import kernel_origin
 from profkit.analysis.occupancy.calculator import (
     DeviceLimits,
     advice,
@@ -124,7 +125,12 @@ def trace_occupancy(trace: Trace | Sequence[Mapping[str, Any]],
     occupancy_next_step_pct (None when fewer registers would not help),
     registers_headroom (most registers that keep the occupancy), spills
     (local memory in use), waves, last_wave_fill_pct, wave_efficiency_pct,
-    tail_effect, time_pct, advice (sentences joined by "; ", "" if none).
+    tail_effect, time_pct, library, origin ('user' or 'vendor'), user_code
+    (bool), advice (sentences joined by "; ", "" if none).
+
+    Register and shared-memory advice (next step, headroom) goes only to
+    kernels whose code the user can change; a vendor kernel (cuBLAS, cuDNN,
+    NCCL, ATen, ...) gets its figures and a plain verdict instead.
     """
     if isinstance(trace, Trace):
         rows, devices = launch_configs(trace), device_limits_of(trace)
@@ -171,10 +177,13 @@ def occupancy_row(launch: Mapping[str, Any], device: DeviceLimits,
                   total_ns: int | None = None) -> dict[str, Any]:
     """The occupancy row for one grouped launch configuration (keys as in ``launch_configs``)."""
     row = dict(launch)
+    library = kernel_origin.library(str(row.get("name") or ""))
+    user_code = kernel_origin.origin(str(row.get("name") or "")) == kernel_origin.USER
+    row.update(library=library, origin=kernel_origin.USER if user_code else kernel_origin.VENDOR, user_code=user_code)
     kwargs = {"smem_config_bytes": launch.get("smem_config_bytes") or None}
     occ = occupancy(device, row["block_size"], row["registers_per_thread"],
                     row.get("static_smem_bytes") or 0, row.get("dynamic_smem_bytes") or 0, **kwargs)
-    step, headroom = register_steps(occ, device, **kwargs)
+    step, headroom = register_steps(occ, device, **kwargs) if user_code else (None, None)
     row.update(
         arch=device.arch,
         shared_mem_bytes=occ.shared_mem_bytes,
@@ -197,6 +206,9 @@ def occupancy_row(launch: Mapping[str, Any], device: DeviceLimits,
                wave_efficiency_pct=w.efficiency_pct if w else None, tail_effect=bool(w and w.tail_effect))
     if total_ns:
         row["time_pct"] = 100.0 * row.get("total_time_ns", 0) / total_ns
+    if not user_code:
+        row["advice"] = f"{library} library kernel: its launch shape is the library's, not yours to tune"
+        return row
     notes = advice(occ, device, **kwargs)
     if row["spills"]:
         notes.append(f"{row['local_mem_per_thread']} B of local memory per thread: registers spill "

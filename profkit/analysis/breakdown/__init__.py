@@ -1,0 +1,96 @@
+"""Where the GPU time goes, per rank: HTA's breakdowns on the trace model.
+
+``rank_breakdown(trace)`` is the one entry point: a pure function of one
+trace (one rank) returning plain data, so that many ranks can be mapped over
+workers and only these small dicts travel.  The parts:
+
+- ``events``: the GPU events HTA counts, with kernel type and launching call;
+- ``temporal``: temporal / kernel-type breakdowns, comm/comp overlap, idle
+  time per stream (host wait, kernel wait, other);
+- ``idle``: the longest GPU idle stretches and what the CPU did meanwhile;
+- ``launch``: CPU launch time vs GPU time, launch delays, queue depth.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from profkit.analysis.breakdown import events as _events
+from profkit.analysis.breakdown import idle as _idle
+from profkit.analysis.breakdown import launch as _launch
+from profkit.analysis.breakdown import temporal as _temporal
+from profkit.errors import ProfkitError
+from profkit.model import Trace
+
+_RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
+
+
+def rank_of(trace: Trace) -> int | None:
+    """The trace's rank: what the trace records, else ``rank<N>`` in its file name."""
+    if trace.meta.rank is not None:
+        return int(trace.meta.rank)
+    m = _RANK_IN_NAME.search(trace.path.name)
+    return int(m.group(1)) if m else None
+
+
+def steady_window(trace: Trace) -> tuple[int, int, int]:
+    """(start_ns, end_ns, steps) spanning the steady-state steps, from the step finder."""
+    try:
+        from profkit.analysis.steps import find_steps
+    except ImportError:  # the step finder is not there yet
+        raise ProfkitError("--steady needs the step finder (profkit.analysis.steps), which this build lacks") from None
+    steps = find_steps(trace).steps
+    steady = steps[steps["phase"] == "steady"]
+    if not len(steady):
+        raise ProfkitError(f"{trace.name}: no steady-state steps found, so there is no steady-state window",
+                           "run without --steady, or annotate the training step")
+    return int(steady["start_ns"].min()), int(steady["end_ns"].max()), len(steady)
+
+
+def rank_breakdown(trace: Trace, steady: bool = False, top_idle: int = 5) -> dict[str, Any]:
+    """Every breakdown figure of one rank, as a dict of plain values.
+
+    Keys: rank, file, window (what was counted), the temporal breakdown
+    (kernel_time_ns, busy_ns, idle_ns, compute_ns, non_compute_ns, idle_pct,
+    compute_pct, non_compute_pct), comm_ns, comm_comp_overlap_ns,
+    comm_comp_overlap_pct, per-type duration sums (computation_kernel_ns,
+    communication_kernel_ns, memory_kernel_ns, other_kernel_ns), idle causes
+    summed over streams (host_wait_ns, kernel_wait_ns, other_wait_ns),
+    kernel_types ({time_ns, pct} per type and overlap), idle_by_stream,
+    longest_idle, launch (summary, verdict, delay_outliers) and queue (per
+    stream).  With ``steady``, only the steady-state steps' window counts."""
+    events, window = _events.gpu_events(trace)
+    window_info: dict[str, Any] = {
+        "dropped_last_profiler_step": window.dropped_last_profiler_step,
+        "last_step_start_ns": window.last_step_start_ns, "start_ns": None, "end_ns": None, "steady_steps": None,
+    }
+    if steady:
+        lo, hi, n = steady_window(trace)
+        events = _events.clip_events(events, lo, hi)
+        window_info.update(start_ns=lo, end_ns=hi, steady_steps=n)
+    row: dict[str, Any] = {"rank": rank_of(trace), "file": trace.name, "steady": steady}
+    row.update(_temporal.temporal_breakdown(events))
+    row.update(_temporal.comm_comp_overlap(events))
+    types = _temporal.kernel_type_breakdown(events)
+    for kind, ns in types["kernel_ns"].items():
+        row[f"{kind}_kernel_ns"] = ns
+    per_stream = _temporal.idle_by_stream(events)
+    totals = _temporal.idle_totals(per_stream)
+    row["host_wait_ns"] = totals["host_wait_ns"]
+    row["kernel_wait_ns"] = totals["kernel_wait_ns"]
+    row["other_wait_ns"] = totals["other_ns"]
+    stream_idle = sum(totals.values())
+    launches = _launch.launches(events)
+    launch = _launch.launch_summary(launches, row["idle_pct"],
+                                    totals["host_wait_ns"] / stream_idle if stream_idle else None)
+    launch["delay_outliers"] = _launch.launch_delay_outliers(launches)
+    row.update(
+        window=window_info,
+        kernel_types={"time_ns": types["time_ns"], "pct": types["pct"]},
+        idle_by_stream=per_stream,
+        longest_idle=_idle.longest_idle(trace, events, top=top_idle),
+        launch=launch,
+        queue=_launch.queue_summary(_launch.queue_depth(events)),
+    )
+    return row

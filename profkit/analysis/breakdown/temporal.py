@@ -1,0 +1,142 @@
+"""Where a rank's GPU time goes, under HTA's definitions.
+
+- **Temporal breakdown** (``get_temporal_breakdown``): ``kernel_time`` is
+  the span from the first GPU event's start to the last one's end; ``idle``
+  is the part of it with nothing running; ``compute`` the union of
+  computation kernels; ``non_compute = kernel_time - compute - idle``
+  (communication, memory and synchronization not hidden under compute).
+- **Kernel type breakdown** (``get_gpu_kernel_breakdown`` with memory
+  kernels): the time in which exactly a given set of kernel types runs,
+  e.g. "computation overlapping communication".
+- **Communication/computation overlap** (``get_comm_comp_overlap``): the
+  share of communication time (union of NCCL kernels) during which a
+  computation kernel runs too.
+- **Idle time per stream** (``get_idle_time_breakdown``): each gap between
+  consecutive kernels/memcpy/memset on a stream is *host wait* when the
+  next one's launching CUDA call started after the previous one ended (the
+  CPU was late), else *kernel wait* when the gap is under 30 µs, else
+  *other*.  HTA's docstring calls its default threshold "30 nanoseconds",
+  but HTA's timestamps are microseconds, so it compares gaps with 30 µs;
+  profkit uses 30,000 ns, which is what HTA computes.
+
+Times are integer ns.  HTA rounds Kineto's fractional microseconds to whole
+microseconds (start up, end down) before it measures; profkit keeps the
+nanoseconds the trace records.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from profkit.analysis import kernel_origin
+from profkit.analysis.breakdown import intervals
+
+# HTA's default consecutive_kernel_delay (30, compared with microsecond gaps).
+KERNEL_WAIT_THRESHOLD_NS = 30_000
+HOST_WAIT = "host_wait"
+KERNEL_WAIT = "kernel_wait"
+OTHER_WAIT = "other"
+IDLE_CATEGORIES = (HOST_WAIT, KERNEL_WAIT, OTHER_WAIT)
+# HTA's kernel_type_to_analysis order; labels name the types in this order.
+KERNEL_TYPES = (kernel_origin.COMPUTATION, kernel_origin.COMMUNICATION, kernel_origin.MEMORY)
+
+
+def _pct(part: float, whole: float) -> float | None:
+    return 100.0 * part / whole if whole else None
+
+
+def temporal_breakdown(events: pd.DataFrame) -> dict[str, Any]:
+    """kernel_time_ns, idle_ns, compute_ns, non_compute_ns and their shares (%)."""
+    s = events["start"].to_numpy()
+    e = events["end"].to_numpy()
+    if s.size == 0:
+        return {"span_start_ns": None, "span_end_ns": None, "kernel_time_ns": 0, "busy_ns": 0, "idle_ns": 0, "compute_ns": 0, "non_compute_ns": 0,
+                "idle_pct": None, "compute_pct": None, "non_compute_pct": None}
+    ms, me = intervals.merge(s, e)
+    kernel_time = int(me[-1] - ms[0])
+    busy = int((me - ms).sum())
+    idle = kernel_time - busy
+    is_compute = events["kernel_type"].to_numpy() == kernel_origin.COMPUTATION
+    compute = intervals.total(s[is_compute], e[is_compute])
+    non_compute = kernel_time - compute - idle
+    return {
+        "span_start_ns": int(ms[0]), "span_end_ns": int(me[-1]), "kernel_time_ns": kernel_time, "busy_ns": busy, "idle_ns": idle, "compute_ns": compute,
+        "non_compute_ns": non_compute, "idle_pct": _pct(idle, kernel_time),
+        "compute_pct": _pct(compute, kernel_time), "non_compute_pct": _pct(non_compute, kernel_time),
+    }
+
+
+def kernel_type_breakdown(events: pd.DataFrame) -> dict[str, Any]:
+    """Time per kernel type and per overlap of types, plus plain duration sums.
+
+    ``time_ns``: {label: ns} with HTA's labels in lower case ("computation",
+    "communication", "memory", "computation overlapping communication", ...);
+    ``pct``: each label's share of their total (HTA's ``percentage``);
+    ``kernel_ns``: the sum of event durations per type (overlaps counted
+    twice, like ``nsys stats`` totals)."""
+    types = events["kernel_type"].to_numpy()
+    s = events["start"].to_numpy()
+    e = events["end"].to_numpy()
+    sets = [(s[types == t], e[types == t]) for t in KERNEL_TYPES]
+    by_mask = intervals.overlap_by_mask(sets)
+    time_ns: dict[str, int] = {}
+    for mask, ns in sorted(by_mask.items()):
+        label = " overlapping ".join(t for i, t in enumerate(KERNEL_TYPES) if mask & (1 << i))
+        time_ns[label] = ns
+    whole = sum(time_ns.values())
+    durations = e - s
+    kernel_ns = {t: int(durations[types == t].sum()) for t in (*KERNEL_TYPES, kernel_origin.OTHER)}
+    return {"time_ns": time_ns, "pct": {k: _pct(v, whole) for k, v in time_ns.items()}, "kernel_ns": kernel_ns}
+
+
+def comm_comp_overlap(events: pd.DataFrame) -> dict[str, Any]:
+    """Communication time, the part of it overlapped by computation, and the share (%)."""
+    types = events["kernel_type"].to_numpy()
+    s = events["start"].to_numpy()
+    e = events["end"].to_numpy()
+    comm = types == kernel_origin.COMMUNICATION
+    comp = types == kernel_origin.COMPUTATION
+    by_mask = intervals.overlap_by_mask([(s[comm], e[comm]), (s[comp], e[comp])])
+    comm_ns = by_mask.get(1, 0) + by_mask.get(3, 0)
+    overlap_ns = by_mask.get(3, 0)
+    return {"comm_ns": comm_ns, "comm_comp_overlap_ns": overlap_ns,
+            "comm_comp_overlap_pct": _pct(overlap_ns, comm_ns)}
+
+
+def idle_by_stream(events: pd.DataFrame, threshold_ns: int = KERNEL_WAIT_THRESHOLD_NS) -> list[dict[str, Any]]:
+    """Per stream, idle time between its kernels/memcpy/memset by cause.
+
+    Rows: stream, host_wait_ns, kernel_wait_ns, other_ns, idle_ns and each
+    category's share of the stream's idle time (``*_pct``)."""
+    work = events[events["source"] != "sync"]
+    rows = []
+    for stream, group in work.groupby("stream", sort=True):
+        g = group.sort_values("start", kind="stable")
+        start = g["start"].to_numpy()
+        end = g["end"].to_numpy()
+        launch = g["launch_start"].to_numpy()
+        if start.size < 2:
+            gap = np.empty(0, dtype=np.int64)
+            host = kernel = np.empty(0, dtype=bool)
+        else:
+            prev_end = end[:-1]
+            gap = start[1:] - prev_end
+            has_launch = launch[1:] >= 0
+            host = has_launch & (launch[1:] > prev_end)
+            kernel = ~host & (gap < threshold_ns)
+        other = ~host & ~kernel
+        row: dict[str, Any] = {"stream": int(stream), "host_wait_ns": int(gap[host].sum()),
+                               "kernel_wait_ns": int(gap[kernel].sum()), "other_ns": int(gap[other].sum())}
+        row["idle_ns"] = row["host_wait_ns"] + row["kernel_wait_ns"] + row["other_ns"]
+        for cat in IDLE_CATEGORIES:
+            row[f"{cat}_pct"] = _pct(row[f"{cat}_ns"], row["idle_ns"])
+        rows.append(row)
+    return rows
+
+
+def idle_totals(per_stream: list[dict[str, Any]]) -> dict[str, int]:
+    """The per-stream idle categories summed over streams."""
+    return {f"{cat}_ns": sum(r[f"{cat}_ns"] for r in per_stream) for cat in IDLE_CATEGORIES}

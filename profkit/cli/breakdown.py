@@ -1,0 +1,96 @@
+"""`profkit breakdown TRACE...`: where each rank's GPU time goes (HTA's figures)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from profkit.output import Column, emit_rows, format_option, rows_to_json, wide_option
+
+# Flat columns: the table shows them, CSV writes them, JSON rows carry them (and more).
+RANK_COLUMNS = [
+    Column("rank", "Rank", "int"), Column("file", "File"),
+    Column("kernel_time_ns", "Kernel time (ns)", "ns"), Column("idle_pct", "Idle %", "pct"),
+    Column("compute_pct", "Compute %", "pct"), Column("non_compute_pct", "Non-compute %", "pct"),
+    Column("comm_comp_overlap_pct", "Comm overlapped %", "pct"),
+    Column("host_wait_ns", "Host wait (ns)", "ns"), Column("kernel_wait_ns", "Kernel wait (ns)", "ns"),
+    Column("other_wait_ns", "Other wait (ns)", "ns"), Column("launch_bound", "Launch-bound"),
+]
+CSV_COLUMNS = RANK_COLUMNS[:3] + [
+    Column(k, k) for k in (
+        "busy_ns", "idle_ns", "compute_ns", "non_compute_ns", "idle_pct", "compute_pct", "non_compute_pct",
+        "comm_ns", "comm_comp_overlap_ns", "comm_comp_overlap_pct", "computation_kernel_ns",
+        "communication_kernel_ns", "memory_kernel_ns", "other_kernel_ns", "host_wait_ns", "kernel_wait_ns",
+        "other_wait_ns", "launch_bound", "steady")
+]
+STREAM_COLUMNS = [
+    Column("stream", "Stream", "int"), Column("idle_ns", "Idle (ns)", "ns"),
+    Column("host_wait_pct", "Host wait %", "pct"), Column("kernel_wait_pct", "Kernel wait %", "pct"),
+    Column("other_pct", "Other %", "pct"),
+]
+IDLE_COLUMNS = [
+    Column("duration_ns", "Idle (ns)", "ns"), Column("at_ms", "At (ms)", "float"), Column("cause", "Cause"),
+    Column("next_kernel", "Next on GPU", "kernel"), Column("cpu", "CPU meanwhile (launching thread)"),
+]
+
+
+@click.command()
+@click.argument("traces", nargs=-1, required=True, metavar="TRACE...", type=click.Path(path_type=Path))
+@click.option("--steady", is_flag=True, help="Count only the steady-state steps (after start-up and warm-up).")
+@wide_option()
+@format_option()
+def breakdown(traces: tuple[Path, ...], steady: bool, wide: bool, fmt: str) -> None:
+    """Where the GPU time goes, per rank, with HTA's definitions.
+
+    \b
+    Examples:
+      profkit breakdown run.sqlite
+      profkit breakdown rank0.json.gz rank1.json.gz --format json
+      profkit breakdown trace.json.gz --steady
+
+    Temporal breakdown (idle, compute, non-compute), kernel types and their
+    overlaps, communication hidden under computation, idle time per stream
+    (host wait / kernel wait / other), the longest GPU idle stretches with
+    what the launching CPU thread did meanwhile, and launch statistics with a
+    launch-bound verdict.  JSON rows carry rank, kernel_time_ns, idle_ns,
+    compute_ns, non_compute_ns, idle_pct, compute_pct, non_compute_pct,
+    comm_comp_overlap_pct and the details (kernel_types, idle_by_stream,
+    longest_idle, launch, queue).  One row per trace (rank).
+    """
+    from profkit.analysis.breakdown import rank_breakdown
+    from profkit.readers import open_trace
+
+    rows = []
+    for position, path in enumerate(traces):
+        with open_trace(path) as trace:
+            row = rank_breakdown(trace, steady=steady)
+        if row["rank"] is None:
+            row["rank"] = position
+        row["launch_bound"] = row["launch"]["launch_bound"]
+        rows.append(row)
+    rows.sort(key=lambda r: r["rank"])
+    if fmt == "json":
+        click.echo(rows_to_json(rows))
+        return
+    if fmt == "csv":
+        emit_rows(rows, CSV_COLUMNS, fmt)
+        return
+    title = "Where the GPU time goes" + (" (steady state)" if steady else "")
+    emit_rows(rows, RANK_COLUMNS, fmt, title=title, wide=wide)
+    for row in rows:
+        label = f"rank {row['rank']} ({row['file']})"
+        emit_rows(row["idle_by_stream"], STREAM_COLUMNS, fmt, title=f"Idle time per stream, {label}")
+        if row["longest_idle"]:
+            emit_rows(_idle_rows(row), IDLE_COLUMNS, fmt, title=f"Longest GPU idle stretches, {label}", wide=wide)
+        click.echo(f"{label}: {row['launch']['verdict']}")
+
+
+def _idle_rows(row: dict[str, Any]) -> list[dict[str, Any]]:
+    origin = row["span_start_ns"]
+    out = []
+    for gap in row["longest_idle"]:
+        parts = [f"{r['name']} ({r['overlap_ns'] / 1e6:.2f} ms)" for r in (gap["ranges"][:1] + gap["api"][:2])]
+        out.append({**gap, "at_ms": (gap["start_ns"] - origin) / 1e6, "cpu": "; ".join(parts)})
+    return out
