@@ -142,9 +142,9 @@ def emit_rows(rows: Sequence[dict[str, Any]], columns: Sequence[Column], fmt: st
               wide: bool = False) -> None:
     """Print rows in the chosen format to stdout.
 
-    Tables (``table``, ``md``) show kernel names short (``short_kernel_names``)
-    unless ``wide``; JSON and CSV always carry the full names."""
-    if fmt in ("table", "md") and not wide:
+    Terminal tables show kernel names short (``short_kernel_names``) unless
+    ``wide``; JSON, CSV and Markdown carry the full names."""
+    if fmt == "table" and not wide:
         rows = with_short_kernel_names(rows, columns)
     if fmt == "json":
         click.echo(rows_to_json(rows))
