@@ -10,7 +10,6 @@ import pytest
 from profkit.analysis import kernel_origin
 from profkit.analysis.occupancy import trace_occupancy
 from profkit.readers import open_trace
-from profkit.readers.nsys import open_export
 from profkit.report import write_report
 from tests.conftest import nsys_fixture, nsys_fixture_names
 
@@ -100,8 +99,8 @@ REGISTER_ADVICE_WORDS = ("register", "at most", "would be", "fewer", "launch_bou
 
 @pytest.mark.parametrize("fixture", CUBLAS_FIXTURES)
 def test_no_register_advice_for_vendor_kernels(fixture: str) -> None:
-    with open_export(nsys_fixture(fixture)) as export:
-        rows = trace_occupancy(export)
+    with open_trace(nsys_fixture(fixture)) as trace:
+        rows = trace_occupancy(trace)
     vendor = [r for r in rows if r["origin"] == "vendor"]
     assert any(r["library"] == "cublas" for r in vendor), "the fixture has cuBLAS GEMMs"
     for row in vendor:
@@ -112,8 +111,8 @@ def test_no_register_advice_for_vendor_kernels(fixture: str) -> None:
 
 def test_user_kernels_keep_their_advice() -> None:
     """bad_kernels holds register-heavy CUDA kernels of the user's: they still get advice."""
-    with open_export(nsys_fixture("nsys2025_bad")) as export:
-        rows = trace_occupancy(export)
+    with open_trace(nsys_fixture("nsys2025_bad")) as trace:
+        rows = trace_occupancy(trace)
     user = [r for r in rows if r["origin"] == "user"]
     assert user and any(r["advice"] for r in user)
 
@@ -122,8 +121,8 @@ def test_user_kernels_keep_their_advice() -> None:
 def test_no_finding_advises_a_vendor_kernel(fixture: str, tmp_path) -> None:
     paths = write_report(nsys_fixture(fixture), tmp_path / "r")
     report = json.loads(paths.json.read_text())
-    with open_export(nsys_fixture(fixture)) as export:
-        vendor = {r["name"] for r in trace_occupancy(export) if r["origin"] == "vendor"}
+    with open_trace(nsys_fixture(fixture)) as trace:
+        vendor = {r["name"] for r in trace_occupancy(trace) if r["origin"] == "vendor"}
     from profkit.report.text import short_kernel_name
 
     vendor_short = {short_kernel_name(n) for n in vendor}

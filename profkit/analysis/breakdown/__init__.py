@@ -35,17 +35,16 @@ def rank_of(trace: Trace) -> int | None:
 
 
 def steady_window(trace: Trace) -> tuple[int, int, int]:
-    """(start_ns, end_ns, steps) spanning the steady-state steps, from the step finder."""
-    try:
-        from profkit.analysis.steps import find_steps
-    except ImportError:  # the step finder is not there yet
-        raise ProfkitError("--steady needs the step finder (profkit.analysis.steps), which this build lacks") from None
-    steps = find_steps(trace).steps
-    steady = steps[steps["phase"] == "steady"]
-    if not len(steady):
-        raise ProfkitError(f"{trace.name}: no steady-state steps found, so there is no steady-state window",
+    """(start_ns, end_ns, steps) spanning the steady-state steps (``profkit.analysis.steps``)."""
+    from profkit.analysis.steps import find_steps
+
+    result = find_steps(trace)
+    window = result.steady_window
+    if window is None:
+        why = result.message or "no steady-state steps"
+        raise ProfkitError(f"{trace.name}: {why}, so there is no steady-state window",
                            "run without --steady, or annotate the training step")
-    return int(steady["start_ns"].min()), int(steady["end_ns"].max()), len(steady)
+    return window[0], window[1], len(result.steady)
 
 
 def rank_breakdown(trace: Trace, steady: bool = False, top_idle: int = 5) -> dict[str, Any]:
