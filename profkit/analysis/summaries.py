@@ -301,8 +301,11 @@ def _distinct_per_group(group: np.ndarray, ids: np.ndarray, ignore: int | None =
     n_groups = int(group.max()) + 1 if len(group) else 0
     keep = ids != ignore if ignore is not None else np.ones(len(ids), dtype=bool)
     id_codes, id_values = encode_keys([ids[keep]])
-    unique_pairs = np.unique(group[keep] * len(id_values) + id_codes)
-    return np.bincount(unique_pairs // len(id_values), minlength=n_groups)
+    # pandas' hash table, not np.unique's sort: 1M+ (kernel, range) pairs in a report
+    import pandas as pd
+
+    unique_pairs = pd.unique(group[keep] * max(len(id_values), 1) + id_codes)
+    return np.bincount(unique_pairs // max(len(id_values), 1), minlength=n_groups)
 
 
 # The capture and GPU busy time (``profkit info``), re-exported under their old home.

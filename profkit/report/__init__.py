@@ -56,7 +56,6 @@ def write_report(export_path: str | os.PathLike[str], out_dir: str | os.PathLike
         base = stack.enter_context(open_trace(Path(baseline))) if baseline is not None else None
         report = build_report(trace, ncu_csv=Path(ncu_csv) if ncu_csv is not None else None, partial=partial,
                               run_info=run_info, top=top, baseline=base)
-    report.interactive_timeline = _interactive_timeline(export_path)
     texts = {HTML_NAME: render_html(report), MD_NAME: render_markdown(report), JSON_NAME: render_json(report)}
     try:
         target.mkdir(parents=True, exist_ok=True)
@@ -68,16 +67,6 @@ def write_report(export_path: str | os.PathLike[str], out_dir: str | os.PathLike
     return ReportPaths(html=target / HTML_NAME, md=target / MD_NAME, json=target / JSON_NAME)
 
 
-def _interactive_timeline(export_path: Path):  # noqa: ANN202 - InteractiveTimeline | None
-    from profkit.export.tracks import step_table
-    from profkit.readers import open_trace
-    from profkit.report.interactive_timeline import build_interactive_timeline
-
-    try:
-        with open_trace(export_path) as trace:
-            return build_interactive_timeline(trace, step_table(trace))
-    except ProfkitError:
-        return None  # a partial or odd export: the static figures still show what there is
 
 
 def _write_atomically(path: Path, text: str) -> None:

@@ -29,6 +29,7 @@ from profkit.analysis.capture import capture_info
 from profkit.analysis.occupancy.trace import CONFIG_COLUMNS
 from profkit.errors import ProfkitError
 from profkit.model import NSYS, Trace
+from profkit.model.trace import DURATION
 from profkit.output import API_COLUMNS, KERNEL_COLUMNS, NVTX_COLUMNS
 from profkit.report import sections as fill
 from profkit.report.findings import findings as make_findings
@@ -49,7 +50,6 @@ def build_report(trace: Trace, *, ncu_csv: Path | None = None, partial: bool = F
         hint = ("re-run nsys profile with -t cuda" if trace.meta.source == NSYS else
                 "profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]")
         raise ProfkitError(f"{trace.name} has no CUDA trace data (no kernels, no CUDA API calls)", hint=hint)
-    summary_source = fill._summary_source(trace)
     fill.start_figure_imports()
     found: dict[str, Any] = {}
     plan: list[tuple[str, str, Callable[[Section], Section | None]]] = []
@@ -70,15 +70,15 @@ def build_report(trace: Trace, *, ncu_csv: Path | None = None, partial: bool = F
     add("utilization", "GPU utilization", lambda s: fill.fill_utilization(s, found))
     nsys = trace.meta.source == NSYS
     add("kernels", "CUDA kernels", lambda s: fill.fill_summary(
-        s, summaries.kernel_summary(summary_source), KERNEL_COLUMNS, top, "kernels", found,
+        s, summaries.kernel_summary(trace), KERNEL_COLUMNS, top, "kernels", found,
         "Time per kernel name, as nsys stats --report cuda_gpu_kern_sum." if nsys else
         "Time per kernel name, from the trace's kernel events (the figures nsys stats would give)."))
     add("api", "CUDA API", lambda s: fill.fill_summary(
-        s, summaries.api_summary(summary_source), API_COLUMNS, top, "api", found,
+        s, summaries.api_summary(trace), API_COLUMNS, top, "api", found,
         "Time the CPU spent in each CUDA runtime/driver call, as nsys stats --report cuda_api_sum." if nsys else
         "Time the CPU spent in each CUDA runtime/driver call, from the trace's cuda_runtime/cuda_driver events."))
     add("nvtx", "NVTX ranges" if nsys else "Annotated ranges", lambda s: fill.fill_summary(
-        s, summaries.nvtx_summary(summary_source), NVTX_COLUMNS, top, "nvtx", found,
+        s, summaries.nvtx_summary(trace), NVTX_COLUMNS, top, "nvtx", found,
         "Push/pop and start/end ranges, as nsys stats --report nvtx_sum." if nsys else
         "record_function / user annotation ranges, ProfilerStep#N included."))
     add("nvtx_kernels", "Kernels per NVTX range" if nsys else "Kernels per annotated range",
@@ -88,7 +88,8 @@ def build_report(trace: Trace, *, ncu_csv: Path | None = None, partial: bool = F
     add("stalls", "Synchronization stalls", lambda s: fill.stalls_section(trace, top, found, baseline))
     if ncu_csv is not None:
         add("ncu", "Nsight Compute (ncu)", lambda s: fill.fill_ncu(s, Path(ncu_csv), top, found))
-    sections = _build_sections(plan, trace)
+    add(INTERACTIVE, "", lambda s: found.update(interactive_timeline=_interactive_timeline(trace)))
+    sections = [s for s in _build_sections(plan, trace) if s.key != INTERACTIVE]
 
     items = list(found.get("stall_findings", []))
     gap = longest_gap(found.get("utilization"))
@@ -102,6 +103,7 @@ def build_report(trace: Trace, *, ncu_csv: Path | None = None, partial: bool = F
     command = (run_info or {}).get("command")
     title = f"profkit report: {' '.join(command) if command else trace.name}"
     return Report(
+        interactive_timeline=found.get("interactive_timeline"),
         title=title, export_name=trace.name,
         generated_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         profkit_version=__version__, partial=partial, partial_reason=partial_reason, run_info=run_info,
@@ -115,15 +117,16 @@ def build_report(trace: Trace, *, ncu_csv: Path | None = None, partial: bool = F
 # memory on big traces: the kernels' launch configurations (occupancy) are read and
 # dropped before the CUDA API calls (the biggest table) are read.  The capture runs
 # after the API summary so that its row counts come from columns already read.
+INTERACTIVE = "interactive_timeline"  # report.html's canvas timeline: built here, not a section
 BUILD_ORDER = ("timeline", "utilization", "kernels", "occupancy", "api", "nvtx", "capture", "nvtx_kernels",
-               "memory", "stalls", "ncu")
+               INTERACTIVE, "memory", "stalls", "ncu")
 # Columns read in one scan of their table before the section that first needs them:
 # a scan of a million rows costs about as much as three more columns in it, so every
 # column the report will want from the two big tables is read at once.
 PREFETCH: dict[str, dict[str, tuple[str, ...]]] = {
-    "timeline": {"kernels": ("start", "end", "device", "stream", "pid", "correlation", "name", "short_name",
-                             *CONFIG_COLUMNS)},
-    "api": {"api": ("start", "end", "pid", "tid", "correlation", "name")},
+    "timeline": {"kernels": ("start", "end", DURATION, "device", "stream", "pid", "correlation", "name",
+                             "short_name", *CONFIG_COLUMNS)},
+    "api": {"api": ("start", "end", DURATION, "pid", "tid", "correlation", "name")},
 }
 RELEASE = {"utilization": {"kernels": ("stream",), "memcpy": ("stream", "pid"), "memset": ("stream", "pid")},
            "stalls": {"api": None, "syncs": None}}
@@ -147,6 +150,18 @@ def _build_sections(plan: list[tuple[str, str, Callable[[Section], Section | Non
         for table, columns in RELEASE.get(key, {}).items():
             trace.forget(table, columns)
     return [built[key] for key, _, _ in plan]
+
+
+def _interactive_timeline(trace: Trace) -> Any:
+    """The interactive timeline's page data (None when it cannot be built: the static figures
+    still show what there is), from the report's own trace and its columns."""
+    from profkit.export.tracks import step_table
+    from profkit.report.interactive_timeline import build_interactive_timeline
+
+    try:
+        return build_interactive_timeline(trace, step_table(trace))
+    except ProfkitError:
+        return None
 
 
 def _capture_facts(info: dict[str, Any], run_info: dict[str, Any] | None) -> list[tuple[str, str]]:

@@ -135,12 +135,8 @@ def _ranges_word(trace: Trace, capital: bool = False) -> str:
     return "Annotated ranges" if capital else "annotated ranges"
 
 
-def _summary_source(trace: Trace) -> Any:
-    # The summaries take the Trace: the report's sections share its loaded columns.
-    return trace
-
-
 def _stalls_source(trace: Trace) -> Any:
+    # The stall analysis moves onto the model; until then nsys exports go through their native handle.
     return trace.native if trace.native is not None else trace
 
 
@@ -155,7 +151,7 @@ def fill_summary(section: Section, rows: list[Row], columns: list[Column], top: 
 
 
 def fill_nvtx_kernels(section: Section, trace: Trace, top: int, found: dict[str, Any]) -> None:
-    rows = summaries.nvtx_kernel_summary(_summary_source(trace))
+    rows = summaries.nvtx_kernel_summary(trace)
     kernel_total = sum(k["total_ns"] for k in found.get("kernels") or ()) or None
     per_range = summaries.nvtx_range_gpu_time(rows, kernel_total)
     found["nvtx_ranges"] = per_range
@@ -171,7 +167,7 @@ def fill_nvtx_kernels(section: Section, trace: Trace, top: int, found: dict[str,
 
 
 def fill_memory(section: Section, trace: Trace, top: int, found: dict[str, Any]) -> None:
-    rows = summaries.memory_summary(_summary_source(trace))
+    rows = summaries.memory_summary(trace)
     found["memory"] = rows
     section.intro = ("GPU time and bytes of memcpy and memset operations, as nsys stats --report "
                      "cuda_gpu_mem_time_sum and cuda_gpu_mem_size_sum.")
