@@ -94,8 +94,7 @@ def kernel_events(k: pd.DataFrame, pid: np.ndarray) -> Iterator[Lines]:
         heads.append(f'{{"ph":"X","cat":"kernel","name":{names[r.name]},"pid":{r.pid},"tid":{r.stream},"ts":')
         tails.append(f'"device":{r.device},"stream":{r.stream},"grid":[{r.grid_x},{r.grid_y},{r.grid_z}],'
                      f'"block":[{r.block_x},{r.block_y},{r.block_z}],"registers per thread":{r.registers_per_thread},'
-                     f'"shared memory":{smem},"static shared memory":{r.static_smem_bytes},'
-                     f'"dynamic shared memory":{r.dynamic_smem_bytes}}}}}')
+                     f'"shared memory":{smem}}}}}')
     start, end, corr = k["start"].to_numpy(), k["end"].to_numpy(), k["correlation"].to_numpy()
     for part in _chunks(len(k)):
         ts, tsf = _us(start[part])
