@@ -30,6 +30,7 @@ from tests.conftest import nsys_fixture, nsys_fixture_names
 from tests.test_summaries import read_oracle
 
 FIXTURES = nsys_fixture_names()
+KINETO_FIXTURES = sorted(p.name for p in (Path(__file__).parent / "data" / "kineto").glob("*.json*"))
 
 # Trace Event Format (Google's spec): the fields each phase needs.
 REQUIRED = {
@@ -275,3 +276,27 @@ def test_cli_steps_cut_and_steps_track(tmp_path: Path) -> None:
     code, output = run_cli("export", export, "--steps", "50:60", "-o", str(tmp_path / "none.json"))
     assert code == 2 and "no steps 50 to 60" in output
     assert not (tmp_path / "none.json").exists()
+
+
+@pytest.mark.parametrize("fixture", KINETO_FIXTURES)
+def test_kineto_trace_exports_with_its_own_kernel_totals(fixture: str, tmp_path: Path) -> None:
+    """A torch.profiler trace -> export: valid, paired, nested, and per kernel name the count
+    and the sum of round(dur * 1000) of the source JSON's own 'kernel' events."""
+    source = Path(__file__).parent / "data" / "kineto" / fixture
+    raw = load(source)
+    want: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for e in raw["traceEvents"]:
+        if e.get("cat") == "kernel" and e.get("ph") == "X":
+            want[e["name"]][0] += 1
+            want[e["name"]][1] += round(e["dur"] * 1000)
+    out = tmp_path / "out.json.gz"
+    with open_trace(source) as trace:
+        result = export_perfetto(trace, out)
+    events = check_trace_events(load(out))
+    assert check_flows(events, check_nesting(events)) == result.flows
+    got: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for e in events:
+        if e["ph"] == "X" and e["cat"] == "kernel":
+            got[e["name"]][0] += 1
+            got[e["name"]][1] += ns(e["dur"])
+    assert dict(got) == dict(want)

@@ -16,6 +16,8 @@ a torch.profiler trace: kernels are ``cat: "kernel"`` on ``pid`` = device,
 ``cuda_driver`` on the calling thread; launch -> kernel arrows are flow
 events ``s``/``f`` of ``cat: "ac2g"``, the ``f`` bound to the enclosing
 slice (``"bp": "e"``), which Chrome's viewer, Perfetto and HTA all pair.
+(Perfetto also reads the newer flow form, ``bind_id``/``flow_in``/``flow_out``
+on the slices themselves, but chrome://tracing and HTA do not.)
 """
 
 from __future__ import annotations
