@@ -138,7 +138,7 @@ def handler_name(worker: str, ns: int) -> str:
 
 def test_folder_without_traces(tmp_path: Path) -> None:
     (tmp_path / "run.json").write_text('{"command": ["python", "x.py"]}')
-    assert "holds no PyTorch profiler trace" in one_line_error(tmp_path)
+    assert "no PyTorch profiler trace" in one_line_error(tmp_path)
 
 
 def test_folder_of_several_ranks_is_an_error_pointing_at_ranks(tmp_path: Path) -> None:

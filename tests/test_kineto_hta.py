@@ -13,6 +13,13 @@ Where the two disagree, and who is right:
   what the trace holds; profkit, like ``nsys stats``, counts every kernel.
   The tests ask HTA to include the last step and compare the kernels HTA
   keeps, picked by that rule from the raw JSON.
+- HTA takes every event whose args hold a ``stream`` for a GPU kernel.
+  torch.compile's Triton launches are recorded as ``cpu_op`` events named
+  after the kernel, with the launch stream in their args ("stream": 0), so
+  HTA adds their CPU time to the kernel of that name (on gpt_compiled, a
+  kernel of 77 µs GPU time gets 693 µs).  Only ``cat == "kernel"`` events
+  ran on the GPU: profkit is right.  The oracle below adds those launcher
+  events to HTA's side, and the test checks that this is the whole difference.
 - HTA by default rounds every event
 of a trace with sub-microsecond timestamps inward to whole microseconds
 (start ``ceil(ts)``, end ``floor(ts + dur)``: its workaround for overlapping
@@ -38,6 +45,10 @@ import pytest
 from profkit.readers import open_trace
 from tests.test_kineto_reader import KINETO_TRACES, complete, raw
 
+# HTA takes seconds per trace: a schedule'd eager run, a torch.compile run (Triton
+# launchers), and one with Python stacks; the reader itself is checked on every trace.
+HTA_TRACES = [p for p in KINETO_TRACES if p.name.split(".")[0] in ("gpt_eager", "gpt_compiled", "mlp_print")] \
+    or KINETO_TRACES[:1]
 hta_analysis = pytest.importorskip("hta.trace_analysis", reason="HTA is a test-only dependency (.ci/run installs it)")
 pytestmark = pytest.mark.skipif(not KINETO_TRACES, reason="no Kineto fixture committed yet")
 
@@ -67,6 +78,12 @@ def hta_kept(doc: dict[str, Any]) -> set[int]:
     return {e["args"]["correlation"] for e in launches if e["ts"] <= last_end and "correlation" in e["args"]}
 
 
+def launcher_ops(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """cpu_op events that HTA counts as GPU kernels: args with an integer stream (not -1)."""
+    return [e for e in complete(doc, "cpu_op")
+            if isinstance(e.get("args", {}).get("stream"), int) and e["args"]["stream"] != -1]
+
+
 def profkit_kernel_totals(trace_file: Path, kept: set[int]) -> dict[str, int]:
     k = open_trace(trace_file).table("kernels", ["name", "start", "end", "correlation"])
     totals: dict[str, int] = defaultdict(int)
@@ -85,19 +102,24 @@ def hta_rounded_totals(doc: dict[str, Any], kept: set[int]) -> dict[str, int]:
     return dict(totals)
 
 
-@pytest.mark.parametrize("trace_file", KINETO_TRACES, ids=lambda p: p.name)
+@pytest.mark.parametrize("trace_file", HTA_TRACES, ids=lambda p: p.name)
 def test_kernel_totals_equal_hta_to_the_ns(trace_file: Path, tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HTA_DISABLE_NS_ROUNDING", "1")
     hta = hta_kernel_totals(trace_file, tmp_path)
-    ours = profkit_kernel_totals(trace_file, hta_kept(raw(trace_file)))
-    assert set(hta) == set(ours)
-    for name, total_ns in ours.items():
+    doc = raw(trace_file)
+    ours = profkit_kernel_totals(trace_file, hta_kept(doc))
+    launchers: dict[str, int] = defaultdict(int)
+    for e in launcher_ops(doc):
+        launchers[e["name"]] += round(e["dur"] * 1000)
+    assert set(hta) == set(ours) | set(launchers)
+    for name in hta:
         # HTA sums float µs; profkit sums each instance's round(dur * 1000) ns
-        assert abs(hta[name] * 1000 - total_ns) < 0.5 + 1e-9 * total_ns, name
+        expected_ns = ours.get(name, 0) + launchers.get(name, 0)
+        assert abs(hta[name] * 1000 - expected_ns) < 0.5 + 1e-9 * expected_ns, name
 
 
-@pytest.mark.parametrize("trace_file", KINETO_TRACES, ids=lambda p: p.name)
+@pytest.mark.parametrize("trace_file", HTA_TRACES[:1], ids=lambda p: p.name)
 def test_hta_default_rounding_explains_the_difference(trace_file: Path, tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("HTA_DISABLE_NS_ROUNDING", raising=False)
@@ -106,13 +128,17 @@ def test_hta_default_rounding_explains_the_difference(trace_file: Path, tmp_path
     if not any(isinstance(e.get("ts"), float) and not e["ts"].is_integer() for e in complete(doc, "kernel")):
         pytest.skip("whole-µs timestamps: HTA does not round")
     kept = hta_kept(doc)
-    assert hta == {name: float(total) for name, total in hta_rounded_totals(doc, kept).items()}
+    rounded = hta_rounded_totals(doc, kept)
+    for e in launcher_ops(doc):
+        rounded[e["name"]] = rounded.get(e["name"], 0) + math.floor(e["ts"] + e["dur"]) - math.ceil(e["ts"])
+    assert hta == {name: float(total) for name, total in rounded.items()}
     ours = profkit_kernel_totals(trace_file, kept)
     counts: dict[str, int] = defaultdict(int)
     for e in complete(doc, "kernel"):
         counts[e["name"]] += e["args"]["correlation"] in kept
     for name, total_ns in ours.items():  # at most 2 µs lost per instance, never gained
-        assert 0 <= total_ns - hta[name] * 1000 <= 2000 * counts[name], name
+        if not any(e["name"] == name for e in launcher_ops(doc)):
+            assert 0 <= total_ns - hta[name] * 1000 <= 2000 * counts[name], name
 
 
 def test_hta_is_the_installed_test_dependency() -> None:

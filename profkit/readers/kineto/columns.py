@@ -13,18 +13,21 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from profkit.model import schema
-from profkit.model.trace import empty_table
+from profkit.model.trace import Coded, empty_arrays
 
 NAN = float("nan")
 
 
 def floats(values: Sequence[Any]) -> np.ndarray:
-    """float64 array; anything that is not a number becomes NaN."""
+    """float64 array; anything that is not a number becomes NaN.
+
+    np.fromiter with a count is ~2.5x faster than np.array on a list of
+    Python floats (no shape inference); a None or a string fails it, and
+    only then are values checked one by one."""
     try:
-        return np.array(values, dtype=np.float64)
+        return np.fromiter(values, dtype=np.float64, count=len(values))
     except (TypeError, ValueError):
         return np.array([v if isinstance(v, (int, float)) else NAN for v in values], dtype=np.float64)
 
@@ -80,18 +83,26 @@ class Codes:
         return found
 
     def encode(self, values: Sequence[Any]) -> np.ndarray:
+        # Most batches hold no new value: a C-level map of dict lookups is the
+        # fast path; new values are added once each (dict.fromkeys keeps first-seen order).
         index = self.index
         try:
-            codes = [index.setdefault(v, len(index)) for v in values]
+            return np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=len(values))
+        except KeyError:
+            pass
         except TypeError:  # an unhashable value (a list as a name): treat it as absent
-            codes = [index.setdefault(v if isinstance(v, str) else None, len(index)) for v in values]
-        return np.array(codes, dtype=np.int64)
+            values = [v if isinstance(v, str) else None for v in values]
+        for value in dict.fromkeys(values):
+            if value not in index:
+                index[value] = len(index)
+        return np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=len(values))
 
     def code_of(self, value: Any) -> int:
         return self.index.get(value, -1)
 
-    def categorical(self, codes: np.ndarray, transform: Callable[[Any], str] | None = None) -> pd.Categorical:
-        """The column as a pandas Categorical of strings (absent -> "")."""
+    def coded(self, codes: np.ndarray, transform: Callable[[Any], str] | None = None) -> Coded:
+        """The column as (codes, distinct strings); absent -> "", ``transform`` maps
+        each distinct value (a derived column: the base name of a kernel name)."""
         values = list(self.index)
         used = np.bincount(codes, minlength=len(values)) > 0 if len(codes) else np.zeros(len(values), dtype=bool)
         # values never used by a kept row (dropped events, ProfilerStep#N among cpu_op names) are no category
@@ -100,7 +111,7 @@ class Codes:
         unique = list(dict.fromkeys(label for label in labels if label is not None))
         position = {label: i for i, label in enumerate(unique)}
         remap = np.array([position.get(label, -1) for label in labels], dtype=np.int64)
-        return pd.Categorical.from_codes(remap[codes] if len(codes) else codes, categories=unique)
+        return Coded(remap[codes] if len(codes) else codes, unique)
 
 
 class Table:
@@ -136,16 +147,16 @@ class Table:
         parts = self.parts[name]
         return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
 
-    def frame(self, columns: Sequence[str], derived: dict[str, Any] | None = None) -> pd.DataFrame:
-        """The asked columns; ``derived`` supplies ready-made ones (Categoricals, arrays)."""
+    def arrays(self, columns: Sequence[str], derived: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The asked columns (text as ``Coded``); ``derived`` supplies ready-made ones."""
         if self.rows == 0 and self.name in schema.TABLES:
-            return empty_table(self.name, columns)
+            return empty_arrays(self.name, columns)
         data: dict[str, Any] = {}
         for c in columns:
             if derived and c in derived:
                 data[c] = derived[c]
             elif c in self.codes:
-                data[c] = self.codes[c].categorical(self.column(c))
+                data[c] = self.codes[c].coded(self.column(c))
             else:
                 data[c] = self.column(c)
-        return pd.DataFrame(data, copy=False)
+        return data

@@ -91,6 +91,8 @@ class Document(msgspec.Struct, gc=False):
     distributedInfo: Any = None
     baseTimeNanoseconds: Any = None
     displayTimeUnit: Any = None
+    cuda_runtime_version: Any = None  # 13000 = CUDA 13.0
+    cuda_driver_version: Any = None
 
 
 _EVENTS = msgspec.json.Decoder(list[Event])

@@ -13,11 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from profkit.errors import ProfkitError
 from profkit.model import schema
-from profkit.model.trace import KINETO, Trace, TraceMeta, empty_table, from_columns
+from profkit.model.trace import KINETO, Coded, Trace, TraceMeta, empty_arrays
 from profkit.readers.kineto.events import TraceBuilder, copy_kinds, range_kind, short_kernel_name
 from profkit.readers.kineto.parse import read_events
 from profkit.readers.kineto.stacks import python_sites
@@ -57,7 +56,7 @@ class KinetoSource:
         self.builder = builder
         self.tables = builder.tables
         self.main_pid = self._main_pid()
-        self._finished: dict[str, pd.DataFrame] = {}
+        self._finished: dict[str, dict[str, Any]] = {}
         self.meta = self._meta()
 
     def _main_pid(self) -> int:
@@ -86,6 +85,11 @@ class KinetoSource:
         }
         if dist:
             extra["distributed_backend"] = dist.get("backend")
+        for key, name in (("cuda_runtime_version", "cuda_runtime_version"),
+                          ("cuda_driver_version", "cuda_driver_api_version")):
+            version = _int_or_none(header.get(key))
+            if version is not None:  # CUDA encodes 13.0 as 13000
+                extra[name] = f"{version // 1000}.{version % 1000 // 10}"
         return TraceMeta(
             source=KINETO,
             path=self.path,
@@ -103,46 +107,67 @@ class KinetoSource:
     # -- TraceSource ---------------------------------------------------------------
     def has(self, table: str) -> bool:
         if table == "devices":
-            return bool(self._devices_frame().shape[0])
+            return bool(len(self._devices()["device"]))
         if table == "python_sites":
             return bool(self.builder.frames.rows) and bool(self.tables["api"].rows)
         return bool(self.tables[table].rows)
 
-    def load(self, table: str, columns: Sequence[str]) -> pd.DataFrame:
+    def require(self, table: str, what: str) -> None:
+        """The one-line error for a table this trace did not record."""
+        if self.has(table):
+            return
+        how = {"kernels": "record with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] on a GPU",
+               "api": "record with ProfilerActivity.CUDA on a GPU",
+               "ranges": "annotate code with torch.profiler.record_function(...) or use a schedule and prof.step()",
+               "python_sites": "record with with_stack=True"}.get(table)
+        raise ProfkitError(f"{self.path.name} has no {what}: the PyTorch profiler trace holds none", hint=how)
+
+    def load(self, table: str, columns: Sequence[str]) -> Any:
+        """The columns as a pandas DataFrame (Categoricals for text)."""
+        import pandas as pd
+
+        data = self.load_arrays(table, columns)
+        return pd.DataFrame({c: pd.Categorical.from_codes(v.codes, v.categories, validate=False)
+                             if isinstance(v, Coded) else v for c, v in data.items()}, copy=False)
+
+    def load_arrays(self, table: str, columns: Sequence[str]) -> dict[str, Any]:
+        """The columns as numpy arrays, text columns as ``Coded``: no pandas."""
+        columns = list(columns)
         if table == "devices":
-            return self._devices_frame()[list(columns)]
+            return {c: self._devices()[c] for c in columns}
         if table == "python_sites":
             if "python_sites" not in self._finished:
                 self._finished["python_sites"] = python_sites(self.builder.frames, self.tables["api"])
-            return self._finished["python_sites"][list(columns)]
+            return {c: self._finished["python_sites"][c] for c in columns}
         source = self.tables[table]
         derived: dict[str, Any] = {}
         if table in LAUNCHED_BY_TRACE_PROCESS and "pid" in columns:
             derived["pid"] = np.full(source.rows, self.main_pid, dtype=np.int64)
         for column in columns:
             if (table, column) in DERIVED_FROM_NAME:
-                derived[column] = source.codes["name"].categorical(source.column("name"),
-                                                                   DERIVED_FROM_NAME[table, column])
+                derived[column] = source.codes["name"].coded(source.column("name"), DERIVED_FROM_NAME[table, column])
         if table == "ranges" and "kind" in columns:
             derived["kind"] = self._range_kinds()
         if table == "ranges" and "end_tid" in columns:
             derived["end_tid"] = source.column("tid")  # a complete ('X') event ends on its own thread
         if table == "syncs" and "tid" in columns:
             derived["tid"] = self._sync_threads()
-        return source.frame(columns, derived)
+        return source.arrays(columns, derived)
 
-    def _range_kinds(self) -> pd.Categorical:
+    def _range_kinds(self) -> Coded:
         """kind is a function of (domain, name): computed once per distinct pair."""
         ranges = self.tables["ranges"]
         names, domains = ranges.column("name"), ranges.column("domain")
-        pairs, inverse = np.unique(domains * (len(ranges.codes["name"].index) + 1) + names, return_inverse=True)
+        if not len(names):
+            return Coded(names, [])
+        width = len(ranges.codes["name"].index) + 1
+        pairs, inverse = np.unique(domains * width + names, return_inverse=True)
         name_of = list(ranges.codes["name"].index)
         domain_of = list(ranges.codes["domain"].index)
-        width = len(name_of) + 1
         labels = [range_kind(name_of[p % width], domain_of[p // width]) for p in pairs.tolist()]
         unique = sorted(set(labels))
         codes = np.array([unique.index(label) for label in labels], dtype=np.int64)
-        return pd.Categorical.from_codes(codes[inverse.reshape(-1)], categories=unique)
+        return Coded(codes[inverse.reshape(-1)], unique)
 
     def _sync_threads(self) -> np.ndarray:
         """A cuda_sync event sits on the GPU's row; its CPU thread is that of
@@ -165,28 +190,26 @@ class KinetoSource:
         self._finished.clear()
 
     # -- devices -------------------------------------------------------------------
-    def _devices_frame(self) -> pd.DataFrame:
-        if "devices" in self._finished:
-            return self._finished["devices"]
-        props = self.header.get("deviceProperties")
-        rows = [p for p in props if isinstance(p, dict)] if isinstance(props, list) else []
-        if not rows:
-            frame = empty_table("devices")
-        else:
-            columns: dict[str, list[Any]] = {c: [] for c in schema.column_names("devices")}
-            for p in rows:
+    def _devices(self) -> dict[str, Any]:
+        if "devices" not in self._finished:
+            props = self.header.get("deviceProperties")
+            rows = [p for p in props if isinstance(p, dict)] if isinstance(props, list) else []
+            columns: dict[str, Any] = empty_arrays("devices")
+            if rows:
                 for column in columns:
-                    columns[column].append(None)
-                for key, column in DEVICE_KEYS.items():
-                    value = p.get(key)
-                    if column == "name":
-                        columns[column][-1] = value if isinstance(value, str) else ""
-                    elif isinstance(value, (int, float)):
-                        columns[column][-1] = int(value)
-            columns["name"] = [v or "" for v in columns["name"]]
-            frame = from_columns("devices", columns)
-        self._finished["devices"] = frame
-        return frame
+                    if column != "name":
+                        columns[column] = np.full(len(rows), schema.MISSING_INT, dtype=np.int64)
+                names = []
+                for i, p in enumerate(rows):
+                    names.append(p.get("name") if isinstance(p.get("name"), str) else "")
+                    for key, column in DEVICE_KEYS.items():
+                        value = p.get(key)
+                        if column != "name" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                            columns[column][i] = int(value)
+                unique = list(dict.fromkeys(names))
+                columns["name"] = Coded(np.array([unique.index(n) for n in names], dtype=np.int64), unique)
+            self._finished["devices"] = columns
+        return self._finished["devices"]
 
 
 def open_kineto_file(path: Path) -> Trace:

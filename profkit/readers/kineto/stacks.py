@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
-import pandas as pd
+from typing import Any
 
-from profkit.model.trace import empty_table
+import numpy as np
+
+from profkit.model.trace import empty_arrays
 from profkit.readers.kineto.columns import Table
 
 FRAME_NAME = re.compile(r"(?P<file>.+)\((?P<line>\d+)\): (?P<function>.*)")
@@ -42,10 +43,11 @@ def user_frame(name: str) -> tuple[str, str] | None:
     return f"{file}:{m.group('line')}", m.group("function")
 
 
-def python_sites(frames: Table, api: Table) -> pd.DataFrame:
-    """One row per API call enclosed by a user frame (model table ``python_sites``)."""
+def python_sites(frames: Table, api: Table) -> dict[str, Any]:
+    """One row per API call enclosed by a user frame (model table ``python_sites``):
+    its columns, text as ``Coded``."""
     if frames.rows == 0 or api.rows == 0:
-        return empty_table("python_sites")
+        return empty_arrays("python_sites")
     codes = frames.codes["name"]
     is_user = np.array([_label(n)[0] != "" for n in codes.index], dtype=bool)
     name = frames.column("name")
@@ -79,17 +81,17 @@ def python_sites(frames: Table, api: Table) -> pd.DataFrame:
         found_api.append(calls[open_])
         found_frame.append(order[at[open_]])
     if not found_api:
-        return empty_table("python_sites")
+        return empty_arrays("python_sites")
     calls = np.concatenate(found_api)
     frame_rows = np.concatenate(found_frame)
     order = np.argsort(calls, kind="stable")  # api row order
     calls, frame_rows = calls[order], frame_rows[order]
     frame_code = f_name[frame_rows]
-    return pd.DataFrame({
+    return {
         "pid": a_pid[calls], "tid": a_tid[calls], "correlation": a_corr[calls], "start": a_start[calls],
-        "site": codes.categorical(frame_code, lambda n: _label(n)[0]),
-        "function": codes.categorical(frame_code, lambda n: _label(n)[1]),
-    })
+        "site": codes.coded(frame_code, lambda n: _label(n)[0]),
+        "function": codes.coded(frame_code, lambda n: _label(n)[1]),
+    }
 
 
 def _label(name: object) -> tuple[str, str]:
