@@ -172,3 +172,12 @@ def test_synthetic_named_step_range_and_a_wrong_name():
     with pytest.raises(ProfkitError, match="no range named 'epoch'"):
         find_steps(trace, step_range="epoch")
     assert find_steps(trace, use_ranges=False).source == KERNEL_PATTERN
+
+
+def test_synthetic_one_kernel_over_and_over_is_not_a_loop():
+    """One name launched 500 times (with a copy now and then) has no loop body to call a step."""
+    rng = random.Random(3)
+    names = ["k" if rng.random() < 0.8 else "memcpy" for _ in range(500)]
+    kernels, _ = loop([names])
+    result = find_steps(synthetic_trace(kernels))
+    assert result.source is None and "no repeating pattern" in result.message

@@ -16,7 +16,7 @@ from profkit.output import Column, emit_rows, format_option
 from profkit.readers import open_trace
 
 STEP_TABLE = [
-    Column("index", "Step", "int"), Column("phase", "Phase"), Column("start_ns", "Start (ns)", "ns"),
+    Column("index", "Step", "int"), Column("phase", "Phase"), Column("start_ms", "Start (ms into the trace)", "float"),
     Column("duration_ns", "Duration (ns)", "ns"), Column("gpu_busy_ns", "GPU busy (ns)", "ns"),
     Column("gpu_busy_pct", "GPU busy %", "pct"), Column("launches", "GPU ops", "int"),
 ]
@@ -54,7 +54,9 @@ def steps(trace_path: Path, step_range: str | None, no_ranges: bool, limit: int,
         click.echo(json.dumps(result.to_dict(), indent=2))
         return
     rows = result.steps.to_dict(orient="records")
+    origin = result.startup[0] if result.startup else 0
     for row in rows:
+        row["start_ms"] = (row["start_ns"] - origin) / 1e6
         row["gpu_busy_pct"] = 100.0 * row["gpu_busy_ns"] / row["duration_ns"] if row["duration_ns"] else None
     if fmt == "csv":
         emit_rows(rows, STEP_CSV, fmt)

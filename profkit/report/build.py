@@ -32,6 +32,7 @@ from profkit.model import NSYS, Trace
 from profkit.model.trace import DURATION
 from profkit.output import API_COLUMNS, KERNEL_COLUMNS, NVTX_COLUMNS
 from profkit.report import sections as fill
+from profkit.report import steps_section
 from profkit.report.findings import findings as make_findings
 from profkit.report.findings import longest_gap
 from profkit.report.model import Figure, Report, Section, Table
@@ -66,6 +67,7 @@ def build_report(trace: Trace, *, ncu_csv: Path | None = None, partial: bool = F
         section.facts = _capture_facts(capture, run_info)
 
     add("capture", "Capture", capture_section)
+    add("steps", "Steps", lambda s: steps_section.fill_steps(s, trace, found))
     add("timeline", "Timeline", lambda s: fill.fill_timeline(s, trace, bins, found))
     add("utilization", "GPU utilization", lambda s: fill.fill_utilization(s, found))
     nsys = trace.meta.source == NSYS
@@ -91,14 +93,17 @@ def build_report(trace: Trace, *, ncu_csv: Path | None = None, partial: bool = F
     add(INTERACTIVE, "", lambda s: found.update(interactive_timeline=_interactive_timeline(trace)))
     sections = [s for s in _build_sections(plan, trace) if s.key != INTERACTIVE]
 
-    items = list(found.get("stall_findings", []))
+    # The steady state leads: a headline over the whole capture is made by start-up.
+    items = steps_section.findings_for(trace, found)
+    items += list(found.get("stall_findings", []))
     gap = longest_gap(found.get("utilization"))
     gap_ranges = timeline.enclosing_ranges(trace, gap[0], gap[1]) if gap else []
     items += make_findings(capture=capture or None, kernels=found.get("kernels"), api=found.get("api"),
                            memory=found.get("memory"), utilization=found.get("utilization"),
                            longest_gap_ranges=gap_ranges,
                            occupancy=found.get("occupancy"), nvtx_ranges=found.get("nvtx_ranges"),
-                           ncu=found.get("ncu"), time_origin_ns=timeline.time_origin(trace))
+                           ncu=found.get("ncu"), time_origin_ns=timeline.time_origin(trace),
+                           steps_found=bool(found.get("steps") and found["steps"].found))
     partial_reason = (run_info or {}).get("partial_reason") if partial else None
     command = (run_info or {}).get("command")
     title = f"profkit report: {' '.join(command) if command else trace.name}"
@@ -118,8 +123,8 @@ def build_report(trace: Trace, *, ncu_csv: Path | None = None, partial: bool = F
 # dropped before the CUDA API calls (the biggest table) are read.  The capture runs
 # after the API summary so that its row counts come from columns already read.
 INTERACTIVE = "interactive_timeline"  # report.html's canvas timeline: built here, not a section
-BUILD_ORDER = ("timeline", "utilization", "kernels", "occupancy", "api", "nvtx", "capture", "nvtx_kernels",
-               INTERACTIVE, "memory", "stalls", "ncu")
+BUILD_ORDER = ("timeline", "utilization", "kernels", "occupancy", "api", "steps", "nvtx", "capture",
+               "nvtx_kernels", INTERACTIVE, "memory", "stalls", "ncu")
 # Columns read in one scan of their table before the section that first needs them:
 # a scan of a million rows costs about as much as three more columns in it, so every
 # column the report will want from the two big tables is read at once.

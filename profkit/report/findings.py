@@ -40,14 +40,16 @@ def findings(*, capture: Row | None = None, kernels: Sequence[Row] | None = None
              api: Sequence[Row] | None = None, memory: Sequence[Row] | None = None,
              utilization: Sequence[Utilization] | None = None, longest_gap_ranges: Sequence[str] = (),
              occupancy: Sequence[Row] | None = None, nvtx_ranges: Sequence[Row] | None = None,
-             ncu: Sequence[Row] | None = None, time_origin_ns: int = 0) -> list[str]:
+             ncu: Sequence[Row] | None = None, time_origin_ns: int = 0, steps_found: bool = False) -> list[str]:
     """Findings in order of weight; empty inputs give none.
 
     ``longest_gap_ranges``: the NVTX ranges enclosing the longest idle gap, innermost first;
-    ``time_origin_ns``: the trace time that reads as 0 s of the capture.
+    ``time_origin_ns``: the trace time that reads as 0 s of the capture;
+    ``steps_found``: the steady-state findings (``steps_section``) lead; the
+    whole-capture busy figure then says it includes start-up and blames nobody.
     """
     out: list[str] = []
-    out += _busy(capture, utilization, longest_gap_ranges, time_origin_ns)
+    out += _busy(capture, utilization, longest_gap_ranges, time_origin_ns, steps_found)
     out += _kernels(kernels)
     out += _blocking_calls(api)
     out += _memory(memory, kernels)
@@ -67,13 +69,14 @@ def longest_gap(utilization: Sequence[Utilization] | None) -> tuple[int, int, in
 
 
 def _busy(capture: Row | None, utilization: Sequence[Utilization] | None,
-          gap_ranges: Sequence[str], origin: int = 0) -> list[str]:
+          gap_ranges: Sequence[str], origin: int = 0, steps_found: bool = False) -> list[str]:
     out = []
     if capture and capture.get("gpu_busy_pct") is not None and capture.get("gpu_span_ns"):
         pct = capture["gpu_busy_pct"]
-        text = (f"The GPU was busy {_pct(pct)} of the time from its first to its last operation "
+        whole = "Over the whole capture, start-up included, the GPU" if steps_found else "The GPU"
+        text = (f"{whole} was busy {_pct(pct)} of the time from its first to its last operation "
                 f"({duration(capture['gpu_busy_ns'])} of {duration(capture['gpu_span_ns'])}).")
-        if pct < LOW_BUSY_PCT:
+        if pct < LOW_BUSY_PCT and not steps_found:
             text += f" For the other {_pct(100 - pct)} it had no kernel or copy to run: it waited for the host."
         out.append(text)
     gap = longest_gap(utilization)

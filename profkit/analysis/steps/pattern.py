@@ -122,6 +122,7 @@ class _Split:
     unit_count: int
     coverage: float          # share of all launches whose name is in the unit
     explained: float         # share of launches inside copies of the unit
+    distinct: int            # names in the unit
 
 
 def _split(tokens: np.ndarray, period: int, anchors: list[int]) -> _Split | None:
@@ -140,12 +141,13 @@ def _split(tokens: np.ndarray, period: int, anchors: list[int]) -> _Split | None
     in_unit[np.unique(tokens[start:start + length])] = True
     coverage = float(counts[in_unit].sum()) / len(tokens)
     explained = float(freq[mode] * length) / len(tokens)
-    return _Split(period, boundaries, start, length, int(freq[mode]), coverage, explained)
+    return _Split(period, boundaries, start, length, int(freq[mode]), coverage, explained, int(in_unit.sum()))
 
 
 def _choose(tokens: np.ndarray) -> _Split | None:
+    # A unit of one name (a kernel launched over and over) is a stream of launches, not a loop body.
     splits = [s for p, anchors in candidate_periods(tokens).items()
-              if (s := _split(tokens, p, anchors)) is not None and s.unit_count >= 2]
+              if (s := _split(tokens, p, anchors)) is not None and s.unit_count >= 2 and s.distinct >= 2]
     if not splits:
         return None
     best_cov = max(s.coverage for s in splits)

@@ -1,0 +1,61 @@
+"""Where each step's time goes: compute, communication, memory, other GPU work, idle.
+
+The parts of a step add up to its duration, layered the way HTA's temporal
+breakdown reads (``profkit.analysis.breakdown``): **compute** is the time
+any computation kernel runs; **communication** the time NCCL kernels run
+with no computation under them; **memory** the time copies/sets run with
+neither; **other** the remaining GPU work; **idle** the time nothing runs.
+Kernel types are HTA's (``profkit.analysis.kernel_origin``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from profkit.analysis.steps.activity import busy_in_windows
+from profkit.analysis.steps.result import StepResult
+from profkit.model import Trace
+
+PARTS = ("compute_ns", "communication_ns", "memory_ns", "other_ns", "idle_ns")
+
+
+def per_step_breakdown(trace: Trace, result: StepResult) -> pd.DataFrame:
+    """One row per step: ``index``, ``phase``, ``duration_ns`` and ``PARTS`` (they sum to the duration).
+
+    Without the kernel-type classifier (``profkit.analysis.breakdown``), all
+    GPU work counts as ``other_ns``."""
+    steps = result.steps
+    out = steps[["index", "phase", "duration_ns"]].copy()
+    if steps.empty:
+        for part in PARTS:
+            out[part] = np.empty(0, dtype=np.int64)
+        return out
+    lo, hi = steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64)
+    start, end, kind = _typed_gpu_work(trace)
+    layers = []  # cumulative unions: compute, +communication, +memory, +everything
+    mask = np.zeros(len(start), dtype=bool)
+    for kinds in (("computation",), ("communication",), ("memory",), None):
+        mask = mask | (np.isin(kind, kinds) if kinds is not None else np.ones(len(start), dtype=bool))
+        layers.append(busy_in_windows(start[mask], end[mask], lo, hi))
+    previous = np.zeros(len(steps), dtype=np.int64)
+    for part, layer in zip(PARTS[:4], layers):
+        out[part] = layer - previous
+        previous = layer
+    out["idle_ns"] = out["duration_ns"].to_numpy(np.int64) - previous
+    return out
+
+
+def _typed_gpu_work(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    try:
+        from profkit.analysis.breakdown.events import gpu_events
+    except ModuleNotFoundError as exc:
+        if not (exc.name or "").startswith("profkit"):
+            raise
+        from profkit.analysis.steps.activity import load_activity
+
+        act = load_activity(trace)
+        return act.all_start, act.all_end, np.full(len(act.all_start), "other", dtype=object)
+    events, _ = gpu_events(trace, include_syncs=False, hta_filter=False)
+    return (events["start"].to_numpy(np.int64), events["end"].to_numpy(np.int64),
+            events["kernel_type"].to_numpy(dtype=object))

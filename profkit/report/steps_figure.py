@@ -1,0 +1,110 @@
+"""The Steps section's figures: step times with their breakdown, and a few steady-state steps.
+
+Both take plain data from ``profkit.report.steps_section`` (which gets it
+from ``profkit.analysis.steps``) and return PNG bytes.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+PART_COLORS = {"compute_ns": "#1f6fb4", "communication_ns": "#f28e2b", "memory_ns": "#d1495b",
+               "other_ns": "#8c8c8c", "idle_ns": "#e6e6e6"}
+PART_LABELS = {"compute_ns": "compute", "communication_ns": "communication", "memory_ns": "memory",
+               "other_ns": "other GPU work", "idle_ns": "idle"}
+KIND_COLORS = {"kernel": "#1f6fb4", "memcpy": "#d1495b", "memset": "#8e6bbf"}
+_RC = {"text.parse_math": False, "text.usetex": False, "font.size": 9}
+WIDTH_IN, DPI = 12.0, 100
+
+
+def _unit(span_ns: float) -> tuple[float, str]:
+    if span_ns >= 2e9:
+        return 1e9, "s"
+    if span_ns >= 2e6:
+        return 1e6, "ms"
+    return 1e3, "µs"
+
+
+def _png(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
+    return buf.getvalue()
+
+
+def step_times_png(parts: pd.DataFrame, median_ns: float | None) -> bytes:
+    """Stacked bars per step (compute, communication, memory, other, idle); warm-up hatched."""
+    import matplotlib
+
+    with matplotlib.rc_context(_RC):
+        fig = Figure(figsize=(WIDTH_IN, 3.4), dpi=DPI)
+        ax = fig.add_subplot(1, 1, 1)
+        steady = parts[parts["phase"] == "steady"]["duration_ns"]
+        scale_ref = float(steady.max()) if len(steady) else float(parts["duration_ns"].max() or 1)
+        divisor, unit = _unit(scale_ref)
+        x = parts["index"].to_numpy()
+        warm = (parts["phase"] == "warmup").to_numpy()
+        bottom = np.zeros(len(parts))
+        for part, color in PART_COLORS.items():
+            height = parts[part].to_numpy(np.float64) / divisor
+            bars = ax.bar(x, height, bottom=bottom, color=color, width=0.85, linewidth=0)
+            for bar, is_warm in zip(bars, warm):
+                if is_warm:
+                    bar.set_hatch("///")
+                    bar.set_alpha(0.5)
+            bottom += height
+        if median_ns:
+            ax.axhline(median_ns / divisor, color="black", linewidth=0.8, linestyle="--")
+        # a warm-up step can take 100x a steady one: keep the steady steps readable
+        top = 1.25 * scale_ref / divisor
+        if bottom.max() > top:
+            ax.set_ylim(0, top)
+            for xi, total in zip(x, bottom):
+                if total > top:
+                    ax.text(xi, top * 0.97, f"{total:.3g}", ha="center", va="top", fontsize=7, rotation=90)
+        ax.set_xlabel("step")
+        ax.set_ylabel(f"time ({unit})")
+        ax.legend(handles=[Patch(color=c, label=PART_LABELS[p]) for p, c in PART_COLORS.items()],
+                  loc="upper right", ncols=5, fontsize=8, frameon=False)
+        fig.tight_layout()
+        return _png(fig)
+
+
+def steps_zoom_png(zoom: dict[str, Any]) -> bytes:
+    """GPU work per stream in a few steps, with the step boundaries."""
+    import matplotlib
+
+    with matplotlib.rc_context(_RC):
+        lanes = zoom["lanes"] or ["GPU"]
+        fig = Figure(figsize=(WIDTH_IN, 1.2 + 0.35 * len(lanes)), dpi=DPI)
+        ax = fig.add_subplot(1, 1, 1)
+        lo, hi = zoom["start_ns"], zoom["end_ns"]
+        divisor, unit = _unit(hi - lo)
+        least = (hi - lo) / divisor / (WIDTH_IN * DPI)  # at least one pixel wide
+        events = zoom["events"]
+        for row, lane in enumerate(lanes):
+            mine = events[events["lane"] == lane]
+            for kind, color in KIND_COLORS.items():
+                of_kind = mine[mine["kind"] == kind]
+                if len(of_kind):
+                    s = (np.maximum(of_kind["start"].to_numpy(), lo) - lo) / divisor
+                    w = np.maximum((np.minimum(of_kind["end"].to_numpy(), hi) - lo) / divisor - s, least)
+                    ax.broken_barh(list(zip(s, w)), (row - 0.4, 0.8), facecolors=color, linewidth=0)
+        for step in zoom["steps"]:
+            xs = (step["start_ns"] - lo) / divisor
+            ax.axvline(xs, color="black", linewidth=1.0)
+            ax.text(xs, len(lanes) - 0.45, f" step {step['index']}", fontsize=8, va="bottom")
+        ax.axvline((hi - lo) / divisor, color="black", linewidth=1.0)
+        ax.set_yticks(range(len(lanes)), lanes)
+        ax.set_ylim(-0.6, len(lanes) + 0.2)
+        ax.set_xlim(0, (hi - lo) / divisor)
+        ax.set_xlabel(f"time from step {zoom['steps'][0]['index']}'s start ({unit})")
+        ax.legend(handles=[Patch(color=c, label=k) for k, c in KIND_COLORS.items()], loc="upper right",
+                  ncols=3, fontsize=8, frameon=False, bbox_to_anchor=(1.0, 1.25))
+        fig.tight_layout()
+        return _png(fig)
