@@ -84,17 +84,18 @@ class SyntheticSource:
 SECRET = "HOME=/root\x00API_TOKEN=synthetic-secret-123\x00"
 
 
-def synthetic_trace(tmp_path: Path) -> Trace:
+def synthetic_trace(tmp_path: Path, clock: int = 0) -> Trace:
+    """``clock``: added to every time (an epoch clock, as older Kineto traces have)."""
     n = 2
     kernels = from_columns("kernels", {
-        "start": [1000, 5000], "end": [3000, 9000], "device": [0] * n, "stream": [7] * n, "pid": [42] * n,
+        "start": [clock + 1000, clock + 5000], "end": [clock + 3000, clock + 9000], "device": [0] * n, "stream": [7] * n, "pid": [42] * n,
         "correlation": [1, 2], "name": [f"k\x00{SECRET}", "gemm"], "short_name": ["k", "gemm"],
         **{c: [1] * n for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")},
         "registers_per_thread": [32] * n, "static_smem_bytes": [0] * n, "dynamic_smem_bytes": [0] * n,
         "smem_config_bytes": [0] * n})
-    api = from_columns("api", {"start": [500, 4000], "end": [900, 4500], "pid": [42] * n, "tid": [43] * n,
+    api = from_columns("api", {"start": [clock + 500, clock + 4000], "end": [clock + 900, clock + 4500], "pid": [42] * n, "tid": [43] * n,
                                "correlation": [1, 2], "name": ["cudaLaunchKernel"] * n, "layer": ["runtime"] * n})
-    ranges = from_columns("ranges", {"start": [0], "end": [-1], "pid": [42], "tid": [43], "device": [-1],
+    ranges = from_columns("ranges", {"start": [clock], "end": [-1], "pid": [42], "tid": [43], "device": [-1],
                                      "stream": [-1], "name": [f"step\x00{SECRET}"], "domain": [""],
                                      "style": ["PushPop"], "kind": ["nvtx"]})
     processes = from_columns("processes", {"pid": [42], "name": [f"python\x00{SECRET}"]})
@@ -121,3 +122,18 @@ def test_synthetic_no_environment_in_export(tmp_path: Path) -> None:
 def test_synthetic_busy_bins_of_two_kernels(tmp_path: Path) -> None:
     busy = gpu_busy_per_bin(synthetic_trace(tmp_path), 0, 10_000, 10)
     assert busy.busy_ns[0].tolist() == [0, 1000, 1000, 0, 0, 1000, 1000, 1000, 1000, 0]
+
+
+def test_synthetic_epoch_clock_is_written_from_a_base(tmp_path: Path) -> None:
+    """Times past 2**52 ns would lose nanoseconds as doubles: they are written from
+    "baseTimeNanoseconds" (Kineto's key), and base + ts gives back every nanosecond."""
+    clock = 1_712_195_495_502_094_592  # an epoch time in ns, as in a real Kineto trace
+    out = tmp_path / "out.json"
+    export_perfetto(synthetic_trace(tmp_path, clock), out)
+    doc = json.loads(out.read_bytes())
+    base = doc["baseTimeNanoseconds"]
+    assert base % 1_000_000_000 == 0 and clock - 1_000_000_000 < base <= clock
+    kernels = sorted((base + round(e["ts"] * 1000), round(e["dur"] * 1000))
+                     for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] == "kernel")
+    assert kernels == [(clock + 1000, 2000), (clock + 5000, 4000)]
+    assert all(abs(e["ts"]) < 2**52 / 1000 for e in doc["traceEvents"] if "ts" in e)

@@ -22,7 +22,7 @@ on the slices themselves, but chrome://tracing and HTA do not.)
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import orjson
@@ -171,9 +171,9 @@ def api_events(a: pd.DataFrame) -> Iterator[Lines]:
 
 
 def slice_events(frame: pd.DataFrame, cat: np.ndarray, cats: list[str], names: tuple[np.ndarray, list[str]],
-                 args: list[str]) -> Iterator[Lines]:
+                 args: Callable[[slice], list[str]]) -> Iterator[Lines]:
     """Generic complete events: ``frame`` has pid, tid, start, end; ``cat`` indexes ``cats``
-    (JSON strings); ``args`` is one serialised args object per row."""
+    (JSON strings); ``args(rows)`` serialises the args objects of a slice of rows."""
     code, table = names
     start, end = frame["start"].to_numpy(), frame["end"].to_numpy()
     pid, tid = frame["pid"].to_numpy(), frame["tid"].to_numpy()
@@ -185,7 +185,7 @@ def slice_events(frame: pd.DataFrame, cat: np.ndarray, cats: list[str], names: t
             f'"dur":{d}.{df},"args":{g}}}'
             for k, c, p, t, s, sf, d, df, g in zip(
                 cat[part].tolist(), code[part].tolist(), pid[part].tolist(), tid[part].tolist(), ts, tsf, du, duf,
-                args[part])
+                args(part))
         ]
 
 

@@ -95,32 +95,40 @@ def export_perfetto(trace: Trace, out: str | os.PathLike[str], *, window_ns: tup
         origin = tracks.time_origin(trace, span)
         raise ProfkitError(f"no events between {(lo - origin) / 1e9:.6f} s and {(hi - origin) / 1e9:.6f} s "
                            f"(the trace spans {(span[0] - origin) / 1e9:.6f} s to {(span[1] - origin) / 1e9:.6f} s)")
-    base = tracks.gpu_pid_base(tables)
+    gpu_base = tracks.gpu_pid_base(tables)
+    # Times are written as microseconds with 3 decimals, which readers parse as doubles: exact
+    # only below 2**53 ns.  An epoch clock (older Kineto traces) is written from a base instead,
+    # named in the header as Kineto names it ("baseTimeNanoseconds").
+    shift = tracks.time_base(span)
+    if shift:
+        tables = tracks.shifted(tables, shift)
+        steps = None if steps is None else steps.assign(start_ns=steps["start_ns"] - shift,
+                                                        end_ns=steps["end_ns"] - shift)
     with open_output(out, inputs=(trace.path,)) as fh:
-        fh.write(_header(trace))
+        fh.write(_header(trace, shift))
         stream = _EventStream(fh)
-        stream.write(tracks.metadata_events(trace, tables, base))
+        stream.write(tracks.metadata_events(trace, tables, gpu_base))
         k = tables["kernels"]
-        stream.write_all(ev.kernel_events(k, k["device"].to_numpy() + base))
+        stream.write_all(ev.kernel_events(k, k["device"].to_numpy() + gpu_base))
         for table, cat in (("memcpy", "gpu_memcpy"), ("memset", "gpu_memset")):
-            stream.write_all(ev.memory_events(tables[table], tables[table]["device"].to_numpy() + base, cat))
+            stream.write_all(ev.memory_events(tables[table], tables[table]["device"].to_numpy() + gpu_base, cat))
         api_tid = tracks.api_tids(tables["api"])
         stream.write_all(ev.api_events(tables["api"].assign(tid=api_tid)))
-        chunks, names = tracks.range_events(tables["ranges"], tables["cpu_ops"], base)
-        stream.write_all(iter(chunks))
+        chunks, names = tracks.range_events(tables["ranges"], tables["cpu_ops"], gpu_base)
+        stream.write_all(chunks)
         stream.write(names)
         stream.write(tracks.sync_site_events(tables["ranges"]))
-        flows = tracks.flow_pairs(tables, base, api_tid)
+        flows = tracks.flow_pairs(tables, gpu_base, api_tid)
         stream.write_all(ev.flow_events(*flows))
         if steps is not None and len(steps):
-            stream.write(tracks.step_events(steps, lo, hi))
-        stream.write(_busy_counters(trace, lo, hi, base))
+            stream.write(tracks.step_events(steps, lo - shift, hi - shift))
+        stream.write(_busy_counters(trace, lo, hi, gpu_base, shift))
         fh.write(b"\n]}\n")
     return ExportResult(path=Path(out), events=stream.count, kernels=len(k), flows=len(flows[0]),
                         window_ns=(int(lo), int(hi)))
 
 
-def _header(trace: Trace) -> bytes:
+def _header(trace: Trace, shift: int) -> bytes:
     """Top-level keys before ``traceEvents``, as Kineto writes them: a schema
     version, the devices (so occupancy still works on the export), the rank."""
     meta = trace.meta
@@ -128,13 +136,15 @@ def _header(trace: Trace) -> bytes:
                   "deviceProperties": tracks.device_properties(trace),
                   "profkit": {"exported_from": meta.source, "file": ev.clean_text(trace.name),
                               "tool_version": meta.tool_version, "schema_version": meta.schema_version}}
+    if shift:
+        head["baseTimeNanoseconds"] = shift
     if meta.rank is not None:
         head["distributedInfo"] = {"rank": meta.rank, "world_size": meta.world_size}
     text = orjson.dumps(head).decode()
     return (text[:-1] + ',"traceEvents":[').encode()
 
 
-def _busy_counters(trace: Trace, lo: int, hi: int, base: int) -> list[str]:
+def _busy_counters(trace: Trace, lo: int, hi: int, gpu_base: int, shift: int) -> list[str]:
     from profkit.analysis.busy_bins import gpu_busy_per_bin
 
     bins = int(max(1, min(BUSY_BINS, (hi - lo) // MIN_BUSY_BIN_NS)))
@@ -143,5 +153,6 @@ def _busy_counters(trace: Trace, lo: int, hi: int, base: int) -> list[str]:
     for device in busy.busy_ns:
         pct = busy.percent(device)
         # a last sample at the window's end closes the final bin
-        lines += ev.counter_events("GPU busy %", device + base, busy.edges, np.append(pct, 0.0), "busy %")
+        lines += ev.counter_events("GPU busy %", device + gpu_base, busy.edges - shift, np.append(pct, 0.0),
+                                   "busy %")
     return lines

@@ -15,6 +15,8 @@ Track layout (Chrome trace-event ``pid``/``tid``):
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import orjson
 import pandas as pd
@@ -60,6 +62,17 @@ def time_origin(trace: Trace, span: tuple[int, int]) -> int:
     as on the nsys timeline), else the first event."""
     start = trace.meta.capture_start_ns
     return int(start) if start is not None else span[0]
+
+
+def time_base(span: tuple[int, int]) -> int:
+    """0, or a whole second at or before the first event when the clock runs past 2**52 ns
+    (an epoch clock): times from it keep their nanoseconds through a double."""
+    return 0 if span[1] < (1 << 52) else (span[0] // 1_000_000_000) * 1_000_000_000
+
+
+def shifted(tables: dict[str, pd.DataFrame], shift: int) -> dict[str, pd.DataFrame]:
+    return {name: frame.assign(start=frame["start"].to_numpy() - shift, end=frame["end"].to_numpy() - shift)
+            for name, frame in tables.items()}
 
 
 def load_tables(trace: Trace, lo: int, hi: int, whole: bool) -> dict[str, pd.DataFrame]:
@@ -187,7 +200,7 @@ def _range_args(ranges: pd.DataFrame) -> tuple[np.ndarray, list[str], list[str]]
     return np.asarray(which, dtype=np.int64).reshape(-1), args_table, cat_table
 
 
-def range_events(ranges: pd.DataFrame, cpu_ops: pd.DataFrame, base: int) -> tuple[list[list[str]], list[str]]:
+def range_events(ranges: pd.DataFrame, cpu_ops: pd.DataFrame, base: int) -> tuple[Iterator[list[str]], list[str]]:
     """(event chunks, track-name metadata) of the ranges and CPU ops.
 
     CPU ranges and ops of a thread share its companion tracks; GPU-side
@@ -195,7 +208,7 @@ def range_events(ranges: pd.DataFrame, cpu_ops: pd.DataFrame, base: int) -> tupl
     on_gpu = np.concatenate([(ranges["device"].to_numpy() >= 0) & (ranges["tid"].to_numpy() < 0),
                              np.zeros(len(cpu_ops), dtype=bool)])
     if not len(on_gpu):
-        return [], []
+        return iter(()), []
     which, args_table, cat_table = _range_args(ranges)
     frame = pd.DataFrame({
         "pid": np.concatenate([ranges["pid"].to_numpy(), cpu_ops["pid"].to_numpy()]),
@@ -213,8 +226,16 @@ def range_events(ranges: pd.DataFrame, cpu_ops: pd.DataFrame, base: int) -> tupl
     cat = np.concatenate([which, np.full(len(cpu_ops), len(cats) - 1, dtype=np.int64)])
     names = ev.json_names(pd.Categorical(np.concatenate([np.asarray(ranges["name"], dtype=object),
                                                          np.asarray(cpu_ops["name"], dtype=object)])))
-    args = [args_table[w] for w in which.tolist()] + [f'{{"External id":{x}}}' for x in cpu_ops["external_id"].tolist()]
-    chunks = list(ev.slice_events(frame, cat, cats, names, args))
+    external = np.concatenate([np.full(len(ranges), -1, dtype=np.int64), cpu_ops["external_id"].to_numpy()])
+    ranges_args = np.asarray(args_table + [""], dtype=object)[np.concatenate(
+        [which, np.full(len(cpu_ops), len(args_table), dtype=np.int64)])]
+
+    def args(rows: slice) -> list[str]:
+        # ranges: their (kind, domain) args; CPU ops: Kineto's "External id"
+        return [a if a else f'{{"External id":{x}}}'
+                for a, x in zip(ranges_args[rows].tolist(), external[rows].tolist())]
+
+    chunks = ev.slice_events(frame, cat, cats, names, args)  # a generator: a chunk at a time
     meta = []
     tracks = np.unique(np.stack([frame["pid"].to_numpy(), real_tid, lanes, on_gpu.astype(np.int64)], axis=1), axis=0)
     for pid, tid, lane, gpu in tracks.tolist():
