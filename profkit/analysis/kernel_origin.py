@@ -163,11 +163,17 @@ def classify_names(names: Iterable[str]) -> pd.DataFrame:
     })
 
 
-def kernel_types(names: pd.Categorical | pd.Series | Sequence[str]) -> np.ndarray:
-    """HTA's kernel type per element, computed once per distinct name."""
+KERNEL_TYPES = (COMPUTATION, COMMUNICATION, MEMORY, OTHER)
+
+
+def kernel_types(names: pd.Categorical | pd.Series | Sequence[str]) -> pd.Categorical:
+    """HTA's kernel type per element (a Categorical over KERNEL_TYPES),
+    computed once per distinct name."""
     cat = _as_categorical(names)
-    per_category = np.array([kernel_type(str(c)) for c in cat.categories] + [OTHER], dtype=object)
-    return per_category[cat.codes]  # code -1 (missing) indexes the trailing OTHER
+    per_category = np.array([KERNEL_TYPES.index(kernel_type(str(c))) for c in cat.categories]
+                            + [KERNEL_TYPES.index(OTHER)], dtype=np.int8)
+    # code -1 (a missing name) indexes the trailing OTHER
+    return pd.Categorical.from_codes(per_category[cat.codes], categories=list(KERNEL_TYPES))
 
 
 def origins(names: pd.Categorical | pd.Series | Sequence[str]) -> np.ndarray:

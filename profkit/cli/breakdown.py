@@ -79,6 +79,8 @@ def breakdown(traces: tuple[Path, ...], steady: bool, wide: bool, fmt: str) -> N
         return
     title = "Where the GPU time goes" + (" (steady state)" if steady else "")
     emit_rows(rows, RANK_COLUMNS, fmt, title=title, wide=wide)
+    if not steady:
+        click.echo("Whole trace, start-up included (HTA's window); --steady counts only the steady-state steps.")
     for row in rows:
         label = f"rank {row['rank']} ({row['file']})"
         emit_rows(row["idle_by_stream"], STREAM_COLUMNS, fmt, title=f"Idle time per stream, {label}")

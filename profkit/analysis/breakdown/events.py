@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from pandas.api.types import union_categoricals
 
 from profkit.analysis import kernel_origin
 from profkit.model import Trace
@@ -57,7 +58,7 @@ def gpu_events(trace: Trace, include_syncs: bool = True, hta_filter: bool = True
         parts.append(pd.DataFrame({
             **{c: kernels[c].to_numpy() for c in _EVENT_COLUMNS},
             "source": "kernel",
-            "name": np.asarray(kernels["name"].astype(str), dtype=object),
+            "name": kernels["name"].array,
             "kernel_type": kernel_origin.kernel_types(kernels["name"]),
         }))
     memcpy = trace.table("memcpy", [*_EVENT_COLUMNS, "copy_kind"])
@@ -65,13 +66,15 @@ def gpu_events(trace: Trace, include_syncs: bool = True, hta_filter: bool = True
         parts.append(pd.DataFrame({
             **{c: memcpy[c].to_numpy() for c in _EVENT_COLUMNS},
             "source": "memcpy",
-            "name": np.asarray(("Memcpy " + memcpy["copy_kind"].astype(str)), dtype=object),
+            "name": memcpy["copy_kind"].array.rename_categories(lambda kind: f"Memcpy {kind}"),
             "kernel_type": kernel_origin.MEMORY,
         }))
     memset = trace.table("memset", _EVENT_COLUMNS)
     if len(memset):
         parts.append(pd.DataFrame({**{c: memset[c].to_numpy() for c in _EVENT_COLUMNS},
-                                   "source": "memset", "name": "Memset", "kernel_type": kernel_origin.MEMORY}))
+                                   "source": "memset", "name": pd.Categorical.from_codes(np.zeros(len(memset), int),
+                                                                                         ["Memset"]),
+                                   "kernel_type": kernel_origin.MEMORY}))
     if include_syncs:
         syncs = trace.table("syncs", [*_EVENT_COLUMNS, "sync_type"])
         on_stream = syncs[(syncs["stream"] >= 0) & (syncs["correlation"] >= 0)]
@@ -79,11 +82,11 @@ def gpu_events(trace: Trace, include_syncs: bool = True, hta_filter: bool = True
             parts.append(pd.DataFrame({
                 **{c: on_stream[c].to_numpy() for c in _EVENT_COLUMNS},
                 "source": "sync",
-                "name": np.asarray(on_stream["sync_type"].astype(str), dtype=object),
+                "name": on_stream["sync_type"].array,
                 # HTA types every "... Sync" record 'other'; a "Stream Wait Event" too on its main branch.
                 "kernel_type": kernel_origin.OTHER,
             }))
-    events = pd.concat(parts, ignore_index=True) if parts else _empty_events()
+    events = _concat(parts) if parts else _empty_events()
     events = _with_launches(trace, events)
     window = EventWindow(False, None, None, None)
     if hta_filter:
@@ -121,27 +124,60 @@ def _last_profiler_step_start(trace: Trace) -> int | None:
 
 
 def _with_launches(trace: Trace, events: pd.DataFrame) -> pd.DataFrame:
-    """Join each GPU event to the CUDA call with its correlation id."""
+    """Join each GPU event to the CUDA call with its correlation id (the
+    earliest such call, should a correlation id repeat)."""
     api = trace.table("api", ["start", "end", "pid", "tid", "correlation", "name"])
-    api = api[api["correlation"] >= 0]
-    single_process = api["pid"].nunique() <= 1
-    keys = ["correlation"] if single_process else ["pid", "correlation"]
-    launches = pd.DataFrame({
-        "correlation": api["correlation"].to_numpy(),
-        "launch_start": api["start"].to_numpy(),
-        "launch_end": api["end"].to_numpy(),
-        "launch_pid": api["pid"].to_numpy(),
-        "launch_tid": api["tid"].to_numpy(),
-        "launch_api": np.asarray(api["name"].astype(str), dtype=object),
-    })
-    if not single_process:
-        launches["pid"] = launches["launch_pid"]
-    launches = launches.sort_values("launch_start", kind="stable").drop_duplicates(keys, keep="first")
-    merged = events.merge(launches, on=keys, how="left", sort=False)
-    for column in ("launch_start", "launch_end", "launch_pid", "launch_tid"):
-        merged[column] = merged[column].fillna(-1).astype(np.int64)
-    merged["launch_api"] = merged["launch_api"].fillna("")
-    return merged
+    corr = api["correlation"].to_numpy()
+    usable = corr >= 0
+    api_pid = api["pid"].to_numpy()[usable]
+    # Correlation ids are per process: with several processes the key is (pid, correlation).
+    single_process = np.unique(api_pid).size <= 1
+    api_key = _key(api_pid, corr[usable], single_process)
+    api_start = api["start"].to_numpy()[usable]
+    order = np.lexsort((api_start, api_key))
+    sorted_key = api_key[order]
+    first = np.ones(sorted_key.size, dtype=bool)
+    first[1:] = sorted_key[1:] != sorted_key[:-1]
+    sorted_key, rows = sorted_key[first], np.flatnonzero(usable)[order[first]]
+
+    event_corr = events["correlation"].to_numpy()
+    event_key = _key(events["pid"].to_numpy(), event_corr, single_process)
+    at = np.minimum(np.searchsorted(sorted_key, event_key), max(sorted_key.size - 1, 0))
+    found = (event_corr >= 0) & (sorted_key.size > 0)
+    if sorted_key.size:
+        found &= sorted_key[at] == event_key
+    row = np.where(found, rows[at] if rows.size else 0, -1)
+    out = events.copy()
+    for column, source in (("launch_start", "start"), ("launch_end", "end"), ("launch_pid", "pid"),
+                           ("launch_tid", "tid")):
+        values = api[source].to_numpy()
+        out[column] = np.where(found, values[np.maximum(row, 0)] if values.size else -1, -1).astype(np.int64)
+    names = api["name"].array
+    codes = np.where(found, names.codes[np.maximum(row, 0)] if len(names) else -1, -1)
+    launch_api = pd.Categorical.from_codes(codes, categories=names.categories)
+    out["launch_api"] = launch_api.add_categories([""]).fillna("") if "" not in names.categories else \
+        launch_api.fillna("")
+    return out
+
+
+def _key(pid: np.ndarray, correlation: np.ndarray, single_process: bool) -> np.ndarray:
+    if single_process:
+        return correlation.astype(np.int64)
+    return (pid.astype(np.int64) << 40) | (correlation.astype(np.int64) & ((1 << 40) - 1))
+
+
+def _concat(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    """Stack the per-table frames, keeping names categorical (a million kernels
+    of a few hundred names stay a million small codes, not a million strings)."""
+    names = union_categoricals([p["name"].astype("category").array for p in parts])
+    kinds = union_categoricals([pd.Categorical(p["kernel_type"]) if not isinstance(p["kernel_type"].dtype,
+                                pd.CategoricalDtype) else p["kernel_type"].array for p in parts])
+    sources = union_categoricals([pd.Categorical(p["source"]) for p in parts])
+    frame = pd.concat([p.drop(columns=["name", "kernel_type", "source"]) for p in parts], ignore_index=True)
+    frame["source"] = sources
+    frame["name"] = names
+    frame["kernel_type"] = kinds
+    return frame
 
 
 def _empty_events() -> pd.DataFrame:

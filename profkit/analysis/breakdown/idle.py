@@ -74,7 +74,7 @@ def _overlapping(table: pd.DataFrame, pid: int, tid: int, g0: int, g1: int) -> l
     if not hit.any():
         return []
     overlap = np.minimum(e[hit], g1) - np.maximum(s[hit], g0)
-    frame = pd.DataFrame({"name": np.asarray(table["name"].astype(str))[hit], "overlap_ns": overlap})
+    frame = pd.DataFrame({"name": np.asarray(table["name"].array[hit].astype(str)), "overlap_ns": overlap})
     grouped = frame.groupby("name", sort=False)["overlap_ns"].agg(n="count", ns="sum").reset_index()
     grouped = grouped.sort_values(["ns", "name"], ascending=[False, True]).head(TOP_PER_KIND)
     return [{"name": name, "count": int(n), "overlap_ns": int(ns)}

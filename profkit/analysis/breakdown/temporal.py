@@ -44,6 +44,11 @@ IDLE_CATEGORIES = (HOST_WAIT, KERNEL_WAIT, OTHER_WAIT)
 KERNEL_TYPES = (kernel_origin.COMPUTATION, kernel_origin.COMMUNICATION, kernel_origin.MEMORY)
 
 
+def _of_type(events: pd.DataFrame, kind: str) -> np.ndarray:
+    """Mask of the events of one kernel type (a categorical compares codes, not strings)."""
+    return (events["kernel_type"] == kind).to_numpy()
+
+
 def _pct(part: float, whole: float) -> float | None:
     return 100.0 * part / whole if whole else None
 
@@ -59,7 +64,7 @@ def temporal_breakdown(events: pd.DataFrame) -> dict[str, Any]:
     kernel_time = int(me[-1] - ms[0])
     busy = int((me - ms).sum())
     idle = kernel_time - busy
-    is_compute = events["kernel_type"].to_numpy() == kernel_origin.COMPUTATION
+    is_compute = _of_type(events, kernel_origin.COMPUTATION)
     compute = intervals.total(s[is_compute], e[is_compute])
     non_compute = kernel_time - compute - idle
     return {
@@ -77,10 +82,10 @@ def kernel_type_breakdown(events: pd.DataFrame) -> dict[str, Any]:
     ``pct``: each label's share of their total (HTA's ``percentage``);
     ``kernel_ns``: the sum of event durations per type (overlaps counted
     twice, like ``nsys stats`` totals)."""
-    types = events["kernel_type"].to_numpy()
     s = events["start"].to_numpy()
     e = events["end"].to_numpy()
-    sets = [(s[types == t], e[types == t]) for t in KERNEL_TYPES]
+    masks = {t: _of_type(events, t) for t in (*KERNEL_TYPES, kernel_origin.OTHER)}
+    sets = [(s[masks[t]], e[masks[t]]) for t in KERNEL_TYPES]
     by_mask = intervals.overlap_by_mask(sets)
     time_ns: dict[str, int] = {}
     for mask, ns in sorted(by_mask.items()):
@@ -88,17 +93,16 @@ def kernel_type_breakdown(events: pd.DataFrame) -> dict[str, Any]:
         time_ns[label] = ns
     whole = sum(time_ns.values())
     durations = e - s
-    kernel_ns = {t: int(durations[types == t].sum()) for t in (*KERNEL_TYPES, kernel_origin.OTHER)}
+    kernel_ns = {t: int(durations[m].sum()) for t, m in masks.items()}
     return {"time_ns": time_ns, "pct": {k: _pct(v, whole) for k, v in time_ns.items()}, "kernel_ns": kernel_ns}
 
 
 def comm_comp_overlap(events: pd.DataFrame) -> dict[str, Any]:
     """Communication time, the part of it overlapped by computation, and the share (%)."""
-    types = events["kernel_type"].to_numpy()
     s = events["start"].to_numpy()
     e = events["end"].to_numpy()
-    comm = types == kernel_origin.COMMUNICATION
-    comp = types == kernel_origin.COMPUTATION
+    comm = _of_type(events, kernel_origin.COMMUNICATION)
+    comp = _of_type(events, kernel_origin.COMPUTATION)
     by_mask = intervals.overlap_by_mask([(s[comm], e[comm]), (s[comp], e[comp])])
     comm_ns = by_mask.get(1, 0) + by_mask.get(3, 0)
     overlap_ns = by_mask.get(3, 0)
