@@ -26,7 +26,7 @@ from profkit.analysis.sync_events import (
 )
 from profkit.capture import sync_hook
 from profkit.errors import ProfkitError
-from profkit.readers.nsys.sync import ApiCall, NvtxRange, api_role, base_api_name
+from profkit.analysis.sync_calls import ApiCall, NvtxRange, api_role, base_api_name
 
 PID = 7 << 24
 T1, T2 = PID | 100, PID | 200  # two threads of one process

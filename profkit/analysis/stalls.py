@@ -1,11 +1,16 @@
 """Sync stalls: every CPU-GPU synchronization, its Python line, and what it cost.
 
-``analyze_stalls(export)`` streams the export through ``profkit.readers.nsys.sync``
-into the event functions of ``profkit.analysis.sync_events`` (where the
-definitions of CPU time blocked, GPU idle time caused, source and steps
-live), then aggregates per call site and per NVTX range, prices the steps
-and writes plain-language findings.  ``compare_steps`` puts two runs' step
-times side by side.  Nothing here prints.
+``analyze_stalls(trace)`` takes any ``Trace`` (nsys export, Kineto trace):
+``profkit.analysis.sync_inputs`` turns its columns into the candidate calls,
+GPU activity and CPU ranges that the event functions of
+``profkit.analysis.sync_events`` consume (where the definitions of CPU time
+blocked, GPU idle time caused, source and steps live); then it aggregates
+per call site and per range, prices the steps and writes plain-language
+findings.  The Python line of a sync comes from profkit's sync-hook ranges
+(kind 'sync_site'), else, for traces with Python stacks (Kineto
+``with_stack=True``), from the ``python_sites`` table (a function's first
+line).  ``compare_steps`` puts two runs' step times side by side.  Nothing
+here prints.
 """
 
 from __future__ import annotations
@@ -33,11 +38,10 @@ from profkit.analysis.sync_events import (
     select_steps,
     step_matcher,
 )
+from profkit.analysis import sync_inputs
+from profkit.analysis.sync_calls import NvtxRange, decode_thread
 from profkit.errors import ProfkitError
-from profkit.readers.nsys import queries
-from profkit.readers.nsys import sync as sql
-from profkit.readers.nsys.reader import NsysExport
-from profkit.readers.nsys.sync import NvtxRange
+from profkit.model import Trace
 
 __all__ = ["StallReport", "Step", "SyncEvent", "analyze_stalls", "compare_steps"]
 
@@ -259,32 +263,37 @@ class StallReport:
         }
 
 
-def analyze_stalls(export: NsysExport, *, step_range: str | None = None, threshold_pct: float = 5.0,
+def analyze_stalls(trace: Trace, *, step_range: str | None = None, threshold_pct: float = 5.0,
                    source_roots: Sequence[Path] = ()) -> StallReport:
-    """Find, price and attribute every synchronization of an export (see the module docstring).
+    """Find, price and attribute every synchronization of a trace (see the module docstring).
 
     ``source_roots``: folders to look for the recorded source files in (the
     profiled program's working folder, when known).
     """
-    events = build_events(sql.iter_api_calls(export), sql.copy_kind_labels(export), sql.mem_kind_labels(export))
-    events += [SyncEvent(c.global_tid, (c,)) for c in sql.iter_unmatched_sync_rows(export)]
+    from profkit.analysis.summaries import as_trace
+
+    trace = as_trace(trace)
+    trace.require("api", "CUDA API trace data")
+    events = build_events(sync_inputs.api_calls(trace))
+    events += [SyncEvent(c.global_tid, (c,)) for c in sync_inputs.unmatched_syncs(trace)]
     events.sort(key=lambda e: (e.start, e.global_tid))
-    devices = sql.gpu_devices(export)
-    attach_gpu_idle(events, devices, lambda device: sql.iter_gpu_activity(export, device))
-    scan = attach_nvtx(events, sql.iter_nvtx_ranges(export), step_range)
+    devices = sync_inputs.gpu_devices(trace)
+    attach_gpu_idle(events, devices, lambda device: sync_inputs.gpu_activity(trace, device))
+    scan = attach_nvtx(events, sync_inputs.cpu_ranges(trace), step_range)
+    attach_python_sites(events, sync_inputs.python_sites(trace))
     label, steps = select_steps(scan, step_range)
     attach_steps(events, steps)
     is_step = step_matcher(step_range) if step_range else _key_matcher(label, scan)
-    roots = [*source_roots, export.path.parent]
+    roots = [*source_roots, trace.path.parent]
 
     def range_label(e: SyncEvent) -> str:
         return nvtx_label(e, is_step, label)
 
     sites = aggregate_sites(events, len(steps), range_label, roots)
     stats = step_statistics(steps)
-    window = _run_ns(export)
+    window = _run_ns(trace)
     return StallReport(
-        export=export.path.name, step_range=label, threshold_pct=threshold_pct, sites=sites,
+        export=trace.name, step_range=label, threshold_pct=threshold_pct, sites=sites,
         by_nvtx=aggregate_by_nvtx(events, range_label), events=events, steps=steps, step_stats=stats,
         findings=write_findings(sites, stats, label, window, threshold_pct), run_ns=window)
 
@@ -294,9 +303,23 @@ def _key_matcher(label: str | None, scan: NvtxScan) -> Callable[[NvtxRange], boo
     return (lambda r: (r.domain, group_text(r.text or "")) in keys) if keys else None
 
 
-def _run_ns(export: NsysExport) -> int | None:
-    window = queries.analysis_window(export)
-    return int(window[2]) if window and window[2] else None
+def attach_python_sites(events: Sequence[SyncEvent], sites: dict[tuple[int, int], tuple[str, str]]) -> None:
+    """Give events without a sync-hook range the Python frame the trace's stacks put
+    around their waiting call (``python_sites``: "file.py:LINE" of the function)."""
+    if not sites:
+        return
+    for event in events:
+        if event.source is None and event.anchor.correlation_id is not None:
+            found = sites.get((decode_thread(event.global_tid)[0], event.anchor.correlation_id))
+            if found is not None:
+                event.source = found[0]
+
+
+def _run_ns(trace: Trace) -> int | None:
+    meta = trace.meta
+    if meta.capture_start_ns is None or meta.capture_end_ns is None:
+        return None
+    return (meta.capture_end_ns - meta.capture_start_ns) or None
 
 
 def compare_steps(report_a: StallReport, report_b: StallReport) -> dict[str, Any]:
@@ -353,7 +376,7 @@ class Timeline:
     title: str
 
 
-def timeline(export: NsysExport, report: StallReport, *, max_steps: int = 3) -> Timeline | None:
+def timeline(trace: Trace, report: StallReport, *, max_steps: int = 3) -> Timeline | None:
     """The window to draw: up to ``max_steps`` steps after the first (warm-up) one, or,
     without steps, the costliest sync and the gap it caused.  None without syncs."""
     if not report.events:
@@ -372,7 +395,9 @@ def timeline(export: NsysExport, report: StallReport, *, max_steps: int = 3) -> 
     inside = [e for e in report.events if e.start < t1 and max(e.end, e.idle_end or 0) > t0]
     device = Counter(e.device for e in inside if e.device is not None).most_common(1)
     dev = device[0][0] if device else None
-    gpu = sql.gpu_activity_window(export, dev, t0, t1) if dev is not None else []
+    from profkit.analysis.summaries import as_trace
+
+    gpu = sync_inputs.gpu_activity_window(as_trace(trace), dev, t0, t1) if dev is not None else []
     syncs = [{"start": e.start, "end": e.end, "idle_start": e.idle_start, "idle_end": e.idle_end,
               "label": (f"{os.path.basename(e.source.rpartition(':')[0])}:{e.source.rpartition(':')[2]}"
                         if e.source else e.anchor.name) + f" ({e.cause})"}

@@ -1,13 +1,13 @@
 """Sync events from plain data: detection, GPU idle gaps, Python sites, steps.
 
-The functions take what ``profkit.readers.nsys.sync`` streams (``ApiCall``,
-``NvtxRange``, batches of ``(start, end)``) or hand-built lists of the same,
+The functions take what ``profkit.analysis.sync_inputs`` builds from a trace
+(``ApiCall``, ``NvtxRange``, batches of ``(start, end)``) or hand-built lists of the same,
 fill ``SyncEvent``/``Step`` records and never print;
 ``profkit.analysis.stalls`` aggregates them.
 
-Definitions (all times in ns, on the export's clock):
+Definitions (all times in ns, on the trace's clock):
 
-- **sync event**: one blocking CUDA call (see ``profkit.readers.nsys.sync``), or a
+- **sync event**: one blocking CUDA call (see ``profkit.analysis.sync_calls``), or a
   host<->device copy immediately followed, on the same thread, by a sync
   call -- PyTorch's ``.item()`` is ``cudaMemcpyAsync`` (DtoH, pinned) then
   ``cudaStreamSynchronize``; the pair is one event, its ``api`` reads
@@ -54,11 +54,18 @@ from typing import Any
 
 import numpy as np
 
+from profkit.analysis.sync_calls import (
+    COPY_KIND_LABELS,
+    MEM_KIND_LABELS,
+    PID_MASK,
+    SYNC_APIS,
+    TO_HOST_COPIES,
+    ApiCall,
+    NvtxRange,
+    decode_thread,
+)
 from profkit.capture import sync_hook
 from profkit.errors import ProfkitError
-from profkit.readers.nsys import sync as sql
-from profkit.readers.nsys.reader import GLOBAL_PID_MASK, decode_global_tid
-from profkit.readers.nsys.sync import ApiCall, NvtxRange
 
 # cause labels
 CAUSES = {
@@ -122,15 +129,15 @@ class SyncEvent:
             return BLOCKING_COPY
         if any(c.role == "memset" for c in self.calls):
             return BLOCKING_MEMSET
-        return API_CAUSES.get(sql.SYNC_APIS.get(self.anchor.name, ""), "CUPTI synchronization")
+        return API_CAUSES.get(SYNC_APIS.get(self.anchor.name, ""), "CUPTI synchronization")
 
     @property
     def pid(self) -> int:
-        return decode_global_tid(self.global_tid)[0]
+        return decode_thread(self.global_tid)[0]
 
     @property
     def tid(self) -> int:
-        return decode_global_tid(self.global_tid)[1]
+        return decode_thread(self.global_tid)[1]
 
 
 # -- detection ------------------------------------------------------------------
@@ -143,8 +150,8 @@ def build_events(calls: Iterable[ApiCall], copy_labels: dict[int, str] | None = 
     other blocking call or sync is an event alone; copies that do not block
     and are not followed by a sync are not events.
     """
-    copy_labels = copy_labels if copy_labels is not None else sql.COPY_KIND_LABELS
-    mem_labels = mem_labels if mem_labels is not None else sql.MEM_KIND_LABELS
+    copy_labels = copy_labels if copy_labels is not None else COPY_KIND_LABELS
+    mem_labels = mem_labels if mem_labels is not None else MEM_KIND_LABELS
     events: list[SyncEvent] = []
     held: ApiCall | None = None  # a host copy waiting to see whether a sync follows
 
@@ -185,7 +192,7 @@ def build_events(calls: Iterable[ApiCall], copy_labels: dict[int, str] | None = 
 def _describe_copy(call: ApiCall, copy_labels: dict[int, str], mem_labels: dict[int, str], with_size: bool) -> str:
     direction = copy_labels.get(call.copy_kind, "copy") if call.copy_kind is not None else "copy"
     size = f" {call.bytes:,} B" if call.bytes is not None and with_size else ""
-    to_host = call.copy_kind in sql.TO_HOST_COPIES
+    to_host = call.copy_kind in TO_HOST_COPIES
     host_kind = call.dst_kind if to_host else call.src_kind
     host = mem_labels.get(host_kind) if host_kind is not None else None
     prep = "to" if to_host else "from"
@@ -395,7 +402,7 @@ class Step:
         return max(self.duration_ns - self.gpu_idle_ns, 0)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "name": self.name, "thread": decode_global_tid(self.global_tid)[1],
+        return {"index": self.index, "name": self.name, "thread": decode_thread(self.global_tid)[1],
                 "start": self.start, "end": self.end, "duration_ns": self.duration_ns, "syncs": self.syncs,
                 "cpu_blocked_ns": self.cpu_blocked_ns, "gpu_idle_ns": self.gpu_idle_ns,
                 "estimated_without_syncs_ns": self.estimated_without_syncs_ns}
@@ -407,7 +414,7 @@ def select_steps(scan: NvtxScan, step_range: str | None) -> tuple[str | None, li
         chosen, label = scan.named, step_range
         if not chosen:
             seen = sorted({label_of(key) for key in scan.top_level})
-            raise ProfkitError(f"no NVTX range named {step_range!r} in this export",
+            raise ProfkitError(f"no NVTX range named {step_range!r} in this trace",
                                hint="top-level ranges: " + (", ".join(seen[:10]) or "none"))
     else:
         repeated = [(len(rs), sum(r.end - r.start for r in rs), key) for key, rs in scan.top_level.items()
@@ -433,10 +440,10 @@ def attach_steps(events: Sequence[SyncEvent], steps: Sequence[Step]) -> None:
     """
     by_pid: dict[int, list[Step]] = defaultdict(list)
     for s in steps:
-        by_pid[s.global_tid & GLOBAL_PID_MASK].append(s)
+        by_pid[s.global_tid & PID_MASK].append(s)
     starts = {pid: [s.start for s in ss] for pid, ss in by_pid.items()}
     for event in events:
-        pid = event.global_tid & GLOBAL_PID_MASK
+        pid = event.global_tid & PID_MASK
         ss = by_pid.get(pid)
         if not ss:
             continue

@@ -1,6 +1,7 @@
-"""`profkit stalls EXPORT|RUN_DIR`: every CPU-GPU synchronization, its Python line and its cost.
+"""`profkit stalls TRACE|RUN_DIR`: every CPU-GPU synchronization, its Python line and its cost.
 
-Thin command: find the export, call profkit.analysis.stalls, render with
+Thin command: find the trace (an nsys export, a PyTorch profiler trace, or
+a `profkit trace` run folder), call profkit.analysis.stalls, render with
 profkit.output.
 """
 
@@ -15,7 +16,7 @@ import click
 
 from profkit.analysis.stalls import StallReport, analyze_stalls, compare_steps
 from profkit.errors import ProfkitError
-from profkit.readers.nsys import open_export
+from profkit.readers import open_trace
 from profkit.output import Column, emit_rows, format_option, md_escape, rows_to_json
 
 SITE_COLUMNS = [
@@ -38,7 +39,7 @@ STEP_COLUMNS = [
 
 
 @click.command()
-@click.argument("target", metavar="EXPORT|RUN_DIR", type=click.Path(path_type=Path))
+@click.argument("target", metavar="TRACE|RUN_DIR", type=click.Path(path_type=Path))
 @click.option("--step-range", metavar="NAME",
               help="NVTX range that marks one step (\"step\" also matches \"step 7\"); "
                    "default: the most frequent top-level range that repeats.")
@@ -84,12 +85,13 @@ def stalls(target: Path, step_range: str | None, other: Path | None, threshold: 
 
 def _analyze(target: Path, step_range: str | None, threshold: float) -> StallReport:
     path, roots = resolve_export(target)
-    with open_export(path) as export:
-        return analyze_stalls(export, step_range=step_range, threshold_pct=threshold, source_roots=roots)
+    with open_trace(path) as trace:
+        return analyze_stalls(trace, step_range=step_range, threshold_pct=threshold, source_roots=roots)
 
 
 def resolve_export(target: Path) -> tuple[Path, list[Path]]:
-    """The export in a run folder (trace.sqlite, else its only *.sqlite) and where its sources were."""
+    """The trace in a run folder (trace.sqlite, else its only *.sqlite, else the folder
+    itself: PyTorch profiler traces) and where its sources were."""
     if not target.is_dir():
         return target, []
     roots = [target]
@@ -107,8 +109,10 @@ def resolve_export(target: Path) -> tuple[Path, list[Path]]:
     if len(found) == 1:
         return found[0], roots
     if not found:
-        raise ProfkitError(f"{target} holds no trace.sqlite or other *.sqlite export",
-                           hint="pass the export itself, or a folder made by `profkit trace`")
+        if any(p.name != "run.json" for pattern in ("*.json", "*.json.gz") for p in target.glob(pattern)):
+            return target, roots  # PyTorch profiler traces: the Kineto reader's folder policy picks
+        raise ProfkitError(f"{target} holds no trace.sqlite or other *.sqlite export, nor a PyTorch profiler trace",
+                           hint="pass the trace itself, or a folder made by `profkit trace`")
     names = ", ".join(p.name for p in found[:5])
     raise ProfkitError(f"{target} holds several exports ({names}); pass one of them")
 

@@ -136,8 +136,7 @@ def _ranges_word(trace: Trace, capital: bool = False) -> str:
 
 
 def _stalls_source(trace: Trace) -> Any:
-    # The stall analysis moves onto the model; until then nsys exports go through their native handle.
-    return trace.native if trace.native is not None else trace
+    return trace
 
 
 # -- sections --------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from profkit.analysis.sync_calls import normalize_api_name  # noqa: F401 (the rule api_name_sql writes in SQL)
 from profkit.errors import ProfkitError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -62,15 +63,6 @@ def global_pid_sql(column: str) -> str:
     return f"({column} & 0x{GLOBAL_PID_MASK:X})"
 
 
-def normalize_api_name(name: str) -> str:
-    """Drop a CUDA API version suffix: ``cudaLaunchKernel_v7000`` -> ``cudaLaunchKernel``.
-
-    Same rule as nsys's cuda_api_sum.py: the suffix is exactly ``_v`` and
-    four more characters (``substr(value, -6, 2) == '_v'``).
-    """
-    if len(name) >= 6 and name[-6:-4] == "_v":
-        return name[:-6]
-    return name
 
 
 def api_name_sql(expr: str) -> str:
