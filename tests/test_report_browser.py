@@ -14,6 +14,7 @@ Skipped only when no Chromium binary is installed (CI installs Debian's
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import select
@@ -28,7 +29,7 @@ import pytest
 from profkit.analysis.summaries import kernel_summary
 from profkit.readers.nsys import open_export
 from profkit.report import write_report
-from tests.conftest import nsys_fixture
+from tests.conftest import DATA, nsys_fixture
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 TIMEOUT_S = 60.0
@@ -206,6 +207,29 @@ def test_report_renders_in_chromium_without_errors(fixture: str, tmp_path: Path)
     assert state["scripts"] == ["application/json", "script"]
     if fixture.endswith("_nvtx"):
         assert "<script>alert(1)</script>" in state["text"]
+
+
+KINETO = sorted((DATA / "kineto").glob("*.json.gz")) if (DATA / "kineto").is_dir() else []
+
+
+@pytest.mark.skipif(not KINETO, reason="no Kineto fixtures in tests/data/kineto yet")
+def test_kineto_report_renders_in_chromium_without_errors(tmp_path: Path) -> None:
+    """A PyTorch profiler trace's report: the same page, no console error, every figure drawn.
+    The kernel table's rows are the trace's kernel names (from the raw JSON), busiest first."""
+    trace = next((p for p in KINETO if p.name.startswith("gpt_eager")), KINETO[0])
+    paths = write_report(trace, tmp_path / "out")
+    state, errors = open_in_chromium(paths.html, tmp_path)
+
+    assert errors == []
+    assert state["title"] == f"profkit report: {trace.name}" == state["h1"]
+    with gzip.open(trace, "rt") as fh:
+        names = {e["name"] for e in json.load(fh)["traceEvents"] if e.get("cat") == "kernel"}
+    assert len(state["kernelRows"]) == (len(names) if len(names) <= 21 else 21)
+    assert {cells[-1] for cells in state["kernelRows"]} - {f"(other {len(names) - 20})"} <= names
+    figures = [f for section in json.loads(paths.json.read_text())["sections"].values() for f in section["figures"]]
+    assert len(state["images"]) == len(figures) >= 2
+    for image in state["images"]:
+        assert image["complete"] and image["width"] > 0, image
 
 
 def test_devtools_client_sees_console_errors(tmp_path: Path) -> None:

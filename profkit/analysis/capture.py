@@ -5,8 +5,9 @@ Everything comes from the trace model (devices, GPU activity, counts,
 driver and runtime versions, launched command lines and the GPUs' chip and
 bus come from ``profkit.readers.nsys.details`` through the trace's
 ``native`` handle; for other sources from ``TraceMeta.extra`` keys
-``driver_version``, ``cuda_runtime_version`` and ``launched`` where the
-reader set them (else they are None).  Nothing here reads the profiled
+``driver_version`` (or Kineto's ``cuda_driver_api_version``),
+``cuda_runtime_version`` and ``launched`` where the reader set them (else
+they are None).  Nothing here reads the profiled
 process's environment.
 """
 
@@ -73,12 +74,19 @@ def capture_info(trace: Trace) -> dict[str, Any]:
 
 
 def _extras(trace: Trace) -> dict[str, Any]:
+    details = getattr(trace.source, "details", None)
+    if callable(details):
+        return dict(details())
     if trace.meta.source == NSYS and trace.native is not None:
         from profkit.readers.nsys.details import capture_details
 
         return capture_details(trace.native)
     extra = trace.meta.extra
-    return {key: extra.get(key) for key in ("driver_version", "cuda_runtime_version", "launched")}
+    out = {key: extra.get(key) for key in ("driver_version", "cuda_runtime_version", "launched")}
+    # Kineto records the CUDA version of the driver's API ("13.0"), not the driver's release
+    if out["driver_version"] is None and extra.get("cuda_driver_api_version"):
+        out["driver_version"] = f"CUDA {extra['cuda_driver_api_version']} (driver API)"
+    return out
 
 
 def _gpus(trace: Trace, more: dict[Any, dict[str, Any]]) -> list[dict[str, Any]]:
