@@ -171,3 +171,26 @@ def test_folder_of_one_trace(tmp_path: Path) -> None:
     only = write(tmp_path / "anything.json", SMALL)
     trace = open_trace(tmp_path)
     assert trace.path == only and "folder_note" not in trace.meta.extra
+
+
+# -- through the CLI: exit 2, one line on stderr -----------------------------------
+@pytest.mark.parametrize("case", ["no_trace", "truncated", "gzip", "no_gpu"])
+@pytest.mark.parametrize("command", ["kernels", "api", "nvtx"])
+def test_cli_bad_input_is_one_line_exit_2(tmp_path: Path, case: str, command: str) -> None:
+    from click.testing import CliRunner
+
+    from profkit.cli import cli
+
+    data = kineto_layout(SMALL)
+    path = {
+        "no_trace": lambda: write(tmp_path / "x.json", b'{"hello": 1}'),
+        "truncated": lambda: write(tmp_path / "t.json", data[: len(data) // 2]),
+        "gzip": lambda: write(tmp_path / "t.json.gz", gzip.compress(data)[:40]),
+        "no_gpu": lambda: write(tmp_path / "cpu.json", synthetic_trace([SMALL["traceEvents"][2]])),
+    }[case]()
+    result = CliRunner().invoke(cli, [command, str(path)])
+    assert result.exit_code == 2, (result.output, result.exception)
+    lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in result.output, result.output
+    if case == "no_gpu":
+        assert "has no" in lines[0]
