@@ -233,18 +233,30 @@ def _read_chunked(path: Path, on_batch: Callable[[list[Event]], None]) -> dict[s
         array_at = buffer.find(b"[", key_at) + 1
         if buffer[key_at + len(EVENTS_KEY):array_at - 1].strip(b" \t\r\n:"):
             raise _NotChunkable  # '"traceEvents"' inside some string, not the key
-        header, rest = buffer[:array_at], buffer[array_at:]
+        header = buffer[:array_at]
+        separator = _separator(buffer[array_at:array_at + 4096])
+        # Chunks are decoded in place: the comma after a chunk's last event is
+        # set to "]" for the decode, then to "[" to open the next chunk (no
+        # copy of the block: bytes slices and concatenation cost 40% of decoding).
+        data = bytearray(buffer)
         del buffer
-        separator = _separator(rest)
+        start = array_at - 1  # the "[" that opens the current chunk
         while True:
-            cut = rest.rfind(separator) if separator else -1
+            cut = data.rfind(separator, start + 1) if separator else -1
             if cut >= 0:  # the separator's "}" ends the last whole event of the block
-                on_batch(_decode_chunk(b"[" + rest[:cut + 1] + b"]"))
-                rest = rest[cut + 2:]
+                comma = cut + 1
+                data[comma] = ord("]")
+                on_batch(_decode_view(data, start, comma + 1))
+                data[comma] = ord("[")
+                start = comma
             more = f.read(BLOCK)
             if not more:
                 break
-            rest += more
+            del data[:start]  # what was decoded
+            start = 0
+            data += more
+        rest = bytes(data[start + 1:])
+        del data
     # The last events and the keys after the array: header + rest is a whole document.
     try:
         doc = _DOCUMENT.decode(header + rest)
@@ -270,7 +282,14 @@ def _separator(events: bytes) -> bytes | None:
     return b"}," + newline + space[space.rfind(b"\n") + 1:] + b"{"
 
 
-def _decode_chunk(chunk: bytes) -> list[Event]:
+def _decode_view(data: bytearray, start: int, end: int) -> list[Event]:
+    """Decode ``data[start:end]`` without copying it (the view is released so
+    that ``data`` can be resized afterwards)."""
+    with memoryview(data) as whole, whole[start:end] as chunk:
+        return _decode_chunk(chunk)
+
+
+def _decode_chunk(chunk: bytes | memoryview) -> list[Event]:
     try:
         return _EVENTS.decode(chunk)
     except msgspec.ValidationError:
