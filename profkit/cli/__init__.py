@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "stalls": "profkit.cli.stalls:stalls",
     "steps": "profkit.cli.steps:steps",
     "breakdown": "profkit.cli.breakdown:breakdown",
+    "ranks": "profkit.cli.ranks:ranks",
     "occupancy": "profkit.cli.occupancy:occupancy",
     "ptx": "profkit.cli.ptx:ptx",
     "trace": "profkit.cli.trace:trace",

@@ -1,0 +1,159 @@
+"""Across ranks: one row per rank, the straggler, collective skew, kernels that differ.
+
+Input: the per-rank summaries of ``profkit.ranks.per_rank`` (plain dicts);
+output: plain data for ``profkit ranks`` and the cross-rank report.
+
+The straggler.  In data-parallel training every rank does the same compute
+per step and then meets the others in a collective (all-reduce).  A rank with
+more compute per step arrives last; the others wait for it inside the
+collective's kernel, so their communication kernels run longer by about the
+difference.  So the straggler is the rank with the longest compute per
+steady-state step, and the wait it causes on rank r is r's communication time
+per step minus the straggler's own (which has no one left to wait for).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+from profkit.errors import ProfkitError
+
+# Compute per step must exceed the ranks' median by this much for a rank to
+# be called a straggler: below it, it is step-to-step noise (measured on the
+# real 2-rank DDP fixtures: ranks of an unslowed run differ by < 1 %).
+STRAGGLER_MIN_EXCESS = 0.03
+# Kernels whose total time differs across ranks by more than this share.
+KERNEL_SKEW_MIN = 0.10
+# Two ranks ran the same program when they share at least this share of
+# their kernel names (weighted by time).
+SAME_PROGRAM_MIN_SHARED = 0.5
+
+RANK_KEYS = ("rank", "file", "steps", "step_median_ns", "kernel_ns", "compute_kernel_ns", "comm_kernel_ns",
+             "memory_ns", "idle_ns", "comm_comp_overlap_pct")
+
+
+def rank_rows(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``profkit ranks`` table: one row per readable rank, by rank."""
+    rows = [{k: s.get(k) for k in RANK_KEYS} | {"compute_per_step_ns": s.get("compute_per_step_ns"),
+                                               "comm_per_step_ns": s.get("comm_per_step_ns")}
+            for s in summaries if "error" not in s]
+    return sorted(rows, key=lambda r: (r["rank"] is None, r["rank"] if r["rank"] is not None else 0, r["file"]))
+
+
+def failed_ranks(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"file": s["file"], "rank": s.get("rank"), "error": s["error"]} for s in summaries if "error" in s]
+
+
+def check_one_job(summaries: Sequence[dict[str, Any]]) -> None:
+    """Raise when the traces are not the ranks of one program: the same rank
+    twice, or kernel sets that have little in common."""
+    ok = [s for s in summaries if "error" not in s]
+    seen: dict[int, str] = {}
+    for s in ok:
+        if s.get("rank") is None:
+            continue
+        if s["rank"] in seen:
+            raise ProfkitError(f"rank {s['rank']} appears twice: {seen[s['rank']]} and {s['file']} "
+                               "(use --rank-from REGEX to say where the rank is in the file names)")
+        seen[s["rank"]] = s["file"]
+    if len(ok) < 2:
+        return
+    reference = max(ok, key=lambda s: s["kernel_ns"])
+    ref_time = {k["name"]: k["total_ns"] for k in reference["kernels"]}
+    for s in ok:
+        if s is reference:
+            continue
+        shared = sum(k["total_ns"] for k in s["kernels"] if k["name"] in ref_time)
+        total = sum(k["total_ns"] for k in s["kernels"]) or 1
+        if shared / total < SAME_PROGRAM_MIN_SHARED:
+            raise ProfkitError(f"{s['file']} and {reference['file']} look like different programs: only "
+                               f"{100 * shared / total:.0f}% of {s['file']}'s kernel time is in kernels the other ran")
+
+
+def straggler(summaries: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The rank with the longest compute per steady step, and the wait it causes."""
+    ok = [s for s in summaries if "error" not in s and s.get("compute_per_step_ns") is not None]
+    if len(ok) < 2:
+        return None
+    slow = max(ok, key=lambda s: s["compute_per_step_ns"])
+    median = statistics.median(s["compute_per_step_ns"] for s in ok)
+    excess = (slow["compute_per_step_ns"] - median) / median if median else 0.0
+    if excess < STRAGGLER_MIN_EXCESS:
+        return None
+    waits = []
+    for s in ok:
+        if s is slow or s.get("comm_per_step_ns") is None or slow.get("comm_per_step_ns") is None:
+            continue
+        waits.append({"rank": s["rank"], "file": s["file"],
+                      "wait_per_step_ns": max(0.0, s["comm_per_step_ns"] - slow["comm_per_step_ns"])})
+    return {"rank": slow["rank"], "file": slow["file"], "compute_per_step_ns": slow["compute_per_step_ns"],
+            "median_compute_per_step_ns": median, "excess_pct": 100 * excess, "waits": waits}
+
+
+def aligned_steps(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Step durations side by side, by step index: ``{"index", "rank<R>": ns, ...}``."""
+    by_index: dict[int, dict[str, Any]] = {}
+    for s in summaries:
+        if "error" in s:
+            continue
+        for step in s.get("step_table") or []:
+            row = by_index.setdefault(int(step["index"]), {"index": int(step["index"])})
+            row[f"rank{s['rank']}"] = int(step["duration_ns"])
+            row.setdefault("phase", step["phase"])
+    return [by_index[i] for i in sorted(by_index)]
+
+
+def collectives(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """NCCL kernels by collective type: count and time per rank, and the skew."""
+    per_type: dict[str, dict[Any, dict[str, Any]]] = {}
+    for s in summaries:
+        if "error" in s:
+            continue
+        for c in s.get("collectives") or []:
+            per_type.setdefault(c["collective"], {})[s["rank"]] = c
+    rows = []
+    for name, by_rank in sorted(per_type.items()):
+        totals = [c["total_ns"] for c in by_rank.values()]
+        rows.append({"collective": name, "ranks": len(by_rank),
+                     "count": sum(c["count"] for c in by_rank.values()),
+                     "total_ns": sum(totals), "min_rank_total_ns": min(totals),
+                     "median_rank_total_ns": statistics.median(totals), "max_rank_total_ns": max(totals),
+                     "skew_pct": 100 * (max(totals) - min(totals)) / max(totals) if max(totals) else 0.0})
+    return rows
+
+
+def kernel_skew(summaries: Sequence[dict[str, Any]], limit: int = 10) -> list[dict[str, Any]]:
+    """Kernels that every rank ran, whose total time differs most across ranks."""
+    ok = [s for s in summaries if "error" not in s]
+    if len(ok) < 2:
+        return []
+    totals: dict[str, dict[Any, int]] = {}
+    for s in ok:
+        for k in s["kernels"]:
+            totals.setdefault(k["name"], {})[s["rank"]] = k["total_ns"]
+    rows = []
+    for name, by_rank in totals.items():
+        if len(by_rank) < len(ok):
+            continue
+        low, high = min(by_rank.values()), max(by_rank.values())
+        if high and (high - low) / high >= KERNEL_SKEW_MIN:
+            rows.append({"name": name, "min_ns": low, "max_ns": high, "spread_pct": 100 * (high - low) / high,
+                         "slowest_rank": max(by_rank, key=by_rank.get), "fastest_rank": min(by_rank, key=by_rank.get)})
+    rows.sort(key=lambda r: -(r["max_ns"] - r["min_ns"]))
+    return rows[:limit]
+
+
+def cross_rank(summaries: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Everything the cross-rank report shows."""
+    check_one_job(summaries)
+    return {
+        "ranks": rank_rows(summaries),
+        "failed": failed_ranks(summaries),
+        "partial": any("error" in s for s in summaries),
+        "straggler": straggler(summaries),
+        "steps": aligned_steps(summaries),
+        "collectives": collectives(summaries),
+        "kernel_skew": kernel_skew(summaries),
+    }

@@ -1,0 +1,101 @@
+"""`profkit ranks TRACES...`: one row per rank of a multi-GPU job, read in parallel on Dask.
+
+Exit codes: 0 every rank read; 3 (``PARTIAL_EXIT``) some rank files could
+not be read (they are named on stderr and in the JSON's ``failed``; the other
+ranks are reported); 2 nothing usable (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from profkit.errors import ProfkitError
+from profkit.output import Column, emit_rows, format_option
+
+PARTIAL_EXIT = 3
+
+RANK_COLUMNS = [
+    Column("rank", "Rank", "int"),
+    Column("steps", "Steps", "int"),
+    Column("step_median_ns", "Step median (ns)", "ns"),
+    Column("kernel_ns", "Kernels (ns)", "ns"),
+    Column("compute_kernel_ns", "Compute (ns)", "ns"),
+    Column("comm_kernel_ns", "Comm (ns)", "ns"),
+    Column("memory_ns", "Memory (ns)", "ns"),
+    Column("idle_ns", "Idle (ns)", "ns"),
+    Column("comm_comp_overlap_pct", "Comm/comp overlap %", "pct"),
+    Column("file", "File"),
+]
+
+traces_argument = click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
+scheduler_option = click.option(
+    "--scheduler", default=None, metavar="threads|processes|tcp://HOST:PORT",
+    help="Where ranks are read: a local Dask cluster by default, or an existing dask.distributed scheduler.")
+workers_option = click.option("--workers", type=click.IntRange(min=1), default=None,
+                              help="Local workers (default: one per core, at most one per rank).")
+rank_from_option = click.option("--rank-from", "rank_from", default=None, metavar="REGEX",
+                                help="Regex whose first group is the rank in each file name.")
+
+
+def read_ranks(traces: tuple[Path, ...], scheduler: str | None, workers: int | None,
+               rank_from: str | None) -> list[dict[str, Any]]:
+    """Per-rank summaries, with one progress line per rank on stderr."""
+    from profkit.ranks.engine import map_ranks
+    from profkit.ranks.inputs import rank_inputs
+    from profkit.ranks.per_rank import summarize_rank
+
+    inputs = rank_inputs(list(traces), rank_from)
+    done = 0
+
+    def progress(inp: Any, result: dict[str, Any]) -> None:
+        nonlocal done
+        done += 1
+        status = f"error: {result['error']}" if "error" in result else f"rank {result.get('rank')}"
+        click.echo(f"profkit: [{done}/{len(inputs)}] {inp.path.name}: {status}", err=True)
+
+    return map_ranks(summarize_rank, inputs, scheduler=scheduler, workers=workers, on_done=progress)
+
+
+def exit_for(summaries: list[dict[str, Any]]) -> int:
+    failed = [s for s in summaries if "error" in s]
+    if failed and len(failed) == len(summaries):
+        raise ProfkitError(f"no rank could be read ({failed[0]['file']}: {failed[0]['error']})")
+    return PARTIAL_EXIT if failed else 0
+
+
+@click.command()
+@traces_argument
+@format_option()
+@scheduler_option
+@workers_option
+@rank_from_option
+def ranks(traces: tuple[Path, ...], fmt: str, scheduler: str | None, workers: int | None,
+          rank_from: str | None) -> None:
+    """One row per rank: steps, kernel time by class, idle, comm/comp overlap.
+
+    \b
+    TRACES are nsys exports and/or PyTorch profiler traces (one per rank), or
+    folders of them.  Exit code 3 when some ranks could not be read.
+    Examples:
+      profkit ranks run/rank0.sqlite run/rank1.sqlite
+      profkit ranks traces/ --scheduler tcp://10.0.0.5:8786 --format json
+    """
+    from profkit.analysis.ranks import check_one_job, failed_ranks, rank_rows
+
+    summaries = read_ranks(traces, scheduler, workers, rank_from)
+    code = exit_for(summaries)
+    check_one_job(summaries)
+    rows = rank_rows(summaries)
+    if fmt == "json":
+        emit_rows(rows + [{"file": f["file"], "rank": f["rank"], "error": f["error"]}
+                          for f in failed_ranks(summaries)], RANK_COLUMNS, fmt)
+    else:
+        emit_rows(rows, RANK_COLUMNS, fmt, title="Ranks")
+    for f in failed_ranks(summaries):
+        click.echo(f"profkit: rank file {f['file']} not read: {f['error']}", err=True)
+    if code:
+        sys.exit(code)

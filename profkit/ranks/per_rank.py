@@ -1,0 +1,138 @@
+"""What a worker computes from one rank's trace: a small, plain summary.
+
+Only this dict travels back to the client, so its size does not grow with
+the trace: per-step figures for the steps found, per-collective totals, and
+the ``KERNEL_LIMIT`` kernels with the most time.  Everything is computed by
+the single-trace analyses (steps, breakdown, kernel classes) so a rank's row
+equals what ``profkit steps``/``profkit breakdown`` print for that file.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+
+from profkit.errors import ProfkitError
+from profkit.model import Trace
+from profkit.ranks.inputs import RankInput
+
+KERNEL_LIMIT = 200
+
+# ncclDevKernel_AllReduce_Sum_f32_RING_LL(...), ncclKernel_AllGather_RING_LL_Sum_int8_t(...),
+# ncclDevKernel_SendRecv(...): the collective is the word after the prefix.
+_NCCL_COLLECTIVE = re.compile(r"nccl(?:Dev)?Kernel_([A-Za-z]+)")
+
+
+def collective_type(kernel_name: str) -> str:
+    m = _NCCL_COLLECTIVE.search(kernel_name)
+    return m.group(1) if m else "other NCCL"
+
+
+def summarize_rank(inp: RankInput) -> dict[str, Any]:
+    """The rank's summary, or ``{"error": one line}`` for a file that cannot be read."""
+    from profkit.readers import open_trace
+
+    base = {"file": str(inp.path), "rank": inp.rank_hint}
+    try:
+        with open_trace(inp.path) as trace:
+            return {**base, **summarize_trace(trace, inp.rank_hint)}
+    except ProfkitError as exc:
+        return {**base, "error": exc.one_line()}
+    except MemoryError:
+        return {**base, "error": "ran out of memory reading this rank (give the worker more memory)"}
+
+
+def summarize_trace(trace: Trace, rank_hint: int | None = None) -> dict[str, Any]:
+    from profkit.analysis.breakdown import rank_breakdown
+    from profkit.analysis.kernel_origin import kernel_types
+    from profkit.analysis.steps import find_steps
+
+    kernels = trace.table("kernels", ["name", "start", "end"])
+    if len(kernels) == 0:
+        raise ProfkitError(f"{trace.name} has no GPU kernels")
+    durations = (kernels["end"] - kernels["start"]).to_numpy()
+    names = kernels["name"].array
+    types = np.asarray(kernel_types(names))
+    memory_ns = _duration_sum(trace, "memcpy") + _duration_sum(trace, "memset")
+
+    steps = find_steps(trace)
+    breakdown = rank_breakdown(trace)
+    per_step = _per_step(kernels["start"].to_numpy(), durations, types, steps.steps)
+    steady = per_step[per_step["phase"] == "steady"] if len(per_step) else per_step
+    return {
+        "rank": trace.meta.rank if trace.meta.rank is not None else rank_hint,
+        "rank_source": "trace" if trace.meta.rank is not None else ("file name" if rank_hint is not None else None),
+        "world_size": trace.meta.world_size,
+        "source": trace.meta.source,
+        "steps": int(steps.summary.get("count", 0)) if steps.summary else 0,
+        "steady_steps": int(steps.summary.get("steady_count", 0)) if steps.summary else 0,
+        "step_source": steps.source,
+        "step_median_ns": steps.summary.get("median_ns") if steps.summary else None,
+        "kernel_ns": int(durations.sum()),
+        "compute_kernel_ns": int(durations[types == "computation"].sum()),
+        "comm_kernel_ns": int(durations[types == "communication"].sum()),
+        "memory_ns": memory_ns,
+        "idle_ns": breakdown.get("idle_ns"),
+        "comm_comp_overlap_pct": breakdown.get("comm_comp_overlap_pct"),
+        "breakdown": breakdown,
+        "compute_per_step_ns": _median(steady["compute_ns"]) if len(steady) else None,
+        "comm_per_step_ns": _median(steady["comm_ns"]) if len(steady) else None,
+        "step_table": per_step.to_dict("records"),
+        "collectives": _collectives(names, durations, types, len(steady)),
+        "kernels": _top_kernels(names, durations),
+    }
+
+
+def _duration_sum(trace: Trace, table: str) -> int:
+    frame = trace.table(table, ["start", "end"])
+    return int((frame["end"] - frame["start"]).sum()) if len(frame) else 0
+
+
+def _median(values: Any) -> float | None:
+    arr = np.asarray(values, dtype=np.float64)
+    return float(np.median(arr)) if arr.size else None
+
+
+def _per_step(starts: np.ndarray, durations: np.ndarray, types: np.ndarray, steps: Any):
+    """Compute and communication kernel time inside each step (by kernel start)."""
+    import pandas as pd
+
+    columns = ["index", "start_ns", "end_ns", "duration_ns", "phase", "compute_ns", "comm_ns"]
+    if steps is None or len(steps) == 0:
+        return pd.DataFrame(columns=columns)
+    order = np.argsort(starts, kind="stable")
+    sorted_starts = starts[order]
+    table = steps[["index", "start_ns", "end_ns", "duration_ns", "phase"]].copy()
+    lo = np.searchsorted(sorted_starts, table["start_ns"].to_numpy(), side="left")
+    hi = np.searchsorted(sorted_starts, table["end_ns"].to_numpy(), side="left")
+    for column, kind in (("compute_ns", "computation"), ("comm_ns", "communication")):
+        cum = np.concatenate([[0], np.cumsum(np.where(types[order] == kind, durations[order], 0))])
+        table[column] = (cum[hi] - cum[lo]).astype(np.int64)
+    return table.reset_index(drop=True)
+
+
+def _collectives(names: Any, durations: np.ndarray, types: np.ndarray, steady_steps: int) -> list[dict[str, Any]]:
+    comm = types == "communication"
+    if not comm.any():
+        return []
+    import pandas as pd
+
+    frame = pd.DataFrame({"name": np.asarray(names, dtype=object)[comm], "ns": durations[comm]})
+    frame["collective"] = frame["name"].map(collective_type)
+    rows = []
+    for collective, group in frame.groupby("collective", sort=True):
+        ns = group["ns"].to_numpy()
+        rows.append({"collective": collective, "count": int(ns.size), "total_ns": int(ns.sum()),
+                     "median_ns": float(np.median(ns)), "min_ns": int(ns.min()), "max_ns": int(ns.max())})
+    return rows
+
+
+def _top_kernels(names: Any, durations: np.ndarray) -> list[dict[str, Any]]:
+    import pandas as pd
+
+    frame = pd.DataFrame({"name": names, "ns": durations})
+    grouped = frame.groupby("name", observed=True)["ns"].agg(["sum", "count"])
+    grouped = grouped.sort_values("sum", ascending=False).head(KERNEL_LIMIT)
+    return [{"name": str(n), "total_ns": int(s), "count": int(c)} for n, (s, c) in grouped.iterrows()]

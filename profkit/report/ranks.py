@@ -1,0 +1,173 @@
+"""The cross-rank report: ``Report`` data for several ranks of one job.
+
+Built from ``profkit.analysis.ranks.cross_rank`` (plain data) and rendered by
+the same HTML/Markdown/JSON renderers as the single-trace report.
+"""
+
+from __future__ import annotations
+
+import io
+from datetime import datetime, timezone
+from typing import Any
+
+from profkit import __version__
+from profkit.analysis.ranks import STRAGGLER_MIN_EXCESS
+from profkit.output import Column
+from profkit.report.model import Figure, Report, Section, Table
+from profkit.report.text import duration, percent
+
+RANK_TABLE_COLUMNS = [
+    Column("rank", "Rank", "int"),
+    Column("steps", "Steps", "int"),
+    Column("step_median_ns", "Step median (ns)", "ns"),
+    Column("compute_per_step_ns", "Compute / step (ns)", "ns"),
+    Column("comm_per_step_ns", "Comm / step (ns)", "ns"),
+    Column("kernel_ns", "Kernels (ns)", "ns"),
+    Column("compute_kernel_ns", "Compute (ns)", "ns"),
+    Column("comm_kernel_ns", "Comm (ns)", "ns"),
+    Column("memory_ns", "Memory (ns)", "ns"),
+    Column("idle_ns", "Idle (ns)", "ns"),
+    Column("comm_comp_overlap_pct", "Overlap %", "pct"),
+    Column("file", "File"),
+]
+COLLECTIVE_COLUMNS = [
+    Column("collective", "Collective"),
+    Column("ranks", "Ranks", "int"),
+    Column("count", "Kernels", "int"),
+    Column("total_ns", "Total (ns)", "ns"),
+    Column("min_rank_total_ns", "Min rank (ns)", "ns"),
+    Column("median_rank_total_ns", "Median rank (ns)", "ns"),
+    Column("max_rank_total_ns", "Max rank (ns)", "ns"),
+    Column("skew_pct", "Skew %", "pct"),
+]
+SKEW_COLUMNS = [
+    Column("name", "Kernel"),
+    Column("min_ns", "Fastest rank (ns)", "ns"),
+    Column("max_ns", "Slowest rank (ns)", "ns"),
+    Column("spread_pct", "Spread %", "pct"),
+    Column("slowest_rank", "Slowest rank", "int"),
+]
+FAILED_COLUMNS = [Column("file", "File"), Column("error", "Why it was not read")]
+
+
+def build_ranks_report(job: dict[str, Any], summaries: list[dict[str, Any]], top: int = 20) -> Report:
+    """A ``Report`` for the output of ``cross_rank`` (and the per-rank summaries it came from)."""
+    sections = [_ranks_section(job), _steps_section(job), _breakdown_section(summaries),
+                _collectives_section(job), _skew_section(job, top)]
+    if job["failed"]:
+        sections.insert(0, Section("failed", "Ranks not read", tables=[
+            Table("failed", "Rank files that could not be read", FAILED_COLUMNS, job["failed"])]))
+    files = [r["file"] for r in job["ranks"]]
+    return Report(
+        title=f"profkit report: {len(job['ranks'])} ranks",
+        export_name=", ".join(f.rsplit("/", 1)[-1] for f in files),
+        generated_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        profkit_version=__version__, partial=job["partial"],
+        partial_reason=f"{len(job['failed'])} rank file(s) could not be read" if job["partial"] else None,
+        run_info=None, findings=ranks_findings(job), capture={"ranks": len(job["ranks"])},
+        sections=sections, top=top)
+
+
+def ranks_findings(job: dict[str, Any]) -> list[str]:
+    items = []
+    ranks = job["ranks"]
+    medians = [r["step_median_ns"] for r in ranks if r.get("step_median_ns") is not None]
+    if medians:
+        items.append(f"{len(ranks)} ranks; step median from {duration(min(medians))} to {duration(max(medians))}.")
+    s = job["straggler"]
+    if s is not None:
+        waits = "; ".join(f"rank {w['rank']} waits {duration(w['wait_per_step_ns'])} per step in communication"
+                          for w in s["waits"])
+        items.append(f"Rank {s['rank']} is the straggler: {duration(s['compute_per_step_ns'])} of compute per "
+                     f"step, {percent(s['excess_pct'], 1)} above the ranks' median"
+                     + (f"; {waits}." if waits else "."))
+    elif len(ranks) > 1:
+        items.append(f"No straggler: compute per step is within {STRAGGLER_MIN_EXCESS:.0%} of the ranks' median "
+                     "on every rank.")
+    for c in job["collectives"][:3]:
+        items.append(f"{c['collective']}: {c['count']:,} kernels, {duration(c['total_ns'])} in all; per-rank "
+                     f"total from {duration(c['min_rank_total_ns'])} to {duration(c['max_rank_total_ns'])}.")
+    for f in job["failed"]:
+        items.append(f"{f['file']} was not read: {f['error']}")
+    return items
+
+
+def _ranks_section(job: dict[str, Any]) -> Section:
+    section = Section("ranks", "Ranks", intro="One row per rank; per-step figures over steady-state steps.")
+    section.tables.append(Table("ranks", "Ranks", RANK_TABLE_COLUMNS, job["ranks"], label_key="file"))
+    s = job["straggler"]
+    if s is not None:
+        section.facts = [("Straggler", f"rank {s['rank']} ({s['file']})"),
+                         ("Its compute per step", duration(s["compute_per_step_ns"])),
+                         ("Ranks' median compute per step", duration(s["median_compute_per_step_ns"]))]
+        section.facts += [(f"Rank {w['rank']} waits per step", duration(w["wait_per_step_ns"])) for w in s["waits"]]
+    section.data = {"straggler": s}
+    return section
+
+
+def _steps_section(job: dict[str, Any]) -> Section:
+    section = Section("steps", "Step time per rank", intro="Steps aligned by their index on every rank.")
+    rows = job["steps"]
+    rank_keys = sorted({k for row in rows for k in row if k.startswith("rank")},
+                       key=lambda k: int(k[4:]) if k[4:].isdigit() else 0)
+    columns = [Column("index", "Step", "int"), Column("phase", "Phase")] + \
+              [Column(k, f"Rank {k[4:]} (ns)", "ns") for k in rank_keys]
+    section.tables.append(Table("steps", "Step durations", columns, rows, label_key="index"))
+    if rows and rank_keys:
+        section.figures.append(Figure("step_time", "Step time per rank", "Each line is one rank.",
+                                      _step_time_png(rows, rank_keys), data={"steps": rows}))
+    else:
+        section.notes.append("no steps were found on any rank (see `profkit steps FILE`)")
+    return section
+
+
+def _breakdown_section(summaries: list[dict[str, Any]]) -> Section:
+    rows = [{"rank": s["rank"], **{k: v for k, v in (s.get("breakdown") or {}).items() if not isinstance(v, (dict, list))}}
+            for s in summaries if "error" not in s]
+    rows.sort(key=lambda r: (r["rank"] is None, r["rank"] or 0))
+    keys = [k for k in ("idle_pct", "compute_pct", "non_compute_pct", "comm_comp_overlap_pct") if any(k in r for r in rows)]
+    columns = [Column("rank", "Rank", "int")] + [Column(k, k.replace("_pct", " %").replace("_", " "), "pct") for k in keys]
+    return Section("breakdown", "Where the time goes, per rank",
+                   intro="Temporal breakdown as HTA defines it (idle, compute, non-compute kernel time).",
+                   tables=[Table("breakdown", "Breakdown per rank", columns, rows, label_key="rank")])
+
+
+def _collectives_section(job: dict[str, Any]) -> Section:
+    section = Section("collectives", "Collectives (NCCL kernels)")
+    if job["collectives"]:
+        section.tables.append(Table("collectives", "By collective type", COLLECTIVE_COLUMNS, job["collectives"],
+                                    label_key="collective"))
+    else:
+        section.notes.append("no NCCL kernels on any rank")
+    return section
+
+
+def _skew_section(job: dict[str, Any], top: int) -> Section:
+    section = Section("kernel_skew", "Kernels whose time differs across ranks",
+                      intro="Kernels every rank ran, whose total time differs by 10% or more.")
+    if job["kernel_skew"]:
+        section.tables.append(Table("kernel_skew", "Kernel time skew", SKEW_COLUMNS, job["kernel_skew"][:top]))
+    else:
+        section.notes.append("every kernel took about the same time on every rank")
+    return section
+
+
+def _step_time_png(rows: list[dict[str, Any]], rank_keys: list[str]) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 3.2), dpi=100)
+    for key in rank_keys:
+        points = [(r["index"], r[key] / 1e6) for r in rows if key in r]
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker=".", label=f"rank {key[4:]}")
+    ax.set_xlabel("step")
+    ax.set_ylabel("ms")
+    ax.legend(loc="upper right", fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", metadata={"Software": None})
+    plt.close(fig)
+    return buf.getvalue()

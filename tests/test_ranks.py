@@ -1,0 +1,146 @@
+"""`profkit ranks` and the Dask engine: real exports as ranks, a real dask scheduler."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from profkit.cli import cli
+from profkit.ranks.inputs import rank_from_name
+from tests.conftest import nsys_fixture
+
+PROGRAM = "nsys2025_train_print"      # a real MLP training export with NVTX steps
+OTHER_PROGRAM = "nsys2025_gelu"       # a different program
+
+
+@pytest.mark.parametrize("name, pattern, rank", [
+    ("rank3.sqlite", None, 3),
+    ("trace_rank_12.json.gz", None, 12),
+    ("job-rank-0.pt.trace.json", None, 0),
+    ("worker_7.json.gz", None, 7),
+    ("host1_12345.1700000000000.pt.trace.json", None, None),
+    ("gpu05-node.sqlite", r"gpu(\d+)", 5),
+    ("a.sqlite", None, None),
+])
+def test_rank_from_file_name(name, pattern, rank):
+    assert rank_from_name(name, pattern) == rank
+
+
+def test_bad_rank_regex_is_one_line():
+    result = CliRunner().invoke(cli, ["ranks", str(nsys_fixture(PROGRAM)), "--rank-from", "("])
+    assert result.exit_code == 2
+    assert "--rank-from" in result.output and "Traceback" not in result.output
+
+
+def _ranks_of(tmp_path: Path, fixture: str, n: int) -> list[Path]:
+    """n copies of one real export, named rank0..rank{n-1} (the same program on every rank)."""
+    paths = []
+    for r in range(n):
+        p = tmp_path / f"rank{r}.sqlite"
+        shutil.copyfile(nsys_fixture(fixture), p)
+        paths.append(p)
+    return paths
+
+
+def _run(args: list[str]) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    return subprocess.run([sys.executable, "-m", "profkit", *args], capture_output=True, text=True, env=env,
+                          timeout=300)
+
+
+def test_ranks_rows_and_partial_exit(tmp_path):
+    paths = _ranks_of(tmp_path, PROGRAM, 2)
+    bad = tmp_path / "rank2.sqlite"
+    bad.write_bytes(paths[0].read_bytes()[:50_000])  # truncated copy: a bad rank file
+    result = _run(["ranks", *map(str, paths), str(bad), "--format", "json", "--scheduler", "threads"])
+    assert result.returncode == 3, result.stderr
+    rows = json.loads(result.stdout)
+    good = [r for r in rows if "error" not in r]
+    assert [r["rank"] for r in good] == [0, 1]
+    assert [r["rank"] for r in rows if "error" in r] == [2]
+    assert "rank2.sqlite" in result.stderr and "Traceback" not in result.stderr
+    # identical files: identical rows
+    assert {k: v for k, v in good[0].items() if k not in ("rank", "file")} == \
+        {k: v for k, v in good[1].items() if k not in ("rank", "file")}
+
+
+def test_different_programs_are_refused(tmp_path):
+    a = tmp_path / "rank0.sqlite"
+    b = tmp_path / "rank1.sqlite"
+    shutil.copyfile(nsys_fixture(PROGRAM), a)
+    shutil.copyfile(nsys_fixture(OTHER_PROGRAM), b)
+    result = _run(["ranks", str(a), str(b), "--scheduler", "threads"])
+    assert result.returncode == 2
+    assert "different programs" in result.stderr
+    assert len(result.stderr.strip().splitlines()[-1:]) == 1 and "Traceback" not in result.stderr
+
+
+def test_unreachable_scheduler_is_one_line(tmp_path):
+    paths = _ranks_of(tmp_path, PROGRAM, 1)
+    result = _run(["ranks", str(paths[0]), "--scheduler", f"tcp://127.0.0.1:{_free_port()}"])
+    assert result.returncode == 2
+    last = result.stderr.strip().splitlines()[-1]
+    assert "cannot reach the Dask scheduler at tcp://127.0.0.1:" in last and "Traceback" not in result.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_real_dask_scheduler_gives_the_same_json(tmp_path):
+    paths = [str(p) for p in _ranks_of(tmp_path, PROGRAM, 2)]
+    default = _run(["ranks", *paths, "--format", "json"])
+    assert default.returncode == 0, default.stderr
+
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    procs = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
+                               "--port", str(port), "--dashboard-address", ":0", "--no-show"],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    try:
+        _wait_for_port(port)
+        for _ in range(2):
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "distributed.cli.dask_worker", f"tcp://127.0.0.1:{port}", "--nthreads", "1",
+                 "--host", "127.0.0.1", "--no-dashboard"],
+                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        _wait_for_workers(port, 2)
+        remote = _run(["ranks", *paths, "--format", "json", "--scheduler", f"tcp://127.0.0.1:{port}"])
+        assert remote.returncode == 0, remote.stderr
+        assert json.loads(remote.stdout) == json.loads(default.stdout)
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def _wait_for_port(port: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise AssertionError(f"dask scheduler did not open port {port}")
+
+
+def _wait_for_workers(port: int, n: int, timeout: float = 60) -> None:
+    from distributed import Client
+
+    with Client(f"tcp://127.0.0.1:{port}", timeout=timeout) as client:
+        client.wait_for_workers(n, timeout=timeout)
