@@ -26,6 +26,8 @@ COMMANDS: dict[str, str] = {
     "steps": "profkit.cli.steps:steps",
     "breakdown": "profkit.cli.breakdown:breakdown",
     "ranks": "profkit.cli.ranks:ranks",
+    "diff": "profkit.cli.diff:diff",
+    "history": "profkit.cli.history:history",
     "occupancy": "profkit.cli.occupancy:occupancy",
     "ptx": "profkit.cli.ptx:ptx",
     "trace": "profkit.cli.trace:trace",

@@ -1,0 +1,210 @@
+"""What a change did to a run: `profkit diff BASE NEW`.
+
+Both traces are reduced to the same per-step figures, then compared:
+- step time: steady-state step durations, compared by ``noise.compare``
+  (bootstrap CI of the median change + Mann-Whitney), with a verdict;
+- kernels: GPU time per steady step, per kernel name: new, gone, slower,
+  faster or same.  A kernel is slower/faster only when its per-step time
+  changed by ``KERNEL_MIN_EFFECT_PCT`` and ``KERNEL_MIN_DELTA_NS`` and its
+  per-step samples differ (Mann-Whitney p < ``KERNEL_MAX_P``) — so a kernel
+  that merely jitters stays "same";
+- sync sites (file:line, API) added or removed, and their counts;
+- registers / shared memory / theoretical occupancy per kernel that changed;
+- the compute / communication / idle breakdown, base vs new.
+
+Names are compared after ``normalize_kernel_name`` so an nsys trace and a
+Kineto trace of the same program line up.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from profkit.analysis import noise
+from profkit.errors import ProfkitError
+from profkit.model import Trace
+
+KERNEL_MIN_EFFECT_PCT = 5.0
+KERNEL_MIN_DELTA_NS = 1000.0
+KERNEL_MAX_P = 0.01
+KERNEL_LIMIT = 300  # kernels compared in detail (by the larger of their base and new time)
+
+
+def normalize_kernel_name(name: str) -> str:
+    """Kernel names as both nsys and Kineto spell them: whitespace collapsed."""
+    return " ".join(str(name).split())
+
+
+def step_samples(trace: Trace) -> tuple[Any, np.ndarray, list[tuple[int, int]]]:
+    """(StepResult, steady-state step durations, steady windows) of a trace."""
+    from profkit.analysis.steps import find_steps
+
+    result = find_steps(trace)
+    steps = result.steps
+    if steps is None or len(steps) == 0:
+        return result, np.empty(0), []
+    steady = steps[steps["phase"] == "steady"]
+    if len(steady) == 0:
+        steady = steps
+    windows = list(zip(steady["start_ns"].astype(np.int64), steady["end_ns"].astype(np.int64)))
+    return result, steady["duration_ns"].to_numpy(dtype=np.float64), windows
+
+
+def kernel_step_table(trace: Trace, windows: list[tuple[int, int]]) -> pd.DataFrame:
+    """GPU time per (kernel name, steady step): columns name, step, ns.
+
+    Without steps the whole trace is one "step" (index 0)."""
+    kernels = trace.table("kernels", ["name", "start", "end"])
+    names = kernels["name"].astype(str).map(normalize_kernel_name).to_numpy(dtype=object)
+    start = kernels["start"].to_numpy()
+    ns = (kernels["end"] - kernels["start"]).to_numpy()
+    if windows:
+        lo = np.array([w[0] for w in windows])
+        hi = np.array([w[1] for w in windows])
+        order = np.argsort(lo)
+        lo, hi = lo[order], hi[order]
+        step = np.searchsorted(lo, start, side="right") - 1
+        inside = (step >= 0) & (start < hi[np.clip(step, 0, None)])
+        frame = pd.DataFrame({"name": names[inside], "step": step[inside], "ns": ns[inside]})
+    else:
+        frame = pd.DataFrame({"name": names, "step": 0, "ns": ns})
+    return frame.groupby(["name", "step"], sort=False, as_index=False)["ns"].sum()
+
+
+def kernel_changes(base: pd.DataFrame, new: pd.DataFrame, base_steps: int, new_steps: int) -> list[dict[str, Any]]:
+    """Rows name, base_ns_per_step, new_ns_per_step, delta_ns_per_step, delta_pct, status."""
+    base_total = base.groupby("name")["ns"].sum() / max(base_steps, 1)
+    new_total = new.groupby("name")["ns"].sum() / max(new_steps, 1)
+    names = sorted(set(base_total.index) | set(new_total.index),
+                   key=lambda n: -max(base_total.get(n, 0.0), new_total.get(n, 0.0)))
+    base_by_name = {n: g for n, g in base.groupby("name")} if len(base) else {}
+    new_by_name = {n: g for n, g in new.groupby("name")} if len(new) else {}
+    rows = []
+    for i, name in enumerate(names):
+        b, n = float(base_total.get(name, 0.0)), float(new_total.get(name, 0.0))
+        if name not in base_total.index:
+            status = "new"
+        elif name not in new_total.index:
+            status = "gone"
+        elif i < KERNEL_LIMIT:
+            status = _kernel_status(b, n, _per_step(base_by_name.get(name), base_steps),
+                                    _per_step(new_by_name.get(name), new_steps))
+        else:
+            status = "same"
+        rows.append({"name": name, "base_ns_per_step": b, "new_ns_per_step": n, "delta_ns_per_step": n - b,
+                     "delta_pct": 100.0 * (n / b - 1.0) if b else None, "status": status})
+    rows.sort(key=lambda r: -abs(r["delta_ns_per_step"]))
+    return rows
+
+
+def _per_step(group: pd.DataFrame | None, steps: int) -> np.ndarray:
+    """A kernel's time in each step, zeros for steps it did not run in."""
+    values = np.zeros(max(steps, 1))
+    if group is not None:  # one row per (name, step) already: order does not matter to the rank test
+        values[: len(group)] = group["ns"].to_numpy(dtype=np.float64)
+    return values
+
+
+def _kernel_status(base_ns: float, new_ns: float, base_samples: np.ndarray, new_samples: np.ndarray) -> str:
+    delta = new_ns - base_ns
+    if abs(delta) < KERNEL_MIN_DELTA_NS or (base_ns and abs(delta) / base_ns * 100 < KERNEL_MIN_EFFECT_PCT):
+        return "same"
+    if min(base_samples.size, new_samples.size) >= noise.MIN_SAMPLES:
+        if noise.mann_whitney_p(base_samples, new_samples) >= KERNEL_MAX_P:
+            return "same"
+    return "slower" if delta > 0 else "faster"
+
+
+def sync_changes(base: Trace, new: Trace) -> list[dict[str, Any]]:
+    """Sync sites of both runs: rows source, api, base_count, new_count, status."""
+    from profkit.analysis.stalls import analyze_stalls
+
+    def sites(trace: Trace) -> dict[tuple[str, str], dict[str, Any]]:
+        out: dict[tuple[str, str], dict[str, Any]] = {}
+        for site in analyze_stalls(trace).sites:
+            key = (site.get("source") or "(source unknown)", site.get("api") or "")
+            row = out.setdefault(key, {"count": 0, "code": site.get("code")})
+            row["count"] += int(site.get("count") or 0)
+        return out
+
+    a, b = sites(base), sites(new)
+    rows = []
+    for key in sorted(set(a) | set(b)):
+        ca, cb = a.get(key, {}).get("count", 0), b.get(key, {}).get("count", 0)
+        status = "added" if not ca else "removed" if not cb else "same" if ca == cb else "changed"
+        rows.append({"source": key[0], "api": key[1], "code": (b.get(key) or a.get(key) or {}).get("code"),
+                     "base_count": ca, "new_count": cb, "status": status})
+    return rows
+
+
+def resource_changes(base: Trace, new: Trace) -> list[dict[str, Any]]:
+    """Kernels in both runs whose registers or shared memory per block changed."""
+    columns = ["name", "registers_per_thread", "static_smem_bytes", "dynamic_smem_bytes"]
+
+    def per_name(trace: Trace) -> pd.DataFrame:
+        k = trace.table("kernels", columns).copy()
+        k["name"] = k["name"].astype(str).map(normalize_kernel_name)
+        k["smem"] = k["static_smem_bytes"].clip(lower=0) + k["dynamic_smem_bytes"].clip(lower=0)
+        return k.groupby("name").agg(registers=("registers_per_thread", "max"), smem=("smem", "max"))
+
+    a, b = per_name(base), per_name(new)
+    both = a.join(b, lsuffix="_base", rsuffix="_new", how="inner")
+    changed = both[(both["registers_base"] != both["registers_new"]) | (both["smem_base"] != both["smem_new"])]
+    return [{"name": name, "base_registers": int(r.registers_base), "new_registers": int(r.registers_new),
+             "base_smem_bytes": int(r.smem_base), "new_smem_bytes": int(r.smem_new)}
+            for name, r in changed.iterrows()]
+
+
+def breakdown_shift(base: Trace, new: Trace) -> dict[str, Any]:
+    from profkit.analysis.breakdown import rank_breakdown
+
+    a = rank_breakdown(base, steady=True)
+    b = rank_breakdown(new, steady=True)
+    keys = [k for k in a if k.endswith("_pct") and isinstance(a.get(k), (int, float))
+            and isinstance(b.get(k), (int, float))]
+    return {"base": {k: a[k] for k in keys}, "new": {k: b[k] for k in keys},
+            "delta_pct_points": {k: b[k] - a[k] for k in keys}}
+
+
+def diff_traces(base: Trace, new: Trace, *, min_effect_pct: float = noise.MIN_EFFECT_PCT) -> dict[str, Any]:
+    """Everything `profkit diff` shows, as plain data (the JSON form)."""
+    base_result, base_durations, base_windows = step_samples(base)
+    new_result, new_durations, new_windows = step_samples(new)
+    step: dict[str, Any]
+    if base_durations.size and new_durations.size:
+        change = noise.compare(base_durations, new_durations, min_effect_pct=min_effect_pct)
+        step = {"base_median_ns": change.base_median, "new_median_ns": change.new_median,
+                "delta_pct": change.delta_pct, "ci_low_pct": change.ci_low_pct, "ci_high_pct": change.ci_high_pct,
+                "p_value": change.p_value, "base_steps": change.base_n, "new_steps": change.new_n,
+                "verdict": change.verdict, "why": change.why,
+                "base_step_source": base_result.source, "new_step_source": new_result.source}
+    else:
+        missing = base.name if not base_durations.size else new.name
+        step = {"base_median_ns": None, "new_median_ns": None, "delta_pct": None, "ci_low_pct": None,
+                "ci_high_pct": None, "verdict": "unknown",
+                "why": f"no steps found in {missing} ({(base_result if not base_durations.size else new_result).message})"}
+    base_k = kernel_step_table(base, base_windows)
+    new_k = kernel_step_table(new, new_windows)
+    return {
+        "base": base.name, "new": new.name, "step": step,
+        "kernels": kernel_changes(base_k, new_k, len(base_windows), len(new_windows)),
+        "syncs": sync_changes(base, new),
+        "resources": resource_changes(base, new),
+        "breakdown": breakdown_shift(base, new),
+    }
+
+
+def regression_pct(result: dict[str, Any]) -> float | None:
+    """The step-time change that counts against ``--fail-on-regression``: the
+    change when the verdict is "slower", else None."""
+    step = result["step"]
+    return step["delta_pct"] if step.get("verdict") == noise.SLOWER else None
+
+
+def check_comparable(base: Trace, new: Trace) -> None:
+    if base.count("kernels") == 0 or new.count("kernels") == 0:
+        empty = base.name if base.count("kernels") == 0 else new.name
+        raise ProfkitError(f"{empty} has no GPU kernels to compare")

@@ -1,0 +1,117 @@
+"""Is B slower than A, or is it noise?  One noise model for `profkit diff` and `history`.
+
+Step times of a training loop are not normal: most steps sit in a narrow band
+and a few are slow (a GC pause, a sync that happened to wait, a clock change).
+So the comparison is on medians, with a percentile bootstrap confidence
+interval of the relative change of the median (resampling the steps of each
+run independently), and a two-sided Mann-Whitney U test as a rank-based
+second opinion that makes no assumption about the shape.
+
+The verdict is "slower"/"faster" only when both
+- the confidence interval of the change excludes 0, and
+- the change is at least ``MIN_EFFECT_PCT``: below that, a real but tiny
+  difference (a clock that drifted 0.3 % between runs) is not a regression
+  anyone should act on.
+Otherwise "no change".  The bootstrap uses a fixed seed, so the same inputs
+always give the same interval and verdict (CI gates must not flap).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+MIN_EFFECT_PCT = 2.0
+CONFIDENCE = 0.95
+RESAMPLES = 4000
+SEED = 20261123
+MIN_SAMPLES = 3
+
+SLOWER, FASTER, NO_CHANGE = "slower", "faster", "no change"
+
+
+@dataclass(frozen=True)
+class Change:
+    base_median: float
+    new_median: float
+    delta_pct: float
+    ci_low_pct: float | None
+    ci_high_pct: float | None
+    p_value: float | None
+    base_n: int
+    new_n: int
+    verdict: str
+    why: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def compare(base: Any, new: Any, *, min_effect_pct: float = MIN_EFFECT_PCT, confidence: float = CONFIDENCE,
+            resamples: int = RESAMPLES, seed: int = SEED) -> Change:
+    """Compare two samples (e.g. steady-state step durations) by their medians."""
+    a = np.asarray(base, dtype=np.float64)
+    b = np.asarray(new, dtype=np.float64)
+    if a.size == 0 or b.size == 0:
+        raise ValueError("both samples need at least one value")
+    ma, mb = float(np.median(a)), float(np.median(b))
+    delta = _pct(mb, ma)
+    if a.size < MIN_SAMPLES or b.size < MIN_SAMPLES:
+        return Change(ma, mb, delta, None, None, None, int(a.size), int(b.size), NO_CHANGE,
+                      f"too few samples for a confidence interval ({a.size} and {b.size}; need {MIN_SAMPLES})")
+    rng = np.random.default_rng(seed)
+    boot_a = np.median(rng.choice(a, size=(resamples, a.size), replace=True), axis=1)
+    boot_b = np.median(rng.choice(b, size=(resamples, b.size), replace=True), axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = 100.0 * (boot_b / boot_a - 1.0)
+    ratios = ratios[np.isfinite(ratios)]
+    tail = (1.0 - confidence) / 2 * 100
+    low, high = (float(x) for x in np.percentile(ratios, [tail, 100 - tail]))
+    p = mann_whitney_p(a, b)
+    level = f"{confidence:.0%}"
+    if low > 0 and delta >= min_effect_pct:
+        verdict, why = SLOWER, f"{level} interval {low:+.1f}%..{high:+.1f}% excludes 0"
+    elif high < 0 and delta <= -min_effect_pct:
+        verdict, why = FASTER, f"{level} interval {low:+.1f}%..{high:+.1f}% excludes 0"
+    elif low > 0 or high < 0:
+        verdict, why = NO_CHANGE, f"significant but below the {min_effect_pct:g}% that counts as a change"
+    else:
+        verdict, why = NO_CHANGE, f"{level} interval {low:+.1f}%..{high:+.1f}% includes 0"
+    return Change(ma, mb, delta, low, high, p, int(a.size), int(b.size), verdict, why)
+
+
+def mann_whitney_p(a: np.ndarray, b: np.ndarray) -> float:
+    """Two-sided p-value of the Mann-Whitney U test (normal approximation with
+    tie and continuity corrections, as scipy's ``method='asymptotic'``)."""
+    n1, n2 = a.size, b.size
+    both = np.concatenate([a, b])
+    ranks = _average_ranks(both)
+    u1 = ranks[:n1].sum() - n1 * (n1 + 1) / 2.0
+    mean = n1 * n2 / 2.0
+    _, counts = np.unique(both, return_counts=True)
+    n = n1 + n2
+    tie_term = float((counts ** 3 - counts).sum()) / (n * (n - 1)) if n > 1 else 0.0
+    sd = math.sqrt(n1 * n2 / 12.0 * ((n + 1) - tie_term))
+    if sd == 0:
+        return 1.0
+    z = (abs(u1 - mean) - 0.5) / sd
+    return float(min(1.0, math.erfc(max(z, 0.0) / math.sqrt(2.0))))
+
+
+def _average_ranks(values: np.ndarray) -> np.ndarray:
+    order = np.argsort(values, kind="mergesort")
+    sorted_values = values[order]
+    ranks = np.empty(values.size, dtype=np.float64)
+    # first index of each run of equal values, and the run lengths
+    starts = np.flatnonzero(np.r_[True, sorted_values[1:] != sorted_values[:-1]])
+    lengths = np.diff(np.r_[starts, values.size])
+    average = starts + (lengths + 1) / 2.0  # 1-based average rank of each run
+    ranks[order] = np.repeat(average, lengths)
+    return ranks
+
+
+def _pct(new: float, base: float) -> float:
+    return 100.0 * (new / base - 1.0) if base else (0.0 if new == base else math.inf)

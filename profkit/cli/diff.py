@@ -1,0 +1,70 @@
+"""`profkit diff BASE NEW`: what a change did to a run, with a verdict you can gate CI on.
+
+Exit codes: 0; 1 with ``--fail-on-regression PCT`` when the step time is
+"slower" by at least PCT percent; 2 bad input (one line).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from profkit.output import Column, emit_rows
+
+KERNEL_DIFF_COLUMNS = [
+    Column("status", "Status"),
+    Column("base_ns_per_step", "Base / step (ns)", "ns"),
+    Column("new_ns_per_step", "New / step (ns)", "ns"),
+    Column("delta_ns_per_step", "Δ / step (ns)", "ns"),
+    Column("name", "Kernel"),
+]
+
+
+@click.command()
+@click.argument("base", type=click.Path(path_type=Path))
+@click.argument("new", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "md"]), default="table", show_default=True,
+              help="table: verdict and kernel changes; json: everything; md: a pull-request comment.")
+@click.option("--fail-on-regression", "fail_pct", type=click.FloatRange(min=0), default=None, metavar="PCT",
+              help="Exit 1 when NEW's step time is slower than BASE's by at least PCT percent.")
+@click.option("--min-effect", "min_effect", type=click.FloatRange(min=0), default=None, metavar="PCT",
+              help="Smallest step-time change that counts (default 2%).")
+def diff(base: Path, new: Path, fmt: str, fail_pct: float | None, min_effect: float | None) -> None:
+    """Compare two traces of the same program: step time, kernels, sync sites, registers, breakdown.
+
+    \b
+    BASE and NEW are nsys exports or PyTorch profiler traces, in any mix.
+    Examples:
+      profkit diff before.sqlite after.sqlite
+      profkit diff base.json.gz new.json.gz --format md >> "$GITHUB_STEP_SUMMARY"
+      profkit diff base.sqlite new.sqlite --fail-on-regression 5
+    """
+    from contextlib import ExitStack
+
+    from profkit.analysis import noise
+    from profkit.analysis.diff import check_comparable, diff_traces, regression_pct
+    from profkit.readers import open_trace
+    from profkit.report.diff import render_markdown, render_text
+
+    with ExitStack() as stack:
+        base_trace = stack.enter_context(open_trace(base))
+        new_trace = stack.enter_context(open_trace(new))
+        check_comparable(base_trace, new_trace)
+        result = diff_traces(base_trace, new_trace,
+                             min_effect_pct=noise.MIN_EFFECT_PCT if min_effect is None else min_effect)
+    if fmt == "json":
+        click.echo(json.dumps(result, indent=2, default=float))
+    elif fmt == "md":
+        click.echo(render_markdown(result), nl=False)
+    else:
+        click.echo(render_text(result))
+        changed = [k for k in result["kernels"] if k["status"] != "same"]
+        if changed:
+            emit_rows(changed[:30], KERNEL_DIFF_COLUMNS, "table", title="Kernels that changed (time per step)")
+    pct = regression_pct(result)
+    if fail_pct is not None and pct is not None and pct >= fail_pct:
+        click.echo(f"profkit: step time regressed {pct:.1f}% (>= {fail_pct:g}%)", err=True)
+        sys.exit(1)

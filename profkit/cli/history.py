@@ -1,0 +1,96 @@
+"""`profkit history add|show`: keep run summaries in a SQLite database and watch the trend."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from profkit.output import Column, emit_rows
+
+DEFAULT_DB = Path("profkit-history.db")
+db_option = click.option("--db", "db_path", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_DB,
+                         show_default=True, help="The history database (SQLite, created on first add).")
+
+TREND_COLUMNS = [
+    Column("run_id", "Run", "int"),
+    Column("label", "Label"),
+    Column("commit", "Commit"),
+    Column("value_ns", "Value (ns)", "ns"),
+    Column("baseline_ns", "Baseline (ns)", "ns"),
+    Column("delta_pct", "Δ %", "pct"),
+    Column("verdict", "Verdict"),
+    Column("regression", "Regression"),
+]
+
+
+@click.group()
+def history() -> None:
+    """Run history: `add` a run after each commit, `show` the trend and its regressions."""
+
+
+@history.command()
+@click.argument("run", type=click.Path(path_type=Path))
+@click.option("--label", default=None, help="A name for this run (default: the commit or the file name).")
+@click.option("--commit", default=None, metavar="SHA", help="The commit the run was made from "
+              "(default: run.json's, else the current folder's git HEAD).")
+@db_option
+def add(run: Path, label: str | None, commit: str | None, db_path: Path) -> None:
+    """Store RUN (a trace, or a `profkit trace` run folder) in the history."""
+    from profkit.history import add_run, git_head, run_summary
+    from profkit.readers import open_trace
+
+    trace_path, run_info = _resolve_run(run)
+    with open_trace(trace_path) as trace:
+        summary = run_summary(trace)
+    commit = commit or (run_info or {}).get("commit") or git_head(Path.cwd())
+    run_id = add_run(db_path, summary, label=label or (commit[:12] if commit else trace_path.name), commit=commit)
+    click.echo(f"run {run_id}: {summary['steps']} steps, median "
+               f"{summary['step_median_ns'] / 1e6:.3f} ms" if summary["step_median_ns"] else f"run {run_id}: no steps")
+
+
+@history.command()
+@click.option("--metric", default="step_median", show_default=True, metavar="step_median|kernel:NAME")
+@click.option("--window", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Runs in the rolling baseline.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Where to write the trend plot (default: next to the database).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "md"]), default="table", show_default=True)
+@db_option
+def show(metric: str, window: int, plot_path: Path | None, fmt: str, db_path: Path) -> None:
+    """The metric over the runs, each flagged against the runs before it."""
+    from dataclasses import asdict
+
+    from profkit.atomic import write_bytes
+    from profkit.history import trend, trend_png
+
+    points = trend(db_path, metric, window)
+    rows = [asdict(p) for p in points]
+    plot_path = plot_path or db_path.with_suffix(".png")
+    write_bytes(plot_path, trend_png(points, metric))
+    if fmt == "json":
+        click.echo(json.dumps({"metric": metric, "plot": str(plot_path), "runs": rows}, indent=2))
+        return
+    emit_rows([{**r, "regression": "yes" if r["regression"] else "no"} for r in rows], TREND_COLUMNS, fmt,
+              title=f"{metric} over {len(rows)} runs")
+    flagged = [p for p in points if p.regression]
+    click.echo(f"{len(flagged)} regression(s)" + (": " + ", ".join(f"run {p.run_id} ({p.label})" for p in flagged)
+                                                  if flagged else "") + f"; plot: {plot_path}", err=True)
+
+
+def _resolve_run(run: Path) -> tuple[Path, dict | None]:
+    """A run folder's trace and run.json, or the trace itself."""
+    from profkit.errors import ProfkitError
+
+    if run.is_dir() and (run / "run.json").is_file():
+        try:
+            info = json.loads((run / "run.json").read_text())
+        except (OSError, ValueError) as exc:
+            raise ProfkitError(f"{run / 'run.json'}: unreadable ({exc})") from None
+        for name in (info.get("trace") if isinstance(info, dict) else None, "trace.sqlite", "trace.json.gz",
+                     "trace.json"):
+            if name and (run / name).is_file():
+                return run / name, info if isinstance(info, dict) else None
+        raise ProfkitError(f"{run}: run folder without a trace file")
+    return run, None

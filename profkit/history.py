@@ -1,0 +1,189 @@
+"""Run history: a SQLite database of run summaries, and regressions across commits.
+
+``add`` stores one run: its step summary and per-step samples, and the time
+per step of its kernels (with per-step samples of the ``SAMPLED_KERNELS``
+biggest).  ``trend`` reads one metric over the runs in the order they were
+added and flags each run against a rolling baseline: the pooled samples of
+the previous ``window`` runs that were not themselves flagged (a regression
+must not become the baseline that hides the next one), compared with the
+same noise model as `profkit diff` (``profkit.analysis.noise``).
+
+The database is written through sqlite-utils (tables ``runs`` and
+``kernels``), so it is also easy to query by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from profkit.analysis import noise
+from profkit.errors import ProfkitError
+from profkit.model import Trace
+
+SAMPLED_KERNELS = 50
+DEFAULT_WINDOW = 3
+STEP_MEDIAN = "step_median"
+
+
+@dataclass(frozen=True)
+class TrendPoint:
+    run_id: int
+    label: str | None
+    commit: str | None
+    added_utc: str
+    value_ns: float | None
+    baseline_ns: float | None
+    delta_pct: float | None
+    verdict: str          # slower / faster / no change / baseline / missing
+    regression: bool
+
+
+def _db(path: Path):
+    import sqlite_utils
+
+    try:
+        db = sqlite_utils.Database(path)
+        db.execute("PRAGMA user_version").fetchall()
+    except Exception as exc:  # sqlite3.DatabaseError for a file that is not SQLite
+        raise ProfkitError(f"{path}: not a profkit history database ({exc})") from None
+    return db
+
+
+def run_summary(trace: Trace) -> dict[str, Any]:
+    """What ``add`` stores of a trace: step figures and kernel time per steady step."""
+    from profkit.analysis.diff import kernel_step_table, step_samples
+
+    result, durations, windows = step_samples(trace)
+    kernels = kernel_step_table(trace, windows)
+    steps = max(len(windows), 1)
+    per_name = kernels.groupby("name")["ns"].sum().sort_values(ascending=False) / steps
+    sampled = set(per_name.index[:SAMPLED_KERNELS])
+    samples = {name: _padded(group["ns"].to_numpy(), steps) for name, group in kernels.groupby("name")
+               if name in sampled}
+    return {
+        "trace": trace.name, "source": trace.meta.source, "step_source": result.source,
+        "steps": int(durations.size),
+        "step_median_ns": float(np.median(durations)) if durations.size else None,
+        "step_mean_ns": float(durations.mean()) if durations.size else None,
+        "step_samples": durations.tolist(),
+        "kernels": [{"name": n, "ns_per_step": float(v), "samples": samples.get(n)} for n, v in per_name.items()],
+    }
+
+
+def _padded(values: np.ndarray, steps: int) -> list[float]:
+    out = np.zeros(steps)
+    out[: values.size] = values
+    return out.tolist()
+
+
+def git_head(folder: Path) -> str | None:
+    """The commit checked out in ``folder``, when it is a git work tree."""
+    try:
+        done = subprocess.run(["git", "-C", str(folder), "rev-parse", "--verify", "--quiet", "HEAD"],
+                              capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() or None if done.returncode == 0 else None
+
+
+def add_run(db_path: Path, summary: dict[str, Any], *, label: str | None = None,
+            commit: str | None = None) -> int:
+    db = _db(db_path)
+    row = {"label": label, "commit": commit, "added_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+           "trace": summary["trace"], "source": summary["source"], "step_source": summary["step_source"],
+           "steps": summary["steps"], "step_median_ns": summary["step_median_ns"],
+           "step_mean_ns": summary["step_mean_ns"], "step_samples": json.dumps(summary["step_samples"])}
+    runs = db["runs"]
+    runs.insert(row, pk="id", alter=True)
+    run_id = int(runs.last_pk)
+    db["kernels"].insert_all(
+        ({"run_id": run_id, "name": k["name"], "ns_per_step": k["ns_per_step"],
+          "samples": json.dumps(k["samples"]) if k["samples"] is not None else None} for k in summary["kernels"]),
+        alter=True, foreign_keys=[("run_id", "runs", "id")])
+    db["kernels"].create_index(["run_id", "name"], if_not_exists=True)
+    return run_id
+
+
+def trend(db_path: Path, metric: str = STEP_MEDIAN, window: int = DEFAULT_WINDOW,
+          min_effect_pct: float = noise.MIN_EFFECT_PCT) -> list[TrendPoint]:
+    """The metric over all runs, oldest first, each flagged against its rolling baseline."""
+    if not db_path.exists():
+        raise ProfkitError(f"{db_path}: no history yet", hint="add runs with: profkit history add RUN")
+    db = _db(db_path)
+    if "runs" not in db.table_names():
+        raise ProfkitError(f"{db_path}: no runs in this history", hint="add runs with: profkit history add RUN")
+    runs = list(db.query("SELECT * FROM runs ORDER BY id"))
+    samples = [_samples(db, run, metric) for run in runs]
+    points: list[TrendPoint] = []
+    clean: list[int] = []  # indexes of earlier runs not flagged
+    for i, run in enumerate(runs):
+        values = samples[i]
+        value = float(np.median(values)) if values is not None and len(values) else None
+        base_runs = clean[-window:]
+        if value is None:
+            points.append(TrendPoint(run["id"], run["label"], run["commit"], run["added_utc"], None, None, None,
+                                     "missing", False))
+            continue
+        if not base_runs:
+            points.append(TrendPoint(run["id"], run["label"], run["commit"], run["added_utc"], value, None, None,
+                                     "baseline", False))
+            clean.append(i)
+            continue
+        pooled = np.concatenate([samples[j] for j in base_runs])
+        change = noise.compare(pooled, values, min_effect_pct=min_effect_pct)
+        flagged = change.verdict == noise.SLOWER
+        points.append(TrendPoint(run["id"], run["label"], run["commit"], run["added_utc"], value,
+                                 change.base_median, change.delta_pct, change.verdict, flagged))
+        if not flagged:
+            clean.append(i)
+    return points
+
+
+def _samples(db: Any, run: dict[str, Any], metric: str) -> np.ndarray | None:
+    if metric == STEP_MEDIAN:
+        return np.asarray(json.loads(run["step_samples"] or "[]"), dtype=np.float64)
+    if metric.startswith("kernel:"):
+        name = metric[len("kernel:"):]
+        rows = list(db.query("SELECT ns_per_step, samples FROM kernels WHERE run_id = ? AND name = ?",
+                             [run["id"], name]))
+        if not rows:
+            return None
+        if rows[0]["samples"]:
+            return np.asarray(json.loads(rows[0]["samples"]), dtype=np.float64)
+        return np.asarray([rows[0]["ns_per_step"]], dtype=np.float64)
+    raise ProfkitError(f"unknown metric {metric!r}: use step_median or kernel:NAME")
+
+
+def trend_png(points: list[TrendPoint], metric: str) -> bytes:
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    xs = list(range(1, len(points) + 1))
+    ys = [p.value_ns / 1e6 if p.value_ns is not None else np.nan for p in points]
+    fig, ax = plt.subplots(figsize=(9, 3.2), dpi=100)
+    ax.plot(xs, ys, marker="o", color="#1f6fb4")
+    bad = [(x, y) for x, y, p in zip(xs, ys, points) if p.regression]
+    if bad:
+        ax.scatter([b[0] for b in bad], [b[1] for b in bad], color="#d1495b", zorder=3, s=60, label="regression")
+        ax.legend(loc="upper left")
+    ax.set_xticks(xs, [(p.label or (p.commit or "")[:8] or str(p.run_id)) for p in points], rotation=30,
+                  fontsize=8)
+    ax.set_ylabel("ms")
+    ax.set_title(metric, fontsize=9)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", metadata={"Software": None})
+    plt.close(fig)
+    return buf.getvalue()

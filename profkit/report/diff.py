@@ -1,0 +1,116 @@
+"""Render a `profkit diff` result: a pull-request comment (Markdown) and terminal text.
+
+The Markdown puts the verdict and the five biggest changes first and folds
+the details into ``<details>`` blocks, and stays under GitHub's comment limit
+(65,536 characters) by cutting the long tables, saying how many rows it cut.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from profkit.output import md_escape
+from profkit.report.text import duration
+
+GITHUB_COMMENT_LIMIT = 65_536
+BUDGET = 60_000  # leave room for whatever the CI job adds around it
+TOP_CHANGES = 5
+VERDICT_WORDS = {"slower": "🔴 slower", "faster": "🟢 faster", "no change": "⚪ no change", "unknown": "❔ unknown"}
+
+
+def headline(result: dict[str, Any]) -> str:
+    step = result["step"]
+    if step.get("base_median_ns") is None:
+        return f"Step time: unknown ({step['why']})"
+    ci = (f", 95% CI {step['ci_low_pct']:+.1f}% .. {step['ci_high_pct']:+.1f}%"
+          if step.get("ci_low_pct") is not None else "")
+    return (f"Step time: {step['verdict']} — median {duration(step['base_median_ns'])} → "
+            f"{duration(step['new_median_ns'])} ({step['delta_pct']:+.1f}%{ci}; "
+            f"{step.get('base_steps', '?')} vs {step.get('new_steps', '?')} steady steps)")
+
+
+def top_changes(result: dict[str, Any], n: int = TOP_CHANGES) -> list[str]:
+    """The n biggest changes, in words."""
+    lines = []
+    for k in result["kernels"]:
+        if k["status"] == "same":
+            continue
+        what = {"new": "new", "gone": "gone", "slower": "slower", "faster": "faster"}[k["status"]]
+        lines.append((abs(k["delta_ns_per_step"]),
+                      f"kernel `{_code(k['name'], 90)}` {what}: {duration(k['base_ns_per_step'])} → "
+                      f"{duration(k['new_ns_per_step'])} per step"))
+    for s in result["syncs"]:
+        if s["status"] in ("added", "removed"):
+            lines.append((float("inf"), f"sync site {s['status']}: `{_code(s['source'], 90)}` ({s['api']}, "
+                                        f"{s['base_count']} → {s['new_count']})"))
+    lines.sort(key=lambda x: -x[0])
+    return [text for _, text in lines[:n]]
+
+
+def render_markdown(result: dict[str, Any]) -> str:
+    step = result["step"]
+    parts = [f"### profkit diff: {VERDICT_WORDS.get(step['verdict'], step['verdict'])}", "",
+             f"`{_code(result['base'])}` → `{_code(result['new'])}`", "", md_escape(headline(result)), ""]
+    changes = top_changes(result)
+    if changes:
+        parts += ["**Top changes**", ""] + [f"- {c}" for c in changes] + [""]
+    budget = BUDGET - sum(len(p) + 1 for p in parts)
+    for title, block in _detail_blocks(result):
+        text = _fit(block, max(budget - len(title) - 60, 0))
+        folded = f"<details><summary>{title}</summary>\n\n{text}\n</details>\n"
+        if len(folded) > budget:
+            break
+        parts.append(folded)
+        budget -= len(folded)
+    return "\n".join(parts).rstrip() + "\n"
+
+
+def _detail_blocks(result: dict[str, Any]) -> list[tuple[str, list[str]]]:
+    kernels = [k for k in result["kernels"] if k["status"] != "same"] + \
+              [k for k in result["kernels"] if k["status"] == "same"]
+    kernel_rows = ["| Kernel | Base / step | New / step | Δ / step | Status |", "| :-- | --: | --: | --: | :-- |"] + [
+        f"| `{_code(k['name'], 120)}` | {duration(k['base_ns_per_step'])} | {duration(k['new_ns_per_step'])} | "
+        f"{_signed_duration(k['delta_ns_per_step'])} | {k['status']} |" for k in kernels]
+    sync_rows = ["| Source | API | Base | New | Status |", "| :-- | :-- | --: | --: | :-- |"] + [
+        f"| `{_code(s['source'], 120)}` | {md_escape(s['api'])} | {s['base_count']} | {s['new_count']} | {s['status']} |"
+        for s in result["syncs"]]
+    resource_rows = ["| Kernel | Registers | Shared memory / block |", "| :-- | --: | --: |"] + [
+        f"| `{_code(r['name'], 120)}` | {r['base_registers']} → {r['new_registers']} | "
+        f"{r['base_smem_bytes']:,} → {r['new_smem_bytes']:,} B |" for r in result["resources"]]
+    shift = result.get("breakdown") or {}
+    breakdown_rows = ["| Share of the steady state | Base | New | Δ (points) |", "| :-- | --: | --: | --: |"] + [
+        f"| {k.replace('_pct', '').replace('_', ' ')} | {shift['base'][k]:.1f}% | {shift['new'][k]:.1f}% | "
+        f"{v:+.1f} |" for k, v in (shift.get("delta_pct_points") or {}).items()]
+    blocks = [("Kernels (time per steady step)", kernel_rows), ("Sync sites", sync_rows)]
+    if result["resources"]:
+        blocks.append(("Registers and shared memory", resource_rows))
+    if shift.get("delta_pct_points"):
+        blocks.append(("Compute / communication / idle", breakdown_rows))
+    return blocks
+
+
+def _fit(rows: list[str], budget: int) -> str:
+    """As many table rows as fit in ``budget`` characters, and a line saying how many were cut."""
+    kept, used = [], 0
+    for i, row in enumerate(rows):
+        if used + len(row) + 1 > budget - 80 and i >= 2:
+            kept.append(f"\n_{len(rows) - i} more rows cut to fit a comment; see `profkit diff --format json`._")
+            break
+        kept.append(row)
+        used += len(row) + 1
+    return "\n".join(kept)
+
+
+def render_text(result: dict[str, Any]) -> str:
+    lines = [headline(result)]
+    lines += [f"  - {c.replace('`', '')}" for c in top_changes(result)]
+    return "\n".join(lines)
+
+
+def _code(text: Any, limit: int = 200) -> str:
+    s = " ".join(str(text).split()).replace("`", "'")
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def _signed_duration(ns: float) -> str:
+    return ("+" if ns > 0 else "−" if ns < 0 else "") + duration(abs(ns))
