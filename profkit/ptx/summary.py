@@ -27,7 +27,9 @@ class KernelSummary:
     dynamic_shared_bytes: int
     mix: InstructionMix
     verdict: str
-    vectorized: bool
+    vectorized: bool  # strict: every global access is 128-bit or wider
+    vector_share: float | None  # share of global load/store bytes moved by >=128-bit accesses (None: no accesses)
+    vectorization: str  # graded: full | mostly | partly | none | no global memory
     source: str
     compiler: str
     resources_from: str
@@ -66,6 +68,8 @@ class KernelSummary:
             "global_stores": self.global_stores(),
             "instruction_mix": self.instruction_mix(),
             "vectorized": self.vectorized,
+            "vector_share": self.vector_share,
+            "vectorization": self.vectorization,
             "verdict": self.verdict,
             "listing": self.listing,
             "local_bytes": self.local_bytes,
@@ -97,6 +101,33 @@ def memory_verdict(counts: dict[int, int], noun: str) -> str:
     return f"{sum(narrow.values())} of {total} {noun}s are {kind} ({breakdown})"
 
 
+# Grades of the share of global bytes moved by 128-bit (or wider) accesses.
+# "mostly": a kernel whose bulk traffic is vectorized but which has a scalar
+# tail (a layer norm's twenty 128-bit loads and one 32-bit store of the mean)
+# is not the same problem as a kernel that is scalar throughout.
+MOSTLY_VECTORIZED = 0.8
+
+
+def vector_byte_share(loads: dict[int, int], stores: dict[int, int]) -> float | None:
+    """Share of the bytes of all global loads and stores moved by >=128-bit accesses
+    (each instruction counted once, weighted by its width)."""
+    total = sum(w * n for counts in (loads, stores) for w, n in counts.items())
+    if total == 0:
+        return None
+    wide = sum(w * n for counts in (loads, stores) for w, n in counts.items() if w >= VECTOR_BITS)
+    return wide / total
+
+
+def vectorization_grade(share: float | None) -> str:
+    if share is None:
+        return "no global memory"
+    if share >= 1.0:
+        return "full"
+    if share >= MOSTLY_VECTORIZED:
+        return "mostly"
+    return "partly" if share > 0 else "none"
+
+
 def summarize(code: KernelCode, sass: bool = False) -> KernelSummary:
     listing = code.listing(sass)
     mix = instruction_mix(listing)
@@ -113,7 +144,11 @@ def summarize(code: KernelCode, sass: bool = False) -> KernelSummary:
         resources_from = "cubin (cuobjdump --dump-resource-usage); no ptxas log, spills unknown"
     loads_verdict = memory_verdict(mix.global_loads, "global load")
     stores_verdict = memory_verdict(mix.global_stores, "global store")
+    share = vector_byte_share(mix.global_loads, mix.global_stores)
+    grade = vectorization_grade(share)
     verdict = f"{loads_verdict}; {stores_verdict}"
+    if grade in ("mostly", "partly"):  # "full" and "none" already read plainly from the counts
+        verdict = f"{grade} vectorized ({100 * share:.0f}% of global bytes in {VECTOR_BITS}-bit accesses): {verdict}"
     if mix.counts["tma"]:
         verdict += f"; {mix.counts['tma']} TMA bulk copies"
     widths = list(mix.global_loads) + list(mix.global_stores)
@@ -123,6 +158,7 @@ def summarize(code: KernelCode, sass: bool = False) -> KernelSummary:
         stack_bytes=resources.stack_bytes, local_bytes=resources.stack_bytes + resources.local_bytes,
         static_shared_bytes=resources.shared_bytes, dynamic_shared_bytes=code.dynamic_shared_bytes,
         mix=mix, verdict=verdict, vectorized=bool(widths) and min(widths) >= VECTOR_BITS,
+        vector_share=share, vectorization=grade,
         source=code.label, compiler=code.build.compiler, resources_from=resources_from,
     )
 
