@@ -82,15 +82,13 @@ def show(metric: str, window: int, plot_path: Path | None, fmt: str, db_path: Pa
 def _resolve_run(run: Path) -> tuple[Path, dict | None]:
     """A run folder's trace and run.json, or the trace itself."""
     from profkit.errors import ProfkitError
+    from profkit.readers import run_folder_trace
 
-    if run.is_dir() and (run / "run.json").is_file():
-        try:
-            info = json.loads((run / "run.json").read_text())
-        except (OSError, ValueError) as exc:
-            raise ProfkitError(f"{run / 'run.json'}: unreadable ({exc})") from None
-        for name in (info.get("trace") if isinstance(info, dict) else None, "trace.sqlite", "trace.json.gz",
-                     "trace.json"):
-            if name and (run / name).is_file():
-                return run / name, info if isinstance(info, dict) else None
-        raise ProfkitError(f"{run}: run folder without a trace file")
-    return run, None
+    trace = run_folder_trace(run) if run.is_dir() else None
+    if trace is None:
+        return run, None
+    try:
+        info = json.loads((run / "run.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise ProfkitError(f"{run / 'run.json'}: unreadable ({exc})") from None
+    return trace, info if isinstance(info, dict) else None

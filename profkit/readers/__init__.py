@@ -20,10 +20,25 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 GZIP_MAGIC = b"\x1f\x8b"
 
 
+RUN_TRACE_NAMES = ("trace.sqlite", "trace.json.gz", "trace.json")
+
+
+def run_folder_trace(folder: Path) -> Path | None:
+    """The trace of a ``profkit trace`` run folder (it has a run.json), or None for another folder."""
+    if not (folder / "run.json").is_file():
+        return None
+    for name in RUN_TRACE_NAMES:
+        if (folder / name).is_file():
+            return folder / name
+    raise ProfkitError(f"{folder} is a profkit run folder without a trace ({' or '.join(RUN_TRACE_NAMES)})",
+                       hint="the run may have failed before nsys or torch.profiler wrote it; see its run.json")
+
+
 def detect_source(path: str | Path) -> str:
     """``"nsys"`` or ``"kineto"``, from the file's first bytes, never its name.
 
-    A folder is a Kineto folder (``tensorboard_trace_handler`` output).
+    A folder is a ``profkit trace`` run folder (it has a run.json naming its
+    trace) or else a Kineto folder (``tensorboard_trace_handler`` output).
     A file that is neither gzip nor JSON goes to the nsys reader, whose
     checks say precisely what it is instead (empty, an ``.nsys-rep``,
     truncated SQLite, SQLite of another program)."""
@@ -33,7 +48,9 @@ def detect_source(path: str | Path) -> str:
     except PermissionError:  # is_dir() re-raises EACCES on a parent folder
         raise ProfkitError(f"{p}: permission denied") from None
     if is_dir:
-        return "kineto"  # the Kineto reader's folder policy says what a folder without traces is
+        inner = run_folder_trace(p)
+        # the Kineto reader's folder policy says what a folder without traces is
+        return detect_source(inner) if inner is not None else "kineto"
     try:
         with p.open("rb") as f:
             head = f.read(64)
@@ -49,10 +66,15 @@ def detect_source(path: str | Path) -> str:
 
 
 def open_trace(path: str | Path) -> Trace:
-    """Open any supported trace as a ``Trace`` (read-only; the file is never changed)."""
+    """Open any supported trace as a ``Trace`` (read-only; the file is never changed).
+
+    ``path`` is a file, a Kineto folder, or a ``profkit trace`` run folder."""
+    path = Path(path)
+    if path.is_dir():
+        path = run_folder_trace(path) or path
     source = detect_source(path)
     if source == "nsys":
         from profkit.readers.nsys.model_source import open_nsys_trace
-        return open_nsys_trace(Path(path))
+        return open_nsys_trace(path)
     from profkit.readers.kineto import open_kineto_trace
-    return open_kineto_trace(Path(path))
+    return open_kineto_trace(path)
