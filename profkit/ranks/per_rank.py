@@ -37,11 +37,20 @@ def summarize_rank(inp: RankInput) -> dict[str, Any]:
     base = {"file": str(inp.path), "rank": inp.rank_hint}
     try:
         with open_trace(inp.path) as trace:
-            return {**base, **summarize_trace(trace, inp.rank_hint)}
+            return {**base, **summarize_trace(trace, inp.rank_hint), "worker_peak_rss_bytes": _peak_rss_bytes()}
     except ProfkitError as exc:
         return {**base, "error": exc.one_line()}
     except MemoryError:
         return {**base, "error": "ran out of memory reading this rank (give the worker more memory)"}
+
+
+def _peak_rss_bytes() -> int | None:
+    """Peak resident memory of this worker process so far (for the scale benchmark)."""
+    try:
+        import resource
+    except ImportError:  # not on POSIX
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kilobytes on Linux
 
 
 def summarize_trace(trace: Trace, rank_hint: int | None = None) -> dict[str, Any]:
