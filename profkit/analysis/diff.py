@@ -151,7 +151,7 @@ def resource_changes(base: Trace, new: Trace) -> list[dict[str, Any]]:
         return k.groupby("name").agg(registers=("registers_per_thread", "max"), smem=("smem", "max"))
 
     a, b = per_name(base), per_name(new)
-    both = a.join(b, lsuffix="_base", rsuffix="_new", how="inner")
+    both = a.merge(b, left_index=True, right_index=True, suffixes=("_base", "_new"))
     changed = both[(both["registers_base"] != both["registers_new"]) | (both["smem_base"] != both["smem_new"])]
     return [{"name": name, "base_registers": int(r.registers_base), "new_registers": int(r.registers_new),
              "base_smem_bytes": int(r.smem_base), "new_smem_bytes": int(r.smem_new)}

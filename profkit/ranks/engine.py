@@ -81,7 +81,7 @@ def map_ranks(task: Callable[[RankInput], dict[str, Any]], inputs: Sequence[Rank
     with dask_client(scheduler, len(inputs), workers) as client:
         futures = client.map(task, list(inputs), pure=False)
         index = {f.key: i for i, f in enumerate(futures)}
-        for future in as_completed(futures):
+        for future in as_completed(futures, loop=client.loop):
             i = index[future.key]
             try:
                 result = future.result()
