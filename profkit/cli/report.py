@@ -16,13 +16,14 @@ from pathlib import Path
 
 import click
 
+from profkit.cli.ranks import rank_from_option, scheduler_option, workers_option
 from profkit.errors import ProfkitError
 
 EXAMPLE = "train_print.sqlite.xz"
 
 
 @click.command()
-@click.argument("export", metavar="[EXPORT.sqlite]", type=click.Path(path_type=Path), required=False)
+@click.argument("exports", metavar="[TRACE...]", type=click.Path(path_type=Path), nargs=-1)
 @click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               metavar="DIR", help="Folder for report.html, report.md and report.json "
                                   "(default: the export's folder).")
@@ -34,9 +35,13 @@ EXAMPLE = "train_print.sqlite.xz"
               help="Add an ncu section from an Nsight Compute CSV (ncu --csv, details or raw page).")
 @click.option("--example", is_flag=True,
               help="Report on the real export that ships with profkit (a small PyTorch training run).")
-def report(export: Path | None, out_dir: Path | None, top: int, baseline: Path | None, ncu_csv: Path | None,
-           example: bool) -> None:
-    """Write report.html, report.md and report.json for an Nsight Systems SQLite export.
+@scheduler_option
+@workers_option
+@rank_from_option
+def report(exports: tuple[Path, ...], out_dir: Path | None, top: int, baseline: Path | None, ncu_csv: Path | None,
+           example: bool, scheduler: str | None, workers: int | None, rank_from: str | None) -> None:
+    """Write report.html, report.md and report.json for a trace (nsys export or PyTorch profiler trace),
+    or the cross-rank report for several ranks of one job.
 
     \b
     Examples:
@@ -45,6 +50,8 @@ def report(export: Path | None, out_dir: Path | None, top: int, baseline: Path |
       profkit report run.sqlite --ncu ncu.csv    # add ncu's per-kernel figures
       profkit report print.sqlite --baseline noprint.sqlite   # step time vs a baseline run
       profkit report --example                   # the bundled real export
+      profkit report rank0.sqlite rank1.sqlite -o job/   # several ranks: the cross-rank report
+                                                 # (exit code 3 when some rank could not be read)
 
     report.html is one self-contained file (figures and CSS inline, nothing
     loaded from the network): findings, the capture (GPU, versions, GPU
@@ -58,14 +65,47 @@ def report(export: Path | None, out_dir: Path | None, top: int, baseline: Path |
     """
     from profkit.report import write_report
 
-    if example == (export is not None):
-        raise click.UsageError("give either EXPORT.sqlite or --example")
+    if example == bool(exports):
+        raise click.UsageError("give either a TRACE or --example")
+    if len(exports) > 1 or (exports and _is_folder_of_ranks(exports[0])):  # several ranks: the cross-rank report
+        if baseline is not None or ncu_csv is not None:
+            raise click.UsageError("--baseline and --ncu take a single trace, not several ranks")
+        html = write_ranks_report_cli(exports, out_dir, top, scheduler, workers, rank_from)
+        click.echo(str(html.resolve()))
+        return
+    export = unpack_example() if example else exports[0]
     if example:
-        export = unpack_example()
         out_dir = out_dir or export.parent / "report"
-    assert export is not None
     paths = write_report(export, out_dir, ncu_csv=ncu_csv, top=top, baseline=baseline)
     click.echo(str(paths.html.resolve()))
+
+
+def _is_folder_of_ranks(path: Path) -> bool:
+    """A folder (not a run folder) holding several trace files: the ranks of one job."""
+    from profkit.ranks.inputs import is_trace_file
+
+    return path.is_dir() and not (path / "run.json").exists() and \
+        sum(1 for f in path.iterdir() if is_trace_file(f)) > 1
+
+
+def write_ranks_report_cli(traces: tuple[Path, ...], out_dir: Path | None, top: int, scheduler: str | None,
+                           workers: int | None, rank_from: str | None) -> Path:
+    """Read every rank on Dask, write the cross-rank report; exits 3 after writing when some rank failed."""
+    from profkit.analysis.ranks import cross_rank
+    from profkit.cli.ranks import PARTIAL_EXIT, exit_for, read_ranks
+    from profkit.report.ranks import write_ranks_report
+
+    summaries = read_ranks(traces, scheduler, workers, rank_from)
+    code = exit_for(summaries)
+    job = cross_rank(summaries)
+    target = out_dir or Path(traces[0]).resolve().parent / "ranks-report"
+    html = write_ranks_report(job, summaries, target, top)
+    if code == PARTIAL_EXIT:
+        click.echo(str(html.resolve()))
+        for f in job["failed"]:
+            click.echo(f"profkit: rank file {f['file']} not read: {f['error']}", err=True)
+        raise SystemExit(PARTIAL_EXIT)
+    return html
 
 
 def example_dir() -> Path:

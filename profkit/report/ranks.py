@@ -7,6 +7,7 @@ the same HTML/Markdown/JSON renderers as the single-trace report.
 from __future__ import annotations
 
 import io
+from pathlib import Path
 from datetime import datetime, timezone
 from typing import Any
 
@@ -171,3 +172,24 @@ def _step_time_png(rows: list[dict[str, Any]], rank_keys: list[str]) -> bytes:
     fig.savefig(buf, format="png", metadata={"Software": None})
     plt.close(fig)
     return buf.getvalue()
+
+
+def write_ranks_report(job: dict[str, Any], summaries: list[dict[str, Any]], out_dir: Path, top: int = 20) -> Path:
+    """Write report.html, report.md and report.json of several ranks into ``out_dir``; the HTML's path."""
+    from profkit.atomic import write_text
+    from profkit.errors import ProfkitError
+    from profkit.report import HTML_NAME, JSON_NAME, MD_NAME
+    from profkit.report.html import render_html
+    from profkit.report.json_report import render_json
+    from profkit.report.markdown import render_markdown
+
+    report = build_ranks_report(job, summaries, top)
+    texts = {HTML_NAME: render_html(report), MD_NAME: render_markdown(report), JSON_NAME: render_json(report)}
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name, text in texts.items():
+            write_text(out_dir / name, text)
+    except OSError as exc:
+        raise ProfkitError(f"cannot write the report into {out_dir}: {exc.strerror or exc}",
+                           hint="choose another folder with -o DIR") from None
+    return out_dir / HTML_NAME
