@@ -63,6 +63,26 @@ def create_run_dir(target: str, output: Path | None = None, runs_dir: Path = DEF
             candidate = base.with_name(f"{base.name}-{n}")
 
 
+def kernel_caches() -> dict[str, str]:
+    """Where the profiled program's Triton and inductor kernels are compiled to.
+
+    The program inherits profkit's environment, so these are its folders:
+    ``$TORCHINDUCTOR_CACHE_DIR`` (default ``<tmp>/torchinductor_<user>``, as
+    torch._inductor.runtime.cache_dir_utils computes it) and ``$TRITON_CACHE_DIR``
+    (default ``~/.triton/cache``).  `profkit kernels --with-code RUN` reads the
+    compiled code of the run's kernels from them."""
+    import getpass
+    import tempfile
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no user name for this uid (containers)
+        user = str(os.getuid()) if hasattr(os, "getuid") else "user"
+    inductor = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(tempfile.gettempdir(), f"torchinductor_{user}")
+    triton = os.environ.get("TRITON_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".triton", "cache")
+    return {"inductor": inductor, "triton": triton}
+
+
 @dataclass
 class RunRecord:
     """What run.json holds."""
@@ -83,6 +103,7 @@ class RunRecord:
     files: dict[str, str] = field(default_factory=dict)  # role -> file name in the run folder
     ncu: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    kernel_caches: dict[str, str] = field(default_factory=kernel_caches)
     profkit_version: str = __version__
     host: str = field(default_factory=platform.node)
     python: str = field(default_factory=platform.python_version)
