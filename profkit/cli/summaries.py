@@ -63,7 +63,13 @@ def _one_scan_then_exit(trace: Trace) -> None:
 @_TOP_OPTION
 @wide_option()
 @format_option()
-def kernels(export: Path, top: int | None, wide: bool, fmt: str) -> None:
+@click.option("--with-code", "with_code", is_flag=True,
+              help="Add each Triton/inductor kernel's registers, spills and vectorization from its compiled code.")
+@click.option("--inductor", "code_dirs", multiple=True, type=click.Path(file_okay=False, path_type=Path),
+              metavar="DIR", help="A TORCHINDUCTOR_CACHE_DIR or Triton cache to find compiled kernels in "
+                                  "(repeatable; a `profkit trace` run folder records its own).")
+def kernels(export: Path, top: int | None, wide: bool, fmt: str, with_code: bool,
+            code_dirs: tuple[Path, ...]) -> None:
     """CUDA kernel summary: time per kernel name (= nsys stats cuda_gpu_kern_sum).
 
     \b
@@ -77,8 +83,34 @@ def kernels(export: Path, top: int | None, wide: bool, fmt: str) -> None:
     to 0.1 ns as nsys rounds them).  TRACE is an nsys SQLite export
     (`nsys profile -t cuda ... --export sqlite` or `nsys export --type
     sqlite`) or a PyTorch profiler trace (.json, .json.gz, or a folder).
+    With --with-code, rows add registers, spills (bytes), vector_share (the
+    share of global bytes moved by 128-bit accesses) and vectorization
+    (full/mostly/partly/none) for kernels whose compiled code is found.
     """
+    if with_code or code_dirs:
+        _print_kernels_with_code(export, top, fmt, wide, code_dirs)
+        return
     _print_summary(summaries.kernel_summary, KERNEL_COLUMNS, "CUDA kernels", export, top, fmt, wide)
+
+
+CODE_COLUMNS = [Column("registers", "Regs", "int"), Column("spills", "Spill B", "int"),
+                Column("vectorization", "Vectorized")]
+
+
+def _print_kernels_with_code(export: Path, top: int | None, fmt: str, wide: bool, code_dirs: tuple[Path, ...]) -> None:
+    from profkit.analysis.kernel_code import attach_code, code_by_kernel, run_folder_caches
+
+    dirs = list(code_dirs)
+    if export.is_dir() and (export / "run.json").is_file():
+        dirs += run_folder_caches(export / "run.json")
+    with open_trace(export) as trace:
+        rows = summaries.kernel_summary(trace)
+    if top is not None:
+        rows = summaries.top_n(rows, top)
+    rows = attach_code(rows, code_by_kernel(dirs))
+    name = KERNEL_COLUMNS[-1]
+    emit_rows(rows, [*KERNEL_COLUMNS[:-1], *CODE_COLUMNS, name], fmt, title="CUDA kernels with their machine code",
+              wide=wide)
 
 
 @click.command()
