@@ -1,8 +1,8 @@
 """The code-review workflow (examples/github/profkit-review.yml) runs its commands on two commits.
 
 The workflow calls examples/github/profkit-review.sh; this test runs that
-script in a temporary git repository holding two commits of the GELU sample
-(the second makes its loads strided), and its diff step on two real runs of
+script in a temporary git repository holding two commits of the Triton GELU sample
+(the second only touches a comment), and its diff step on two real runs of
 the MLP sample (without and with `print(loss.item())`).
 """
 
@@ -48,7 +48,7 @@ def test_ptx_step_on_two_commits(tmp_path):
     env = _env(tmp_path)
     repo = tmp_path / "repo"
     (repo / "kernels").mkdir(parents=True)
-    gelu = (ROOT / "sample_kernels" / "gelu.py").read_text()
+    gelu = (ROOT / "sample_kernels" / "triton_kernels.py").read_text()
     (repo / "kernels" / "gelu.py").write_text(gelu)
     _git(repo, "init", "-q", env=env)
     _git(repo, "add", ".", env=env)

@@ -5,7 +5,7 @@
 #   profkit-review.sh diff BASE_RUN NEW_RUN   PR comment on stdout; exit 1 on a >= 5% step-time regression
 # Settings (environment): KERNEL (file.py::kernel), SIGNATURE, CONSTEXPR, ARCH, SCRIPT (the program to trace).
 set -euo pipefail
-KERNEL=${KERNEL:-sample_kernels/gelu.py::gelu_kernel}
+KERNEL=${KERNEL:-sample_kernels/triton_kernels.py::gelu_kernel}
 SIGNATURE=${SIGNATURE:-*fp32:16,*fp32:16,i32:16}
 CONSTEXPR=${CONSTEXPR:-BLOCK_SIZE=1024}
 ARCH=${ARCH:-sm_90}
