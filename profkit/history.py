@@ -1,6 +1,7 @@
 """Run history: a SQLite database of run summaries, and regressions across commits.
 
-``add`` stores one run: its step summary and per-step samples, and the time
+``add`` stores one run: its step summary and per-step samples (step time and
+GPU kernel time per step), and the time
 per step of its kernels (with per-step samples of the ``SAMPLED_KERNELS``
 biggest).  ``trend`` reads one metric over the runs in the order they were
 added and flags each run against a rolling baseline: the pooled samples of
@@ -30,6 +31,14 @@ from profkit.model import Trace
 SAMPLED_KERNELS = 50
 DEFAULT_WINDOW = 3
 STEP_MEDIAN = "step_median"
+# GPU kernel time per steady step: what a kernel change moves, and immune to
+# the host's run-to-run noise.  On the committed history fixtures (a
+# launch-bound MLP loop on an H100) step medians of five runs of one program
+# were 3.18, 2.24, 2.20, 3.38 and 3.25 ms — the host, not the program, moved
+# them — while GPU time per step was 0.207 ms in every run but the one with a
+# slowed kernel (1.218 ms).  So it is the default metric.
+GPU_TIME = "gpu_time"
+METRICS = f"{GPU_TIME}, {STEP_MEDIAN} or kernel:NAME"
 
 
 @dataclass(frozen=True)
@@ -64,6 +73,7 @@ def run_summary(trace: Trace) -> dict[str, Any]:
     kernels = kernel_step_table(trace, windows)
     steps = max(len(windows), 1)
     per_name = kernels.groupby("name")["ns"].sum().sort_values(ascending=False) / steps
+    gpu_per_step = _padded(kernels.groupby("step")["ns"].sum().to_numpy(), steps)
     sampled = set(per_name.index[:SAMPLED_KERNELS])
     samples = {name: _padded(group["ns"].to_numpy(), steps) for name, group in kernels.groupby("name")
                if name in sampled}
@@ -73,6 +83,7 @@ def run_summary(trace: Trace) -> dict[str, Any]:
         "step_median_ns": float(np.median(durations)) if durations.size else None,
         "step_mean_ns": float(durations.mean()) if durations.size else None,
         "step_samples": durations.tolist(),
+        "gpu_samples": gpu_per_step,
         "kernels": [{"name": n, "ns_per_step": float(v), "samples": samples.get(n)} for n, v in per_name.items()],
     }
 
@@ -99,7 +110,8 @@ def add_run(db_path: Path, summary: dict[str, Any], *, label: str | None = None,
     row = {"label": label, "commit": commit, "added_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
            "trace": summary["trace"], "source": summary["source"], "step_source": summary["step_source"],
            "steps": summary["steps"], "step_median_ns": summary["step_median_ns"],
-           "step_mean_ns": summary["step_mean_ns"], "step_samples": json.dumps(summary["step_samples"])}
+           "step_mean_ns": summary["step_mean_ns"], "step_samples": json.dumps(summary["step_samples"]),
+           "gpu_samples": json.dumps(summary["gpu_samples"])}
     runs = db["runs"]
     runs.insert(row, pk="id", alter=True)
     run_id = int(runs.last_pk)
@@ -111,7 +123,7 @@ def add_run(db_path: Path, summary: dict[str, Any], *, label: str | None = None,
     return run_id
 
 
-def trend(db_path: Path, metric: str = STEP_MEDIAN, window: int = DEFAULT_WINDOW,
+def trend(db_path: Path, metric: str = GPU_TIME, window: int = DEFAULT_WINDOW,
           min_effect_pct: float = noise.MIN_EFFECT_PCT) -> list[TrendPoint]:
     """The metric over all runs, oldest first, each flagged against its rolling baseline."""
     if not db_path.exists():
@@ -149,6 +161,8 @@ def trend(db_path: Path, metric: str = STEP_MEDIAN, window: int = DEFAULT_WINDOW
 def _samples(db: Any, run: dict[str, Any], metric: str) -> np.ndarray | None:
     if metric == STEP_MEDIAN:
         return np.asarray(json.loads(run["step_samples"] or "[]"), dtype=np.float64)
+    if metric == GPU_TIME:
+        return np.asarray(json.loads(run.get("gpu_samples") or "[]"), dtype=np.float64)
     if metric.startswith("kernel:"):
         name = metric[len("kernel:"):]
         rows = list(db.query("SELECT ns_per_step, samples FROM kernels WHERE run_id = ? AND name = ?",
@@ -158,7 +172,7 @@ def _samples(db: Any, run: dict[str, Any], metric: str) -> np.ndarray | None:
         if rows[0]["samples"]:
             return np.asarray(json.loads(rows[0]["samples"]), dtype=np.float64)
         return np.asarray([rows[0]["ns_per_step"]], dtype=np.float64)
-    raise ProfkitError(f"unknown metric {metric!r}: use step_median or kernel:NAME")
+    raise ProfkitError(f"unknown metric {metric!r}: use {METRICS}")
 
 
 def trend_png(points: list[TrendPoint], metric: str) -> bytes:

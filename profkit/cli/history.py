@@ -51,7 +51,9 @@ def add(run: Path, label: str | None, commit: str | None, db_path: Path) -> None
 
 
 @history.command()
-@click.option("--metric", default="step_median", show_default=True, metavar="step_median|kernel:NAME")
+@click.option("--metric", default="gpu_time", show_default=True, metavar="gpu_time|step_median|kernel:NAME",
+              help="gpu_time: GPU kernel time per steady step (immune to host noise); step_median: step time; "
+                   "kernel:NAME: one kernel's time per step.")
 @click.option("--window", type=click.IntRange(min=1), default=3, show_default=True,
               help="Runs in the rolling baseline.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
