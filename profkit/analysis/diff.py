@@ -140,22 +140,30 @@ def sync_changes(base: Trace, new: Trace) -> list[dict[str, Any]]:
     return rows
 
 
-def resource_changes(base: Trace, new: Trace) -> list[dict[str, Any]]:
+def kernel_resources(trace: Trace) -> pd.DataFrame:
+    """Per normalized kernel name: registers per thread and shared memory per block (the largest launch)."""
+    k = trace.table("kernels", ["name", "registers_per_thread", "static_smem_bytes", "dynamic_smem_bytes"]).copy()
+    k["name"] = k["name"].astype(str).map(normalize_kernel_name)
+    k["smem"] = k["static_smem_bytes"].clip(lower=0) + k["dynamic_smem_bytes"].clip(lower=0)
+    return k.groupby("name").agg(registers=("registers_per_thread", "max"), smem=("smem", "max"))
+
+
+def resource_changes(base: pd.DataFrame, new: pd.DataFrame) -> list[dict[str, Any]]:
     """Kernels in both runs whose registers or shared memory per block changed."""
-    columns = ["name", "registers_per_thread", "static_smem_bytes", "dynamic_smem_bytes"]
-
-    def per_name(trace: Trace) -> pd.DataFrame:
-        k = trace.table("kernels", columns).copy()
-        k["name"] = k["name"].astype(str).map(normalize_kernel_name)
-        k["smem"] = k["static_smem_bytes"].clip(lower=0) + k["dynamic_smem_bytes"].clip(lower=0)
-        return k.groupby("name").agg(registers=("registers_per_thread", "max"), smem=("smem", "max"))
-
-    a, b = per_name(base), per_name(new)
-    both = a.merge(b, left_index=True, right_index=True, suffixes=("_base", "_new"))
+    both = base.merge(new, left_index=True, right_index=True, suffixes=("_base", "_new"))
     changed = both[(both["registers_base"] != both["registers_new"]) | (both["smem_base"] != both["smem_new"])]
     return [{"name": name, "base_registers": int(r.registers_base), "new_registers": int(r.registers_new),
              "base_smem_bytes": int(r.smem_base), "new_smem_bytes": int(r.smem_new)}
             for name, r in changed.iterrows()]
+
+
+def _with_registers(rows: list[dict[str, Any]], base: pd.DataFrame, new: pd.DataFrame) -> list[dict[str, Any]]:
+    """Each kernel row with its registers per thread (from NEW, or BASE for a kernel that is gone)."""
+    for row in rows:
+        source = base if row["status"] == "gone" else new
+        value = source["registers"].get(row["name"]) if row["name"] in source.index else None
+        row["registers"] = int(value) if value is not None and value >= 0 else None
+    return rows
 
 
 def breakdown_shift(base: Trace, new: Trace) -> dict[str, Any]:
@@ -188,11 +196,13 @@ def diff_traces(base: Trace, new: Trace, *, min_effect_pct: float = noise.MIN_EF
                 "why": f"no steps found in {missing} ({(base_result if not base_durations.size else new_result).message})"}
     base_k = kernel_step_table(base, base_windows)
     new_k = kernel_step_table(new, new_windows)
+    base_res, new_res = kernel_resources(base), kernel_resources(new)
+    kernels = kernel_changes(base_k, new_k, len(base_windows), len(new_windows))
     return {
         "base": base.name, "new": new.name, "step": step,
-        "kernels": kernel_changes(base_k, new_k, len(base_windows), len(new_windows)),
+        "kernels": _with_registers(kernels, base_res, new_res),
         "syncs": sync_changes(base, new),
-        "resources": resource_changes(base, new),
+        "resources": resource_changes(base_res, new_res),
         "breakdown": breakdown_shift(base, new),
     }
 

@@ -19,6 +19,8 @@ KERNEL_DIFF_COLUMNS = [
     Column("base_ns_per_step", "Base / step (ns)", "ns"),
     Column("new_ns_per_step", "New / step (ns)", "ns"),
     Column("delta_ns_per_step", "Δ / step (ns)", "ns"),
+    Column("registers", "Regs", "int"),
+    Column("vectorization", "Vectorized"),
     Column("name", "Kernel"),
 ]
 
@@ -32,7 +34,11 @@ KERNEL_DIFF_COLUMNS = [
               help="Exit 1 when NEW's step time is slower than BASE's by at least PCT percent.")
 @click.option("--min-effect", "min_effect", type=click.FloatRange(min=0), default=None, metavar="PCT",
               help="Smallest step-time change that counts (default 2%).")
-def diff(base: Path, new: Path, fmt: str, fail_pct: float | None, min_effect: float | None) -> None:
+@click.option("--inductor", "code_dirs", multiple=True, type=click.Path(file_okay=False, path_type=Path),
+              metavar="DIR", help="Inductor/Triton caches: add the machine code (registers, spills, "
+                                  "vectorization) of the Triton kernels that changed (repeatable).")
+def diff(base: Path, new: Path, fmt: str, fail_pct: float | None, min_effect: float | None,
+         code_dirs: tuple[Path, ...]) -> None:
     """Compare two traces of the same program: step time, kernels, sync sites, registers, breakdown.
 
     \b
@@ -55,6 +61,10 @@ def diff(base: Path, new: Path, fmt: str, fail_pct: float | None, min_effect: fl
         check_comparable(base_trace, new_trace)
         result = diff_traces(base_trace, new_trace,
                              min_effect_pct=noise.MIN_EFFECT_PCT if min_effect is None else min_effect)
+    if code_dirs:
+        from profkit.analysis.kernel_code import attach_code, code_by_kernel
+
+        result["kernels"] = attach_code(result["kernels"], code_by_kernel(code_dirs))
     if fmt == "json":
         click.echo(json.dumps(result, indent=2, default=float))
     elif fmt == "md":

@@ -68,9 +68,11 @@ def render_markdown(result: dict[str, Any]) -> str:
 def _detail_blocks(result: dict[str, Any]) -> list[tuple[str, list[str]]]:
     kernels = [k for k in result["kernels"] if k["status"] != "same"] + \
               [k for k in result["kernels"] if k["status"] == "same"]
-    kernel_rows = ["| Kernel | Base / step | New / step | Δ / step | Status |", "| :-- | --: | --: | --: | :-- |"] + [
+    kernel_rows = ["| Kernel | Base / step | New / step | Δ / step | Status | Regs | Vectorized |",
+                   "| :-- | --: | --: | --: | :-- | --: | :-- |"] + [
         f"| `{_code(k['name'], 120)}` | {duration(k['base_ns_per_step'])} | {duration(k['new_ns_per_step'])} | "
-        f"{_signed_duration(k['delta_ns_per_step'])} | {k['status']} |" for k in kernels]
+        f"{_signed_duration(k['delta_ns_per_step'])} | {k['status']} | {_blank(k.get('registers'))} | "
+        f"{_blank(k.get('vectorization'))} |" for k in kernels]
     sync_rows = ["| Source | API | Base | New | Status |", "| :-- | :-- | --: | --: | :-- |"] + [
         f"| `{_code(s['source'], 120)}` | {md_escape(s['api'])} | {s['base_count']} | {s['new_count']} | {s['status']} |"
         for s in result["syncs"]]
@@ -110,6 +112,10 @@ def render_text(result: dict[str, Any]) -> str:
 def _code(text: Any, limit: int = 200) -> str:
     s = " ".join(str(text).split()).replace("`", "'")
     return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def _blank(value: Any) -> str:
+    return "" if value is None else md_escape(str(value))
 
 
 def _signed_duration(ns: float) -> str:
