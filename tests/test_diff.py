@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -86,3 +87,49 @@ def test_bad_input_is_one_line(tmp_path):
     result = CliRunner().invoke(cli, ["diff", str(bad), str(nsys_fixture(PRINT))])
     assert result.exit_code == 2
     assert "Traceback" not in result.output
+
+
+# -- torch.profiler traces (tests/data/kineto, made on an H100; see its README) --------------
+KINETO = Path(__file__).parent / "data" / "kineto"
+needs_kineto = pytest.mark.skipif(not (KINETO / "mlp_gpu_print.json.gz").exists(), reason="Kineto fixtures missing")
+
+
+def _kdiff(base: str, new: str, *extra: str) -> dict:
+    result = CliRunner().invoke(cli, ["diff", str(KINETO / f"{base}.json.gz"), str(KINETO / f"{new}.json.gz"),
+                                      "--format", "json", *extra])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+@needs_kineto
+def test_print_in_a_gpu_bound_loop_is_slower_with_a_ci_that_excludes_0():
+    data = _kdiff("mlp_gpu_noprint", "mlp_gpu_print")
+    step = data["step"]
+    assert step["verdict"] == "slower" and step["ci_low_pct"] > 0, step
+    added = [s for s in data["syncs"] if s["status"] == "added"]
+    assert any(s["source"].endswith("train_mlp.py:59") for s in added), data["syncs"]
+
+
+@needs_kineto
+@pytest.mark.parametrize("a, b", [("mlp_gpu_noprint", "mlp_gpu_noprint_b"), ("mlp_noprint", "mlp_noprint_b")])
+def test_two_runs_of_one_program_are_no_change(a, b):
+    assert _kdiff(a, b)["step"]["verdict"] == "no change"
+
+
+@needs_kineto
+def test_compiled_is_faster_and_its_triton_kernels_are_new_with_their_code(tmp_path):
+    import tarfile
+
+    with tarfile.open(KINETO / "gpt_compiled_inductor_cache.tar.xz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    data = _kdiff("gpt_eager", "gpt_compiled", "--inductor", str(tmp_path))
+    assert data["step"]["verdict"] == "faster"
+    new = [k for k in data["kernels"] if k["status"] == "new"]
+    gone = [k for k in data["kernels"] if k["status"] == "gone"]
+    triton = [k for k in new if k["name"].startswith("triton_")]
+    assert triton and all(k["name"].startswith("triton_") or "triton" not in k["name"] for k in new)
+    for k in triton:  # each new Triton kernel with its registers and vectorization verdict
+        assert k["registers"] and k["registers"] > 0, k
+        assert k["vectorization"] in {"full", "mostly", "partly", "none", "no global memory"}, k
+    # eager's unfused elementwise kernels (GELU, its backward, layer norm pieces) are gone
+    assert any("elementwise_kernel" in k["name"] for k in gone), [k["name"][:60] for k in gone]
