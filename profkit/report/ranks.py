@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from profkit import __version__
-from profkit.analysis.ranks import STRAGGLER_MIN_EXCESS
+from profkit.analysis.ranks import STRAGGLER_MIN_WAIT
 from profkit.output import Column
 from profkit.report.model import Figure, Report, Section, Table
 from profkit.report.text import duration, percent
@@ -79,12 +79,13 @@ def ranks_findings(job: dict[str, Any]) -> list[str]:
     if s is not None:
         waits = "; ".join(f"rank {w['rank']} waits {duration(w['wait_per_step_ns'])} per step in communication"
                           for w in s["waits"])
-        items.append(f"Rank {s['rank']} is the straggler: {duration(s['compute_per_step_ns'])} of compute per "
-                     f"step, {percent(s['excess_pct'], 1)} above the ranks' median"
-                     + (f"; {waits}." if waits else "."))
+        why = (f"its GPU computes {duration(s['compute_per_step_ns'])} per step, "
+               f"{percent(s['excess_pct'], 1)} above the ranks' median" if s["cause"] == "GPU compute" else
+               f"its GPU compute per step ({duration(s['compute_per_step_ns'])}) is not the longest, so the delay "
+               "is on its host (launches, data loading, Python)")
+        items.append(f"Rank {s['rank']} is the straggler: {why}" + (f"; {waits}." if waits else "."))
     elif len(ranks) > 1:
-        items.append(f"No straggler: compute per step is within {STRAGGLER_MIN_EXCESS:.0%} of the ranks' median "
-                     "on every rank.")
+        items.append(f"No straggler: no rank waits for another for {STRAGGLER_MIN_WAIT:.0%} of a step or more.")
     for c in job["collectives"][:3]:
         items.append(f"{c['collective']}: {c['count']:,} kernels, {duration(c['total_ns'])} in all; per-rank "
                      f"total from {duration(c['min_rank_total_ns'])} to {duration(c['max_rank_total_ns'])}.")
@@ -98,7 +99,7 @@ def _ranks_section(job: dict[str, Any]) -> Section:
     section.tables.append(Table("ranks", "Ranks", RANK_TABLE_COLUMNS, job["ranks"], label_key="file"))
     s = job["straggler"]
     if s is not None:
-        section.facts = [("Straggler", f"rank {s['rank']} ({s['file']})"),
+        section.facts = [("Straggler", f"rank {s['rank']} ({s['file']})"), ("Why", s["cause"]),
                          ("Its compute per step", duration(s["compute_per_step_ns"])),
                          ("Ranks' median compute per step", duration(s["median_compute_per_step_ns"]))]
         section.facts += [(f"Rank {w['rank']} waits per step", duration(w["wait_per_step_ns"])) for w in s["waits"]]
