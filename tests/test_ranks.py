@@ -144,3 +144,59 @@ def _wait_for_workers(port: int, n: int, timeout: float = 60) -> None:
 
     with Client(f"tcp://127.0.0.1:{port}", timeout=timeout) as client:
         client.wait_for_workers(n, timeout=timeout)
+
+
+# -- the real 2-rank DDP captures (tests/data/ddp, 2 x H200, NCCL; see its README) -------------
+DDP = Path(__file__).parent / "data" / "ddp"
+needs_ddp = pytest.mark.skipif(not (DDP / "nsys" / "rank0.sqlite.xz").exists(), reason="DDP fixtures missing")
+
+
+def _ddp_nsys(folder: str) -> list[Path]:
+    from tests.conftest import _decompressed
+
+    return [_decompressed(DDP / folder / f"rank{r}.sqlite.xz") for r in (0, 1)]
+
+
+def _ranks_json(*paths: Path) -> list[dict]:
+    result = _run(["ranks", *map(str, paths), "--format", "json", "--scheduler", "threads"])
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+@needs_ddp
+def test_comm_kernel_ns_equals_nccl_kernels_in_nsys_stats():
+    import csv
+
+    rows = _ranks_json(*_ddp_nsys("nsys"))
+    assert [r["rank"] for r in rows] == [0, 1]
+    for row in rows:
+        oracle = DDP / "nsys" / f"rank{row['rank']}__cuda_gpu_kern_sum.csv"
+        with oracle.open() as f:
+            kernels = list(csv.DictReader(f))
+        nccl = sum(int(k["Total Time (ns)"]) for k in kernels if k["Name"].startswith("nccl"))
+        total = sum(int(k["Total Time (ns)"]) for k in kernels)
+        assert nccl > 0
+        assert row["comm_kernel_ns"] == nccl
+        assert row["kernel_ns"] == total
+        assert row["compute_kernel_ns"] + row["comm_kernel_ns"] == total  # no other kernel types here
+
+
+@needs_ddp
+@pytest.mark.parametrize("folder", ["kineto_slow", "nsys_slow"])
+def test_the_rank_slowed_on_purpose_is_the_straggler(folder, tmp_path):
+    paths = _ddp_nsys(folder) if folder.startswith("nsys") else [DDP / folder / f"rank{r}.json.gz" for r in (0, 1)]
+    result = _run(["report", *map(str, paths), "-o", str(tmp_path), "--scheduler", "threads"])
+    assert result.returncode == 0, result.stderr
+    report = json.loads((tmp_path / "report.json").read_text())
+    ranks = next(s for s in report["sections"] if s["key"] == "ranks")
+    straggler = ranks["data"]["straggler"]
+    assert straggler["rank"] == 1 and straggler["cause"] == "GPU compute"
+    assert [w["rank"] for w in straggler["waits"]] == [0] and straggler["waits"][0]["wait_per_step_ns"] > 0
+    assert any(f.startswith("Rank 1 is the straggler") for f in report["findings"])
+
+
+@needs_ddp
+def test_nsys_and_kineto_ranks_mix():
+    rows = _ranks_json(_ddp_nsys("nsys")[0], DDP / "kineto" / "rank1.json.gz")
+    assert [(r["rank"], r["file"].endswith(".json.gz")) for r in rows] == [(0, False), (1, True)]
+    assert all(r["steps"] > 0 and r["comm_kernel_ns"] > 0 for r in rows)
