@@ -71,6 +71,7 @@ def run_summary(trace: Trace) -> dict[str, Any]:
 
     result, durations, windows = step_samples(trace)
     kernels = kernel_step_table(trace, windows)
+    kernels["name"] = kernels["name"].map(kernels.attrs["display"])  # store the names as the trace spells them
     steps = max(len(windows), 1)
     per_name = kernels.groupby("name")["ns"].sum().sort_values(ascending=False) / steps
     gpu_per_step = _padded(kernels.groupby("step")["ns"].sum().to_numpy(), steps)

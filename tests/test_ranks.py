@@ -188,8 +188,7 @@ def test_the_rank_slowed_on_purpose_is_the_straggler(folder, tmp_path):
     result = _run(["report", *map(str, paths), "-o", str(tmp_path), "--scheduler", "threads"])
     assert result.returncode == 0, result.stderr
     report = json.loads((tmp_path / "report.json").read_text())
-    ranks = next(s for s in report["sections"] if s["key"] == "ranks")
-    straggler = ranks["data"]["straggler"]
+    straggler = report["sections"]["ranks"]["data"]["straggler"]
     assert straggler["rank"] == 1 and straggler["cause"] == "GPU compute"
     assert [w["rank"] for w in straggler["waits"]] == [0] and straggler["waits"][0]["wait_per_step_ns"] > 0
     assert any(f.startswith("Rank 1 is the straggler") for f in report["findings"])

@@ -12,8 +12,8 @@ Both traces are reduced to the same per-step figures, then compared:
 - registers / shared memory / theoretical occupancy per kernel that changed;
 - the compute / communication / idle breakdown, base vs new.
 
-Names are compared after ``normalize_kernel_name`` so an nsys trace and a
-Kineto trace of the same program line up.
+Kernels are matched by ``canonical_kernel_name`` so an nsys trace and a
+Kineto trace of the same program line up; rows show one original spelling.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from profkit.analysis import noise
+from profkit.analysis.kernel_names import canonical_column
 from profkit.errors import ProfkitError
 from profkit.model import Trace
 
@@ -31,11 +32,6 @@ KERNEL_MIN_EFFECT_PCT = 5.0
 KERNEL_MIN_DELTA_NS = 1000.0
 KERNEL_MAX_P = 0.01
 KERNEL_LIMIT = 300  # kernels compared in detail (by the larger of their base and new time)
-
-
-def normalize_kernel_name(name: str) -> str:
-    """Kernel names as both nsys and Kineto spell them: whitespace collapsed."""
-    return " ".join(str(name).split())
 
 
 def step_samples(trace: Trace) -> tuple[Any, np.ndarray, list[tuple[int, int]]]:
@@ -54,11 +50,12 @@ def step_samples(trace: Trace) -> tuple[Any, np.ndarray, list[tuple[int, int]]]:
 
 
 def kernel_step_table(trace: Trace, windows: list[tuple[int, int]]) -> pd.DataFrame:
-    """GPU time per (kernel name, steady step): columns name, step, ns.
+    """GPU time per (kernel, steady step): columns name (canonical), step, ns; ``attrs["display"]``
+    maps each canonical name to an original spelling.
 
     Without steps the whole trace is one "step" (index 0)."""
     kernels = trace.table("kernels", ["name", "start", "end"])
-    names = kernels["name"].astype(str).map(normalize_kernel_name).to_numpy(dtype=object)
+    names, display = canonical_column(kernels["name"].array)
     start = kernels["start"].to_numpy()
     ns = (kernels["end"] - kernels["start"]).to_numpy()
     if windows:
@@ -71,7 +68,9 @@ def kernel_step_table(trace: Trace, windows: list[tuple[int, int]]) -> pd.DataFr
         frame = pd.DataFrame({"name": names[inside], "step": step[inside], "ns": ns[inside]})
     else:
         frame = pd.DataFrame({"name": names, "step": 0, "ns": ns})
-    return frame.groupby(["name", "step"], sort=False, as_index=False)["ns"].sum()
+    table = frame.groupby(["name", "step"], sort=False, as_index=False)["ns"].sum()
+    table.attrs["display"] = display
+    return table
 
 
 def kernel_changes(base: pd.DataFrame, new: pd.DataFrame, base_steps: int, new_steps: int) -> list[dict[str, Any]]:
@@ -94,7 +93,8 @@ def kernel_changes(base: pd.DataFrame, new: pd.DataFrame, base_steps: int, new_s
                                     _per_step(new_by_name.get(name), new_steps))
         else:
             status = "same"
-        rows.append({"name": name, "base_ns_per_step": b, "new_ns_per_step": n, "delta_ns_per_step": n - b,
+        shown = new.attrs.get("display", {}).get(name) or base.attrs.get("display", {}).get(name) or name
+        rows.append({"name": shown, "key": name, "base_ns_per_step": b, "new_ns_per_step": n, "delta_ns_per_step": n - b,
                      "delta_pct": 100.0 * (n / b - 1.0) if b else None, "status": status})
     rows.sort(key=lambda r: -abs(r["delta_ns_per_step"]))
     return rows
@@ -143,16 +143,19 @@ def sync_changes(base: Trace, new: Trace) -> list[dict[str, Any]]:
 def kernel_resources(trace: Trace) -> pd.DataFrame:
     """Per normalized kernel name: registers per thread and shared memory per block (the largest launch)."""
     k = trace.table("kernels", ["name", "registers_per_thread", "static_smem_bytes", "dynamic_smem_bytes"]).copy()
-    k["name"] = k["name"].astype(str).map(normalize_kernel_name)
+    k["name"], display = canonical_column(k["name"].array)
     k["smem"] = k["static_smem_bytes"].clip(lower=0) + k["dynamic_smem_bytes"].clip(lower=0)
-    return k.groupby("name").agg(registers=("registers_per_thread", "max"), smem=("smem", "max"))
+    table = k.groupby("name").agg(registers=("registers_per_thread", "max"), smem=("smem", "max"))
+    table.attrs["display"] = display
+    return table
 
 
 def resource_changes(base: pd.DataFrame, new: pd.DataFrame) -> list[dict[str, Any]]:
     """Kernels in both runs whose registers or shared memory per block changed."""
     both = base.merge(new, left_index=True, right_index=True, suffixes=("_base", "_new"))
     changed = both[(both["registers_base"] != both["registers_new"]) | (both["smem_base"] != both["smem_new"])]
-    return [{"name": name, "base_registers": int(r.registers_base), "new_registers": int(r.registers_new),
+    display = new.attrs.get("display", {})
+    return [{"name": display.get(name, name), "base_registers": int(r.registers_base), "new_registers": int(r.registers_new),
              "base_smem_bytes": int(r.smem_base), "new_smem_bytes": int(r.smem_new)}
             for name, r in changed.iterrows()]
 
@@ -161,7 +164,7 @@ def _with_registers(rows: list[dict[str, Any]], base: pd.DataFrame, new: pd.Data
     """Each kernel row with its registers per thread (from NEW, or BASE for a kernel that is gone)."""
     for row in rows:
         source = base if row["status"] == "gone" else new
-        value = source["registers"].get(row["name"]) if row["name"] in source.index else None
+        value = source["registers"].get(row["key"]) if row["key"] in source.index else None
         row["registers"] = int(value) if value is not None and value >= 0 else None
     return rows
 

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from profkit.analysis.kernel_names import function_name
 from profkit.errors import ProfkitError
 
 CODE_KEYS = ("registers", "spills", "global_loads", "global_stores", "vector_share", "vectorization", "code_verdict")
@@ -49,28 +50,6 @@ def code_by_kernel(directories: Iterable[Path]) -> dict[str, dict[str, Any]]:
                     "code_source": s.source,
                 })
     return found
-
-
-def function_name(kernel_name: str) -> str:
-    """The function name of a traced kernel name: ``void ns::f<int>(float*)`` -> ``f``; Triton names stay."""
-    name, depth = kernel_name.strip(), 0
-    for i, ch in enumerate(name):  # the parameter list is the first "(" outside template arguments
-        if ch == "<":
-            depth += 1
-        elif ch == ">":
-            depth -= 1
-        elif ch == "(" and depth == 0:
-            name = name[:i]
-            break
-    if name.endswith(">"):  # drop the template argument list
-        depth = 0
-        for i in range(len(name) - 1, -1, -1):
-            depth += {">": 1, "<": -1}.get(name[i], 0)
-            if depth == 0:
-                name = name[:i]
-                break
-    name = name.split("::")[-1]
-    return name.split()[-1] if name.split() else name
 
 
 def attach_code(rows: Sequence[dict[str, Any]], code: dict[str, dict[str, Any]],

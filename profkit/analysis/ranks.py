@@ -73,11 +73,11 @@ def check_one_job(summaries: Sequence[dict[str, Any]]) -> None:
     if len(ok) < 2:
         return
     reference = max(ok, key=lambda s: len(s["kernels"]))
-    ref_names = {k["name"] for k in reference["kernels"]}
+    ref_names = {k["key"] for k in reference["kernels"]}
     for s in ok:
         if s is reference:
             continue
-        names = {k["name"] for k in s["kernels"]}
+        names = {k["key"] for k in s["kernels"]}
         shared = len(names & ref_names) / (len(names | ref_names) or 1)
         if shared < SAME_PROGRAM_MIN_SHARED:
             raise ProfkitError(f"{s['file']} and {reference['file']} look like different programs: they share "
@@ -151,16 +151,18 @@ def kernel_skew(summaries: Sequence[dict[str, Any]], limit: int = 10) -> list[di
     if len(ok) < 2:
         return []
     totals: dict[str, dict[Any, int]] = {}
+    shown: dict[str, str] = {}
     for s in ok:
         for k in s["kernels"]:
-            totals.setdefault(k["name"], {})[s["rank"]] = k["total_ns"]
+            totals.setdefault(k["key"], {})[s["rank"]] = k["total_ns"]
+            shown.setdefault(k["key"], k["name"])
     rows = []
-    for name, by_rank in totals.items():
+    for key, by_rank in totals.items():
         if len(by_rank) < len(ok):
             continue
         low, high = min(by_rank.values()), max(by_rank.values())
         if high and (high - low) / high >= KERNEL_SKEW_MIN:
-            rows.append({"name": name, "min_ns": low, "max_ns": high, "spread_pct": 100 * (high - low) / high,
+            rows.append({"name": shown[key], "min_ns": low, "max_ns": high, "spread_pct": 100 * (high - low) / high,
                          "slowest_rank": max(by_rank, key=by_rank.get), "fastest_rank": min(by_rank, key=by_rank.get)})
     rows.sort(key=lambda r: -(r["max_ns"] - r["min_ns"]))
     return rows[:limit]

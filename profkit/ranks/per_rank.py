@@ -139,9 +139,13 @@ def _collectives(names: Any, durations: np.ndarray, types: np.ndarray, steady_st
 
 
 def _top_kernels(names: Any, durations: np.ndarray) -> list[dict[str, Any]]:
+    """The kernels with the most time, by canonical name (so nsys and Kineto ranks compare)."""
     import pandas as pd
 
-    frame = pd.DataFrame({"name": names, "ns": durations})
-    grouped = frame.groupby("name", observed=True)["ns"].agg(["sum", "count"])
+    from profkit.analysis.kernel_names import canonical_column
+
+    keys, display = canonical_column(names)
+    frame = pd.DataFrame({"key": keys, "ns": durations})
+    grouped = frame.groupby("key")["ns"].agg(["sum", "count"])
     grouped = grouped.sort_values("sum", ascending=False).head(KERNEL_LIMIT)
-    return [{"name": str(n), "total_ns": int(s), "count": int(c)} for n, (s, c) in grouped.iterrows()]
+    return [{"name": display[k], "key": k, "total_ns": int(s), "count": int(c)} for k, (s, c) in grouped.iterrows()]

@@ -1,0 +1,92 @@
+"""One spelling of a kernel name, whichever tool demangled it.
+
+nsys and Kineto (torch.profiler) demangle the same symbol differently:
+
+    nsys:   void at::native::vectorized_elementwise_kernel<(int)4, ...::[lambda(float) (instance 1)], std::array<char *, (unsigned long)2>>(int, T2, T3)
+    Kineto: void at::native::vectorized_elementwise_kernel<4, ...::{lambda(float)#1}, std::array<char*, 2ul> >(int, ..., std::array<char*, 2ul>)
+
+``canonical_kernel_name`` maps both to one string: the parameter list is
+dropped (nsys abbreviates it to template parameter names), integer and
+boolean template arguments lose their casts and suffixes (``(int)4`` and
+``4``; ``(bool)1`` and ``true``; ``(unsigned long)2`` and ``2ul``), lambdas and
+anonymous namespaces get one spelling, parameter types inside template
+arguments go, and so does whitespace.  On the GPT and MLP programs traced by
+both tools every kernel name then matches (tests/test_kernel_names.py).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+_INT_CAST = re.compile(r"\((?:unsigned |signed )?(?:char|short|int|long|long long|__int128)\)(-?\d+)")
+_INT_SUFFIX = re.compile(r"(?<![\w.])(-?\d+)(?:ull|ul|ll|u|l)\b", re.IGNORECASE)
+_NSYS_LAMBDA = re.compile(r"\[lambda\((.*?)\) \(instance (\d+)\)\]")
+_KINETO_LAMBDA = re.compile(r"\{lambda\((.*?)\)#(\d+)\}")
+_VOID_ARGUMENT = re.compile(r"([<,]\s*)void\s+")
+_PARENTHESES = re.compile(r"\((?:[^()]|\(\))*[^()\s](?:[^()]|\(\))*\)")  # a non-empty group of only empty ones
+
+
+@lru_cache(maxsize=65536)
+def canonical_kernel_name(name: str) -> str:
+    """The name both nsys and Kineto spellings of one kernel map to (see the module docstring)."""
+    text = _strip_parameters(str(name).strip())
+    text = text.replace("(bool)1", "true").replace("(bool)0", "false")
+    text = _INT_CAST.sub(r"\1", text)
+    text = _INT_SUFFIX.sub(r"\1", text)
+    text = _NSYS_LAMBDA.sub(r"lambda(\1)#\2", text)
+    text = _KINETO_LAMBDA.sub(r"lambda(\1)#\2", text)
+    text = text.replace("(anonymous namespace)", "<unnamed>")
+    # Parameter types inside template arguments (a function template argument's
+    # signature) are spelled differently ("const T1&" for "at::native::F<float>
+    # const&"), and so is a function template argument's return type: keep
+    # the names, drop those.
+    text = _VOID_ARGUMENT.sub(r"\1", text)
+    previous = None
+    while previous != text:
+        previous, text = text, _PARENTHESES.sub("()", text)
+    return "".join(text.split())
+
+
+def _strip_parameters(name: str) -> str:
+    """The name without its parameter list: cut at the first "(" outside template arguments
+    and outside a lambda's own brackets."""
+    depth = 0
+    for i, ch in enumerate(name):
+        if ch in "<[{":
+            depth += 1
+        elif ch in ">]}":
+            depth -= 1
+        elif ch == "(" and depth == 0 and not name.startswith(("(anonymous", "(instance"), i):
+            return name[:i]
+    return name
+
+
+def function_name(kernel_name: str) -> str:
+    """The bare function name: ``void ns::f<int>(float*)`` -> ``f``; Triton names stay as they are."""
+    name = _strip_parameters(kernel_name.strip())
+    if name.endswith(">"):  # drop the template argument list
+        depth = 0
+        for i in range(len(name) - 1, -1, -1):
+            depth += {">": 1, "<": -1}.get(name[i], 0)
+            if depth == 0:
+                name = name[:i]
+                break
+    name = name.split("::")[-1]
+    return name.split()[-1] if name.split() else name
+
+
+def canonical_column(names) -> tuple["np.ndarray", dict[str, str]]:  # noqa: F821 - numpy imported lazily
+    """Per row, the canonical name (worked out once per distinct name of a categorical
+    column), and for each canonical name the first original spelling, for display."""
+    import numpy as np
+    import pandas as pd
+
+    cat = names if isinstance(names, pd.Categorical) else pd.Categorical(np.asarray(names, dtype=object))
+    originals = [str(c) for c in cat.categories]
+    keys = np.array([canonical_kernel_name(c) for c in originals] + [""], dtype=object)
+    display: dict[str, str] = {}
+    for key, original in zip(keys, originals):
+        display.setdefault(key, original)
+    codes = np.asarray(cat.codes)
+    return keys[np.where(codes < 0, len(originals), codes)], display
