@@ -5,7 +5,9 @@
 The ranks are a scale input, made here and named as such: copies of a real
 nsys rank export whose kernel durations get a small random jitter (each rank
 its own seed), and one rank ("slowed") whose compute kernels take 30 % longer,
-as a straggler would.  The benchmark runs `profkit ranks` over them with 1, 2
+as a straggler would; the others' NCCL kernels grow by that extra compute,
+since they wait for it in their collectives.  (The kernels are stretched in
+place, so they may overlap their neighbours: a scale input, not a timeline.)  The benchmark runs `profkit ranks` over them with 1, 2
 and 4 local worker processes and with the threaded scheduler, and prints wall
 time, the peak RSS of the busiest worker, and whether the slowed rank was
 named the straggler.  Times are the best of ``--repeat`` runs.
@@ -41,6 +43,13 @@ def make_ranks(source: Path, folder: Path, n: int, slowed: int) -> list[Path]:
             shutil.copyfileobj(src, dst)
     else:
         shutil.copyfile(source, plain)
+    with sqlite3.connect(plain) as db:
+        nccl = "demangledName IN (SELECT id FROM StringIds WHERE value LIKE 'nccl%')"
+        compute_ns, = db.execute(f'SELECT sum("end" - start) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE NOT {nccl}').fetchone()
+        nccl_kernels, = db.execute(f"SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE {nccl}").fetchone()
+    # The others wait for the slowed rank inside their collectives: each of their NCCL
+    # kernels grows by an equal share of the straggler's extra compute.
+    wait_per_collective = int((SLOWDOWN - 1) * (compute_ns or 0) / max(nccl_kernels, 1))
     paths = []
     for rank in range(n):
         path = folder / f"synthetic_rank{rank}.sqlite"
@@ -50,9 +59,10 @@ def make_ranks(source: Path, folder: Path, n: int, slowed: int) -> list[Path]:
             db.create_function("jitter", 0, lambda: 1.0 + rng.uniform(-JITTER, JITTER))
             db.execute('UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "end" = start + CAST(("end" - start) * jitter() AS INT)')
             if rank == slowed:
-                # compute kernels only: the straggler computes longer; its NCCL kernels wait less
                 db.execute(f'UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "end" = start + CAST(("end" - start) * {SLOWDOWN} AS INT) '
-                           "WHERE demangledName NOT IN (SELECT id FROM StringIds WHERE value LIKE 'nccl%')")
+                           f"WHERE NOT {nccl}")
+            else:
+                db.execute(f'UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "end" = "end" + {wait_per_collective} WHERE {nccl}')
         paths.append(path)
     plain.unlink()
     return paths
