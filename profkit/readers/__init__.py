@@ -34,6 +34,18 @@ def run_folder_trace(folder: Path) -> Path | None:
                        hint="the run may have failed before nsys or torch.profiler wrote it; see its run.json")
 
 
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except PermissionError:  # is_dir() re-raises EACCES on a parent folder
+        raise ProfkitError(f"{path}: permission denied") from None
+
+
+def resolve_run_folder(path: Path) -> Path:
+    """A ``profkit trace`` run folder's trace; any other path as it is."""
+    return (run_folder_trace(path) or path) if _is_dir(path) else path
+
+
 def detect_source(path: str | Path) -> str:
     """``"nsys"`` or ``"kineto"``, from the file's first bytes, never its name.
 
@@ -42,15 +54,9 @@ def detect_source(path: str | Path) -> str:
     A file that is neither gzip nor JSON goes to the nsys reader, whose
     checks say precisely what it is instead (empty, an ``.nsys-rep``,
     truncated SQLite, SQLite of another program)."""
-    p = Path(path)
-    try:
-        is_dir = p.is_dir()
-    except PermissionError:  # is_dir() re-raises EACCES on a parent folder
-        raise ProfkitError(f"{p}: permission denied") from None
-    if is_dir:
-        inner = run_folder_trace(p)
-        # the Kineto reader's folder policy says what a folder without traces is
-        return detect_source(inner) if inner is not None else "kineto"
+    p = resolve_run_folder(Path(path))
+    if _is_dir(p):
+        return "kineto"  # the Kineto reader's folder policy says what a folder without traces is
     try:
         with p.open("rb") as f:
             head = f.read(64)
@@ -69,9 +75,7 @@ def open_trace(path: str | Path) -> Trace:
     """Open any supported trace as a ``Trace`` (read-only; the file is never changed).
 
     ``path`` is a file, a Kineto folder, or a ``profkit trace`` run folder."""
-    path = Path(path)
-    if path.is_dir():
-        path = run_folder_trace(path) or path
+    path = resolve_run_folder(Path(path))
     source = detect_source(path)
     if source == "nsys":
         from profkit.readers.nsys.model_source import open_nsys_trace
