@@ -496,4 +496,4 @@ def test_cli_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_cli_needs_exactly_one_source() -> None:
     for args in (["report"], ["report", "x.sqlite", "--example"]):
         result = CliRunner().invoke(cli, args)
-        assert result.exit_code == 2 and "give either EXPORT.sqlite or --example" in result.output
+        assert result.exit_code == 2 and "give either a TRACE or --example" in result.output

@@ -24,14 +24,13 @@ RUN_TRACE_NAMES = ("trace.sqlite", "trace.json.gz", "trace.json")
 
 
 def run_folder_trace(folder: Path) -> Path | None:
-    """The trace of a ``profkit trace`` run folder (it has a run.json), or None for another folder."""
+    """The trace of a ``profkit trace`` run folder (a run.json and a trace.* file), or None.
+
+    A folder without such a trace goes to the Kineto reader, whose folder policy
+    names what it found (a tensorboard_trace_handler folder, or no trace at all)."""
     if not (folder / "run.json").is_file():
         return None
-    for name in RUN_TRACE_NAMES:
-        if (folder / name).is_file():
-            return folder / name
-    raise ProfkitError(f"{folder} is a profkit run folder without a trace ({' or '.join(RUN_TRACE_NAMES)})",
-                       hint="the run may have failed before nsys or torch.profiler wrote it; see its run.json")
+    return next((folder / name for name in RUN_TRACE_NAMES if (folder / name).is_file()), None)
 
 
 def _is_dir(path: Path) -> bool:
