@@ -150,3 +150,21 @@ def test_devices_processes_threads_and_meta(pair: tuple[Any, dict[str, Any]]) ->
     assert trace.meta.extra["base_time_ns"] == doc.get("baseTimeNanoseconds")
     assert trace.meta.schema_version == str(doc["schemaVersion"])
     assert trace.meta.extra["skipped_events"] == {}
+
+
+DDP_FOLDERS = [p for p in (DATA / "ddp" / "kineto", DATA / "ddp" / "kineto_slow") if p.is_dir()]
+
+
+@pytest.mark.skipif(not DDP_FOLDERS, reason="no DDP Kineto fixture committed yet")
+@pytest.mark.parametrize("folder", DDP_FOLDERS, ids=lambda p: p.name)
+def test_a_folder_of_real_rank_traces_points_at_profkit_ranks(folder: Path) -> None:
+    """torch.profiler wrote one trace per DDP rank into one folder: reading it as one
+    trace would add the ranks up, so it is a one-line error naming both ranks."""
+    from profkit.errors import ProfkitError
+
+    ranks = sorted(raw(p)["distributedInfo"]["rank"] for p in folder.glob("*.json*"))
+    assert ranks == [0, 1]
+    with pytest.raises(ProfkitError) as info:
+        open_trace(folder)
+    line = info.value.one_line()
+    assert "2 ranks" in line and "rank 0:" in line and "rank 1:" in line and "profkit ranks" in line
