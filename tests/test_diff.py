@@ -91,6 +91,7 @@ def test_bad_input_is_one_line(tmp_path):
 
 # -- torch.profiler traces (tests/data/kineto, made on an H100; see its README) --------------
 KINETO = Path(__file__).parent / "data" / "kineto"
+REVIEW = KINETO / "review"  # the GPU-bound MLP runs and the gpt inductor cache (see its README)
 needs_kineto = pytest.mark.skipif(not (KINETO / "gpt_eager.json.gz").exists(), reason="Kineto fixtures missing")
 
 
