@@ -108,6 +108,9 @@ def _hta(files: list[Path], folder: Path, monkeypatch: pytest.MonkeyPatch, round
     for r in overlap.to_dict("records"):
         out[int(r["rank"])]["comm_comp_overlap_pct"] = r["comp_comm_overlap_pctg"]
     for rank in out:
+        queue = analysis.get_queue_length_summary(ranks=[rank])
+        out[rank]["max_queue"] = {int(stream): int(row[("queue_length", "max")])
+                                  for (_, stream), row in queue.iterrows()} if queue is not None else {}
         idle, _ = analysis.get_idle_time_breakdown(ranks=[rank], visualize=False)
         out[rank]["idle_by_stream"] = {(int(r["stream"]), r["idle_category"]): r["idle_time"]
                                        for r in idle.to_dict("records")}
@@ -172,6 +175,8 @@ def test_equal_to_hta_on_the_same_nanoseconds(files: list[Path], tmp_path: Path,
     ours = _profkit(files)
     _compare(ours, hta, tolerance_pp=0.05)
     _compare_idle_streams(ours, hta, tolerance_pp=0.05)
+    for rank, theirs in hta.items():  # queue depth per stream (HTA's get_queue_length_summary)
+        assert {q["stream"]: q["max_queue"] for q in ours[rank]["queue"]} == theirs["max_queue"]
 
 
 @pytest.mark.skipif(not DDP, reason="the real DDP fixtures are not in tests/data yet")

@@ -22,6 +22,7 @@ runtime/driver call (-1 / '' when the trace has none): ``launch_start``,
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -52,51 +53,48 @@ def gpu_events(trace: Trace, include_syncs: bool = True, hta_filter: bool = True
     'other').  ``hta_filter``: leave out the last ProfilerStep's GPU work when
     the trace has two or more ProfilerStep ranges, as HTA's ``load_traces``
     does by default."""
-    parts = []
+    parts: list[dict[str, Any]] = []
     kernels = trace.table("kernels", [*_EVENT_COLUMNS, "name"])
     if len(kernels):
-        parts.append(pd.DataFrame({
-            **{c: kernels[c].to_numpy() for c in _EVENT_COLUMNS},
-            "source": "kernel",
-            "name": kernels["name"].array,
-            "kernel_type": kernel_origin.kernel_types(kernels["name"]),
-        }))
+        parts.append({**{c: kernels[c].to_numpy() for c in _EVENT_COLUMNS}, "source": "kernel",
+                      "name": kernels["name"].array, "kernel_type": kernel_origin.kernel_types(kernels["name"])})
     memcpy = trace.table("memcpy", [*_EVENT_COLUMNS, "copy_kind"])
     if len(memcpy):
-        parts.append(pd.DataFrame({
-            **{c: memcpy[c].to_numpy() for c in _EVENT_COLUMNS},
-            "source": "memcpy",
-            "name": memcpy["copy_kind"].array.rename_categories(lambda kind: f"Memcpy {kind}"),
-            "kernel_type": kernel_origin.MEMORY,
-        }))
+        parts.append({**{c: memcpy[c].to_numpy() for c in _EVENT_COLUMNS}, "source": "memcpy",
+                      "name": memcpy["copy_kind"].array.rename_categories(lambda kind: f"Memcpy {kind}"),
+                      "kernel_type": kernel_origin.MEMORY})
     memset = trace.table("memset", _EVENT_COLUMNS)
     if len(memset):
-        parts.append(pd.DataFrame({**{c: memset[c].to_numpy() for c in _EVENT_COLUMNS},
-                                   "source": "memset", "name": pd.Categorical.from_codes(np.zeros(len(memset), int),
-                                                                                         ["Memset"]),
-                                   "kernel_type": kernel_origin.MEMORY}))
+        parts.append({**{c: memset[c].to_numpy() for c in _EVENT_COLUMNS}, "source": "memset",
+                      "name": _constant("Memset", len(memset)), "kernel_type": kernel_origin.MEMORY})
     if include_syncs:
         syncs = trace.table("syncs", [*_EVENT_COLUMNS, "sync_type"])
-        on_stream = syncs[(syncs["stream"] >= 0) & (syncs["correlation"] >= 0)]
-        if len(on_stream):
-            parts.append(pd.DataFrame({
-                **{c: on_stream[c].to_numpy() for c in _EVENT_COLUMNS},
-                "source": "sync",
-                "name": on_stream["sync_type"].array,
-                # HTA types every "... Sync" record 'other'; a "Stream Wait Event" too on its main branch.
-                "kernel_type": kernel_origin.OTHER,
-            }))
-    events = _concat(parts) if parts else _empty_events()
-    events = _with_launches(trace, events)
+        on_stream = ((syncs["stream"] >= 0) & (syncs["correlation"] >= 0)).to_numpy()
+        if on_stream.any():
+            # HTA types every "... Sync" record 'other'; a "Stream Wait Event" too on its main branch.
+            parts.append({**{c: syncs[c].to_numpy()[on_stream] for c in _EVENT_COLUMNS}, "source": "sync",
+                          "name": syncs["sync_type"].array[on_stream], "kernel_type": kernel_origin.OTHER})
+    columns = _concat(parts)
+    columns.update(_launches(trace, columns["pid"], columns["correlation"]))
     window = EventWindow(False, None, None, None)
+    keep = None
     if hta_filter:
         last_step = _last_profiler_step_start(trace)
         if last_step is not None:
-            keep = (events["launch_start"].to_numpy() >= 0) & (events["launch_start"].to_numpy() < last_step)
-            events = events[keep]
+            launch = columns["launch_start"]
+            keep = np.flatnonzero((launch >= 0) & (launch < last_step))
             window = EventWindow(True, last_step, None, None)
-    events = events.sort_values("start", kind="stable").reset_index(drop=True)
+    # one reorder (filter + sort by start) for every column: a 1M-event frame is copied once
+    starts = columns["start"] if keep is None else columns["start"][keep]
+    order = np.argsort(starts, kind="stable")
+    if keep is not None:
+        order = keep[order]
+    events = pd.DataFrame({name: values[order] for name, values in columns.items()}, copy=False)
     return events, window
+
+
+def _constant(label: str, n: int) -> pd.Categorical:
+    return pd.Categorical.from_codes(np.zeros(n, dtype=np.int8), [label])
 
 
 def clip_events(events: pd.DataFrame, start_ns: int, end_ns: int) -> pd.DataFrame:
@@ -123,9 +121,10 @@ def _last_profiler_step_start(trace: Trace) -> int | None:
     return int(ranges["start"].to_numpy()[is_step].max())
 
 
-def _with_launches(trace: Trace, events: pd.DataFrame) -> pd.DataFrame:
-    """Join each GPU event to the CUDA call with its correlation id (the
-    earliest such call, should a correlation id repeat)."""
+def _launches(trace: Trace, pid: np.ndarray, correlation: np.ndarray) -> dict[str, Any]:
+    """For each GPU event, the CUDA call with its correlation id (the earliest
+    such call, should a correlation id repeat): launch_start, launch_end,
+    launch_pid, launch_tid (-1 none) and launch_api ('' none)."""
     api = trace.table("api", ["start", "end", "pid", "tid", "correlation", "name"])
     corr = api["correlation"].to_numpy()
     usable = corr >= 0
@@ -133,30 +132,30 @@ def _with_launches(trace: Trace, events: pd.DataFrame) -> pd.DataFrame:
     # Correlation ids are per process: with several processes the key is (pid, correlation).
     single_process = np.unique(api_pid).size <= 1
     api_key = _key(api_pid, corr[usable], single_process)
-    api_start = api["start"].to_numpy()[usable]
-    order = np.lexsort((api_start, api_key))
+    order = np.lexsort((api["start"].to_numpy()[usable], api_key))
     sorted_key = api_key[order]
     first = np.ones(sorted_key.size, dtype=bool)
     first[1:] = sorted_key[1:] != sorted_key[:-1]
     sorted_key, rows = sorted_key[first], np.flatnonzero(usable)[order[first]]
 
-    event_corr = events["correlation"].to_numpy()
-    event_key = _key(events["pid"].to_numpy(), event_corr, single_process)
-    at = np.minimum(np.searchsorted(sorted_key, event_key), max(sorted_key.size - 1, 0))
-    found = (event_corr >= 0) & (sorted_key.size > 0)
+    event_key = _key(pid, correlation, single_process)
+    found = correlation >= 0
     if sorted_key.size:
+        at = np.minimum(np.searchsorted(sorted_key, event_key), sorted_key.size - 1)
         found &= sorted_key[at] == event_key
-    row = np.where(found, rows[at] if rows.size else 0, -1)
-    out = events.copy()
+        row = np.where(found, rows[at], 0)
+    else:
+        found &= False
+        row = np.zeros(correlation.size, dtype=np.int64)
+    out: dict[str, Any] = {}
     for column, source in (("launch_start", "start"), ("launch_end", "end"), ("launch_pid", "pid"),
                            ("launch_tid", "tid")):
         values = api[source].to_numpy()
-        out[column] = np.where(found, values[np.maximum(row, 0)] if values.size else -1, -1).astype(np.int64)
+        out[column] = np.where(found, values[row] if values.size else -1, -1).astype(np.int64)
     names = api["name"].array
-    codes = np.where(found, names.codes[np.maximum(row, 0)] if len(names) else -1, -1)
-    launch_api = pd.Categorical.from_codes(codes, categories=names.categories)
-    out["launch_api"] = launch_api.add_categories([""]).fillna("") if "" not in names.categories else \
-        launch_api.fillna("")
+    categories = list(names.categories) + ([""] if "" not in names.categories else [])
+    codes = np.where(found, names.codes[row] if len(names) else -1, categories.index(""))
+    out["launch_api"] = pd.Categorical.from_codes(codes, categories=categories)
     return out
 
 
@@ -166,18 +165,20 @@ def _key(pid: np.ndarray, correlation: np.ndarray, single_process: bool) -> np.n
     return (pid.astype(np.int64) << 40) | (correlation.astype(np.int64) & ((1 << 40) - 1))
 
 
-def _concat(parts: list[pd.DataFrame]) -> pd.DataFrame:
-    """Stack the per-table frames, keeping names categorical (a million kernels
+def _concat(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Stack the per-table columns, keeping names categorical (a million kernels
     of a few hundred names stay a million small codes, not a million strings)."""
-    names = union_categoricals([p["name"].astype("category").array for p in parts])
-    kinds = union_categoricals([pd.Categorical(p["kernel_type"]) if not isinstance(p["kernel_type"].dtype,
-                                pd.CategoricalDtype) else p["kernel_type"].array for p in parts])
-    sources = union_categoricals([pd.Categorical(p["source"]) for p in parts])
-    frame = pd.concat([p.drop(columns=["name", "kernel_type", "source"]) for p in parts], ignore_index=True)
-    frame["source"] = sources
-    frame["name"] = names
-    frame["kernel_type"] = kinds
-    return frame
+    if not parts:
+        return {c: v.to_numpy() if hasattr(v, "to_numpy") else v for c, v in _empty_events().items()}
+    sizes = [len(p["start"]) for p in parts]
+    out: dict[str, Any] = {c: np.concatenate([p[c] for p in parts]).astype(np.int64, copy=False)
+                           for c in _EVENT_COLUMNS}
+    out["source"] = union_categoricals([_constant(p["source"], n) for p, n in zip(parts, sizes)])
+    out["name"] = union_categoricals([p["name"] for p in parts])
+    out["kernel_type"] = union_categoricals([
+        p["kernel_type"] if isinstance(p["kernel_type"], pd.Categorical) else _constant(p["kernel_type"], n)
+        for p, n in zip(parts, sizes)])
+    return out
 
 
 def _empty_events() -> pd.DataFrame:

@@ -23,6 +23,9 @@ import pandas as pd
 
 LAUNCH_APIS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")
 MEMORY_LAUNCH_APIS = ("cudaMemcpyAsync", "cudaMemsetAsync")
+# HTA's get_runtime_launch_events_query: the calls that enqueue work on a stream.
+QUEUE_LAUNCH_APIS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cudaMemcpyAsync",
+                     "cudaMemsetAsync")
 RUNTIME_OUTLIER_NS = 50_000
 LAUNCH_DELAY_OUTLIER_NS = 100_000
 # The verdict: at least this share of launches run shorter on the GPU than
@@ -97,20 +100,23 @@ def queue_depth(events: pd.DataFrame) -> pd.DataFrame:
     """Queue depth per stream over time, as a step function.
 
     Columns: ts (ns), stream, queue_length (the value from ts until the
-    stream's next row).  Only events with a known launch call take part."""
-    launched = events[(events["launch_start"] >= 0) & (events["source"] != "sync")]
-    if not len(launched):
-        return pd.DataFrame({"ts": np.empty(0, np.int64), "stream": np.empty(0, np.int64),
-                             "queue_length": np.empty(0, np.int64)})
-    stream = launched["stream"].to_numpy()
-    ts = np.concatenate([launched["launch_start"].to_numpy(), launched["start"].to_numpy()])
-    delta = np.concatenate([np.ones(len(launched), np.int64), -np.ones(len(launched), np.int64)])
-    streams = np.concatenate([stream, stream])
-    # at equal times an enqueue comes before the dequeue it allows
-    order = np.lexsort((-delta, ts, streams))
-    frame = pd.DataFrame({"ts": ts[order], "stream": streams[order], "delta": delta[order]})
-    frame["queue_length"] = frame.groupby("stream")["delta"].cumsum()
-    return frame[["ts", "stream", "queue_length"]].reset_index(drop=True)
+    stream's next row).  Only work enqueued by the calls HTA counts
+    (``QUEUE_LAUNCH_APIS``) takes part."""
+    launch = events["launch_start"].to_numpy()
+    mask = (launch >= 0) & (events["source"] != "sync").to_numpy() & \
+        events["launch_api"].isin(QUEUE_LAUNCH_APIS).to_numpy()
+    n = int(mask.sum())
+    stream = np.tile(events["stream"].to_numpy()[mask], 2)
+    ts = np.concatenate([launch[mask], events["start"].to_numpy()[mask]])
+    delta = np.concatenate([np.ones(n, np.int8), -np.ones(n, np.int8)])
+    # per stream, in time order; at equal times an enqueue comes before the dequeue it allows
+    order = np.lexsort((-delta, ts, stream))
+    ts, stream, delta = ts[order], stream[order], delta[order]
+    depth = np.cumsum(delta, dtype=np.int64)
+    first = np.flatnonzero(np.r_[True, stream[1:] != stream[:-1]]) if stream.size else np.empty(0, np.int64)
+    # restart the running sum at each stream's first row
+    before = np.repeat(depth[first] - delta[first], np.diff(np.r_[first, stream.size]))
+    return pd.DataFrame({"ts": ts, "stream": stream, "queue_length": depth - before}, copy=False)
 
 
 def queue_summary(series: pd.DataFrame) -> list[dict[str, Any]]:
