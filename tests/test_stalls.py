@@ -4,7 +4,8 @@
   --steps 20 with and without --print-loss, through profkit.capture.launch;
 - nsys2025_sync / nsys2023_sync: scripts/sync_elementwise.py --steps 8 (one
   sync of each kind per step), nsys 2025.3 and 2023.4 (2023.4 dropped the
-  nvtx package's ranges, so it has no Python records and no steps).
+  nvtx package's ranges, so it has no Python records and its steps come from
+  the repeating launch pattern).
 
 Expected values come from the programs' source (line numbers are found by
 searching the files, not written here), the `nsys stats` oracle CSVs, and
@@ -28,6 +29,7 @@ from profkit.errors import ProfkitError
 from profkit.readers.nsys import open_export
 from profkit.report.stalls_figure import stalls_timeline_png
 from tests.conftest import nsys_fixture, nsys_fixture_names, oracle_csv
+from tests.step_oracle import gpu_step_durations, steady_median
 
 ROOT = Path(__file__).parents[1]
 TRAIN = ROOT / "sample_kernels/train_mlp.py"
@@ -92,7 +94,9 @@ def test_printing_run_has_exactly_one_extra_site_at_the_print_line(print_run, no
     assert site["api"] == "cudaMemcpyAsync + cudaStreamSynchronize"
     assert site["copy_pattern"] == "Device-to-Host to Pinned"
     assert site["count"] == 20 and site["in_steps"] == 20 and site["nvtx"] == "samples:step"
-    assert site["per_step"]["syncs"] == 1.0 and site["per_step"]["steps_with_sync"] == 20
+    # per-step costs are over the steady-state steps (the warm-up ones are left out)
+    steady = print_run.step_stats["steady_count"]
+    assert site["per_step"]["syncs"] == 1.0 and site["per_step"]["steps_with_sync"] == steady < 20
     assert site["gpu_idle_ns"] > 0 and site["cpu_blocked_ns"] > 0
     assert compare_steps(print_run, noprint_run)["sites_only_in_a"] == [stalls._site_name(site)]
     # the print site is the costliest per step, so it leads the list
@@ -119,25 +123,46 @@ def test_non_printing_run_has_no_sync_inside_the_steps(noprint_run) -> None:
     assert noprint_run.findings == []
 
 
+def warmup_of(run: stalls.StallReport) -> int:
+    return run.step_stats["count"] - run.step_stats["steady_count"]
+
+
 def test_step_time_difference_from_the_nvtx_step_ranges(print_run, noprint_run) -> None:
-    printed, silent = step_durations("nsys2025_train_print"), step_durations("nsys2025_train_noprint")
+    """Steps are the NVTX "step" ranges (their syncs: those called inside them); a step's
+    time runs from its first GPU operation to the next step's (tests/step_oracle.py)."""
+    assert [(s.start, s.end) for s in print_run.steps] == [(a, a + d) for a, d in zip(
+        [r for r in _range_starts("nsys2025_train_print")], step_durations("nsys2025_train_print"))]
+    printed = gpu_step_durations(nsys_fixture("nsys2025_train_print"))
+    silent = gpu_step_durations(nsys_fixture("nsys2025_train_noprint"))
     assert len(printed) == len(silent) == 20
     assert [s.duration_ns for s in print_run.steps] == printed
     result = compare_steps(print_run, noprint_run)
-    assert result["a"]["median_ns"] == statistics.median(printed)
-    assert result["b"]["median_ns"] == statistics.median(silent)
-    assert result["median_difference_ns"] == statistics.median(printed) - statistics.median(silent)
-    assert result["mean_difference_ns"] == pytest.approx(statistics.fmean(printed) - statistics.fmean(silent))
+    # medians and means over the steady state: the warm-up steps lead and are left out
+    wa, wb = warmup_of(print_run), warmup_of(noprint_run)
+    assert result["a"]["median_ns"] == steady_median(printed, wa)
+    assert result["b"]["median_ns"] == steady_median(silent, wb)
+    assert result["median_difference_ns"] == steady_median(printed, wa) - steady_median(silent, wb)
+    assert result["mean_difference_ns"] == pytest.approx(statistics.fmean(printed[wa:]) - statistics.fmean(silent[wb:]))
     assert result["median_difference_ns"] > 0  # printing made the typical step slower
     assert "slower" in result["finding"]
     # the estimate without the sync lies below the measured printing step
     assert result["a"]["estimated_median_without_syncs_ns"] < result["a"]["median_ns"]
 
 
+def _range_starts(name: str) -> list[int]:
+    with sqlite3.connect(f"file:{nsys_fixture(name)}?mode=ro", uri=True) as db:
+        return [start for (start,) in db.execute(
+            "SELECT ne.start FROM NVTX_EVENTS ne LEFT JOIN StringIds s ON s.id = ne.textId "
+            "WHERE ne.eventType = 59 AND coalesce(s.value, ne.text) = 'step' ORDER BY ne.start")]
+
+
 def test_finding_names_the_print_line_and_its_cost(print_run) -> None:
     site = print_run.sites[0]
-    per_step = site["gpu_idle_ns"] / 20
-    pct = 100 * per_step / statistics.median(step_durations("nsys2025_train_print"))
+    steady = [s.index for s in print_run.steps if s.phase == "steady"]
+    per_step = sum(e.gpu_idle_ns for e in print_run.events if e.step in steady and e.kind == "item") / len(steady)
+    assert site["per_step"]["gpu_idle_ns"] == pytest.approx(per_step)
+    durations = gpu_step_durations(nsys_fixture("nsys2025_train_print"))
+    pct = 100 * per_step / steady_median(durations, warmup_of(print_run))
     assert pct >= 5.0  # the default threshold
     text = print_run.findings[0]
     assert text.startswith('train_mlp.py:{} `print(f"step {{step}} loss {{loss.item():.5f}}")` synchronizes 20 times, '
@@ -164,7 +189,8 @@ def test_each_kind_classified_at_its_line_nsys2025() -> None:
         assert (site["kind"], site["cause"]) == (kind, cause)
         assert site["source"].endswith(f"scripts/sync_elementwise.py:{site['line']}")
         assert comment in site["code"] and site["local_code"] == site["code"]
-        assert site["count"] == 8 and site["in_steps"] == 8 and site["per_step"]["steps_with_sync"] == 8
+        assert site["count"] == 8 and site["in_steps"] == 8
+        assert site["per_step"]["steps_with_sync"] == r.step_stats["steady_count"] == 7  # after the warm-up step
     assert by_line[line_of(SYNC_SCRIPT, "# explicit")]["api"] == "cudaDeviceSynchronize"
     for comment in ("# .item()", "# truthiness", "# print/format"):
         assert by_line[line_of(SYNC_SCRIPT, comment)]["copy_pattern"] == "Device-to-Host to Pinned"
@@ -195,7 +221,9 @@ def test_every_sync_call_is_found_once(name: str) -> None:
 def test_nsys2023_has_no_python_records_but_the_same_syncs_grouped_by_api() -> None:
     new, old = report("nsys2025_sync"), report("nsys2023_sync")
     assert all(s["source"] is None and s["code"] is None for s in old.sites)
-    assert old.steps == [] and old.step_range is None
+    # no annotation: the 8 steps come from the repeating launch pattern, at the same places
+    assert old.step_range == "step" and len(old.steps) == len(new.steps) == 8
+    assert [s.syncs for s in old.steps] == [s.syncs for s in new.steps] == [7] * 8
     groups = {(s["api"], s["copy_pattern"]): s["count"] for s in old.sites}
     assert groups == {
         ("cudaMemcpyAsync + cudaStreamSynchronize", "Device-to-Host to Pinned"): 24,  # .item, truthiness, print
@@ -281,7 +309,7 @@ def test_explicit_step_range_and_unknown_name() -> None:
     r = report("nsys2025_train_print", step_range="warmup")
     assert r.step_range == "warmup" and len(r.steps) == 1
     assert [s["line"] for s in r.sites if s["in_steps"]] == lines_of(TRAIN, "torch.cuda.synchronize()")[:1]
-    with pytest.raises(ProfkitError, match="no NVTX range named 'epoch'"):
+    with pytest.raises(ProfkitError, match="no range named 'epoch'"):
         report("nsys2025_train_print", step_range="epoch")
 
 

@@ -84,16 +84,17 @@ def test_compare_print_and_noprint() -> None:
 
 
 def test_markdown_keeps_code_verbatim_in_findings() -> None:
-    out = invoke(str(nsys_fixture("nsys2025_sync")), "--format", "md")
+    out = invoke(str(nsys_fixture("nsys2025_sync")), "--format", "md", "--threshold", "1")
     assert out.startswith("## Synchronization stalls: nsys2025_sync.sqlite")
-    assert "- sync_elementwise.py:26 `if y.max() > 0: # truthiness` synchronizes 8 times, 1 per step" in out
+    assert "- sync_elementwise.py:31 `torch.cuda.synchronize() # explicit` synchronizes 8 times, 1 per step" in out
     assert "### Sync sites (by cost)" in out and "### Per NVTX range" in out and "### Steps" in out
     assert "| sync_elementwise.py:26 | if y.max() &gt; 0: # truthiness | truthiness |" in out  # table cell
 
 
 def test_table_and_csv() -> None:
     out = invoke(str(nsys_fixture("nsys2023_sync")))
-    assert "source unknown" in out and "cudaDeviceSynchronize" in out and "Steps" not in out
+    assert "source unknown" in out and "cudaDeviceSynchronize" in out
+    assert "Steps" in out  # no annotation: from the repeating launch pattern
     rows = list(csv.DictReader(io.StringIO(invoke(str(nsys_fixture("nsys2025_sync")), "--format", "csv"))))
     assert len(rows) == 7 and {r["cause"] for r in rows} >= {".item()", "truthiness", "blocking copy"}
 
@@ -126,9 +127,11 @@ def test_bad_targets(tmp_path: Path) -> None:
     assert "several exports (a.sqlite, b.sqlite)" in failing(str(tmp_path))
     assert "no such file" in failing(str(tmp_path / "missing.sqlite"))
     line = failing(str(nsys_fixture("nsys2025_sync")), "--step-range", "epoch")
-    assert "no NVTX range named 'epoch'" in line and "samples:step" in line
-    assert "nsys2023_sync.sqlite has no NVTX step ranges" in failing(
-        str(nsys_fixture("nsys2025_sync")), "--compare", str(nsys_fixture("nsys2023_sync")))
+    assert "no range named 'epoch'" in line and "samples:step" in line
+    from tests.test_report_timeline import build_synthetic
+
+    build_synthetic(tmp_path / "no-steps.sqlite", 400, seed=1)  # hand-built: one kernel name at random times
+    assert "no-steps.sqlite" in failing(str(nsys_fixture("nsys2025_sync")), "--compare", str(tmp_path / "no-steps.sqlite"))
 
 
 def test_input_is_not_modified() -> None:

@@ -4,6 +4,8 @@
   ``nvtx_sum`` (count, total and median of the CPU range times).
 - Busy time is the union of GPU activity: on a one-stream run, the whole
   span's busy time equals ``cuda_gpu_kern_sum`` + ``cuda_gpu_mem_time_sum``.
+- Step times equal the definition computed in SQL on the export
+  (tests/step_oracle.py).
 - The launch pattern, ignoring annotations, finds the same steps as the
   NVTX ranges (the issue's "same step count, medians within 2%"; here the
   same start times).
@@ -23,6 +25,7 @@ from profkit.analysis.steps.activity import busy_in_windows, load_activity
 from profkit.cli import cli
 from profkit.readers import open_trace
 from tests.conftest import nsys_fixture, oracle_csv
+from tests.step_oracle import gpu_step_durations
 from tests.synthetic_trace import loop, synthetic_trace
 
 TRAIN = ["nsys2025_train_print", "nsys2025_train_noprint"]
@@ -59,6 +62,15 @@ def test_launch_pattern_finds_the_same_steps_as_the_ranges(train) -> None:
     assert by_pattern.steps["start_ns"].tolist() == by_ranges.steps["start_ns"].tolist()
     # the MLP's 3 forward/backward passes before the loop (no optimizer) are start-up, not steps
     assert by_pattern.startup == by_ranges.startup
+
+
+@pytest.mark.parametrize("name", ["nsys2025_train_print", "nsys2025_train_noprint", "nsys2025_sync",
+                                  "nsys2023_sync_sites", "nsys2025_sync_apis", "nsys2023_sync_apis"])
+def test_step_times_equal_the_sql_oracle(name: str) -> None:
+    """First GPU operation launched in each NVTX "step" range to the next, straight from the export's tables."""
+    with open_trace(nsys_fixture(name)) as trace:
+        durations = find_steps(trace).steps["duration_ns"].tolist()
+    assert durations == gpu_step_durations(nsys_fixture(name))
 
 
 def test_busy_time_is_the_union_of_gpu_activity(train) -> None:

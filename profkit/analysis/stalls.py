@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from profkit.analysis.sync_events import (
     NO_RANGE,
     NvtxScan,
@@ -35,11 +37,10 @@ from profkit.analysis.sync_events import (
     build_events,
     group_text,
     label_of,
-    select_steps,
     step_matcher,
 )
 from profkit.analysis import sync_inputs
-from profkit.analysis.sync_calls import NvtxRange, decode_thread
+from profkit.analysis.sync_calls import NvtxRange, decode_thread, thread_key
 from profkit.errors import ProfkitError
 from profkit.model import Trace
 
@@ -83,9 +84,15 @@ def nvtx_label(event: SyncEvent, is_step: Callable[[NvtxRange], bool] | None, st
     return innermost.name
 
 
-def aggregate_sites(events: Sequence[SyncEvent], n_steps: int, label: Callable[[SyncEvent], str],
+def aggregate_sites(events: Sequence[SyncEvent], steady: Sequence[int] | int, label: Callable[[SyncEvent], str],
                     roots: Sequence[Path] = ()) -> list[dict[str, Any]]:
-    """One row per call site (known source) or per (API, NVTX range) (source unknown), by cost."""
+    """One row per call site (known source) or per (API, NVTX range) (source unknown), by cost.
+
+    ``steady``: the indices of the steady-state steps (an int n: steps 0..n-1).
+    ``in_steps`` counts a site's syncs in any step; ``per_step`` figures are
+    over the steady-state steps only (warm-up syncs are not a per-step cost)."""
+    steady_steps = set(range(steady)) if isinstance(steady, int) else set(steady)
+    n_steps = len(steady_steps)
     groups: dict[tuple, list[SyncEvent]] = defaultdict(list)
     for e in events:
         key = ("source", e.source, e.kind) if e.source is not None else ("api", e.api, e.copy_pattern, label(e))
@@ -94,6 +101,7 @@ def aggregate_sites(events: Sequence[SyncEvent], n_steps: int, label: Callable[[
     for key, es in groups.items():
         first = es[0]
         in_steps = [e for e in es if e.step is not None]
+        per_steady = [e for e in in_steps if e.step in steady_steps]
         path, local = local_source_line(first.source, roots) if first.source else (None, None)
         file, _, line = (first.source or "").rpartition(":")
         rows.append({
@@ -118,10 +126,11 @@ def aggregate_sites(events: Sequence[SyncEvent], n_steps: int, label: Callable[[
             "device": _most_common(e.device for e in es if e.device is not None),
             "in_steps": len(in_steps),
             "per_step": {
-                "syncs": len(in_steps) / n_steps,
-                "cpu_blocked_ns": sum(e.cpu_blocked_ns for e in in_steps) / n_steps,
-                "gpu_idle_ns": sum(e.gpu_idle_ns for e in in_steps) / n_steps,
-                "steps_with_sync": len({e.step for e in in_steps}),
+                "syncs": len(per_steady) / n_steps,
+                "cpu_blocked_ns": sum(e.cpu_blocked_ns for e in per_steady) / n_steps,
+                "gpu_idle_ns": sum(e.gpu_idle_ns for e in per_steady) / n_steps,
+                "steps_with_sync": len({e.step for e in per_steady}),
+                "steady_steps": n_steps,
             } if n_steps else None,
         })
     # Cost inside steps first: a long idle gap after start-up copies is real
@@ -155,12 +164,16 @@ def _most_common(values: Iterable[Any]) -> Any:
 
 # -- findings ---------------------------------------------------------------------
 def step_statistics(steps: Sequence[Step]) -> dict[str, Any] | None:
+    """Step times and sync costs over the steady-state steps (``count``: all steps)."""
     if not steps:
         return None
+    all_steps = steps
+    steps = [s for s in all_steps if s.phase == "steady"] or list(all_steps)
     durations = [s.duration_ns for s in steps]
     estimates = [s.estimated_without_syncs_ns for s in steps]
     return {
-        "count": len(steps),
+        "count": len(all_steps),
+        "steady_count": len(steps),
         "total_ns": sum(durations),
         "mean_ns": statistics.fmean(durations),
         "median_ns": statistics.median(durations),
@@ -279,9 +292,9 @@ def analyze_stalls(trace: Trace, *, step_range: str | None = None, threshold_pct
     events.sort(key=lambda e: (e.start, e.global_tid))
     devices = sync_inputs.gpu_devices(trace)
     attach_gpu_idle(events, devices, lambda device: sync_inputs.gpu_activity(trace, device))
-    scan = attach_nvtx(events, sync_inputs.cpu_ranges(trace), step_range)
+    scan = attach_nvtx(events, sync_inputs.cpu_ranges(trace))
     attach_python_sites(events, sync_inputs.python_sites(trace))
-    label, steps = select_steps(scan, step_range)
+    label, steps = finder_steps(trace, step_range)
     attach_steps(events, steps)
     is_step = step_matcher(step_range) if step_range else _key_matcher(label, scan)
     roots = [*source_roots, trace.path.parent]
@@ -289,13 +302,41 @@ def analyze_stalls(trace: Trace, *, step_range: str | None = None, threshold_pct
     def range_label(e: SyncEvent) -> str:
         return nvtx_label(e, is_step, label)
 
-    sites = aggregate_sites(events, len(steps), range_label, roots)
+    sites = aggregate_sites(events, [s.index for s in steps if s.phase == "steady"], range_label, roots)
     stats = step_statistics(steps)
     window = _run_ns(trace)
     return StallReport(
         export=trace.name, step_range=label, threshold_pct=threshold_pct, sites=sites,
         by_nvtx=aggregate_by_nvtx(events, range_label), events=events, steps=steps, step_stats=stats,
         findings=write_findings(sites, stats, label, window, threshold_pct), run_ns=window)
+
+
+def finder_steps(trace: Trace, step_range: str | None = None) -> tuple[str | None, list[Step]]:
+    """The steps of ``profkit.analysis.steps.find_steps`` (the one step finder) and their label.
+
+    A step's syncs are those called in its CPU window: its range, or for
+    steps of the launch pattern from its first launch to the next step's
+    (the last one: as long as the median step)."""
+    from profkit.analysis.steps import KERNEL_PATTERN, find_steps
+
+    result = find_steps(trace, step_range=step_range)
+    if not result.found:
+        return None, []
+    frame = result.steps
+    cpu_start = frame["cpu_start_ns"].to_numpy()
+    cpu_end = frame["cpu_end_ns"].to_numpy().copy()
+    if result.source == KERNEL_PATTERN:
+        # up to the next step's first launch; the last step, which has no next, as long as
+        # the typical one (its closing sync comes after its last launch)
+        cpu_end[:-1] = cpu_start[1:]
+        typical = int(np.median(np.diff(cpu_start))) if len(cpu_start) > 1 else 0
+        cpu_end[-1] = max(int(cpu_end[-1]), int(frame["end_ns"].iloc[-1]), int(cpu_start[-1]) + typical)
+    thread = thread_key(result.pid or 0, max(result.tid or 0, 0))
+    label = step_range if step_range else ("step" if result.source == KERNEL_PATTERN else result.name)
+    steps = [Step(int(i), str(name), thread, int(a), int(b), duration=int(d), phase=str(phase))
+             for i, name, a, b, d, phase in zip(frame["index"], frame["name"], cpu_start, cpu_end,
+                                                frame["duration_ns"], frame["phase"])]
+    return label, steps
 
 
 def _key_matcher(label: str | None, scan: NvtxScan) -> Callable[[NvtxRange], bool] | None:
@@ -323,15 +364,15 @@ def _run_ns(trace: Trace) -> int | None:
 
 
 def compare_steps(report_a: StallReport, report_b: StallReport) -> dict[str, Any]:
-    """Step times of two runs (e.g. with and without a print) from their NVTX step ranges.
+    """Step times of two runs (e.g. with and without a print), from ``find_steps``.
 
-    Medians are the headline (the first step carries warm-up); means and the
-    estimate of run A without its syncs are given too.
+    Steady-state medians are the headline (warm-up steps are left out); means
+    and the estimate of run A without its syncs are given too.
     """
     a, b = report_a.step_stats, report_b.step_stats
     if not a or not b:
         missing = report_a.export if not a else report_b.export
-        raise ProfkitError(f"{missing} has no NVTX step ranges to compare",
+        raise ProfkitError(f"{missing} has no steps to compare (no step ranges, no repeating launch pattern)",
                            hint="name them with --step-range, or wrap each step in an NVTX range")
     diff_median = a["median_ns"] - b["median_ns"]
     diff_mean = a["mean_ns"] - b["mean_ns"]

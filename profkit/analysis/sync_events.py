@@ -34,12 +34,14 @@ Definitions (all times in ns, on the trace's clock):
   that contains the event's last call (written by
   ``profkit.capture.sync_hook``); without one the event is "source unknown"
   and grouped by API and enclosing NVTX range.
-- **steps**: the NVTX ranges named by ``step_range`` ("step" also matches
-  "step 7"); by default the most frequent top-level push/pop range name
-  that occurs at least twice (numbers in names count as one name).  The
-  step time without syncs is estimated as the step's duration minus the
-  sync-caused GPU idle time inside it: an estimate, since a launch-bound
-  loop would not shrink that much.
+- **steps**: those of ``profkit.analysis.steps.find_steps`` (the user's step
+  ranges, else the repeating launch pattern).  A sync belongs to the step
+  whose CPU window holds its call: the step range, or for pattern steps from
+  the step's first launch to the next step's.  A step's duration is the
+  finder's (first GPU operation to the next step's).  The step time without
+  syncs is estimated as the step's duration minus the sync-caused GPU idle
+  time inside it: an estimate, since a launch-bound loop would not shrink
+  that much.
 """
 
 from __future__ import annotations
@@ -384,6 +386,9 @@ def _enclose(event: SyncEvent, open_ranges: list[NvtxRange],
 
 @dataclass(slots=True)
 class Step:
+    """A step of ``find_steps`` as the stall analysis uses it: ``start``/``end`` is the
+    CPU window its syncs are counted in, ``duration`` the finder's step time."""
+
     index: int
     name: str
     global_tid: int
@@ -392,10 +397,12 @@ class Step:
     syncs: int = 0
     cpu_blocked_ns: int = 0
     gpu_idle_ns: int = 0  # sync-caused GPU idle inside the step
+    duration: int | None = None  # the finder's step time; None: the CPU window's length
+    phase: str = "steady"
 
     @property
     def duration_ns(self) -> int:
-        return self.end - self.start
+        return self.duration if self.duration is not None else self.end - self.start
 
     @property
     def estimated_without_syncs_ns(self) -> int:
@@ -405,26 +412,7 @@ class Step:
         return {"index": self.index, "name": self.name, "thread": decode_thread(self.global_tid)[1],
                 "start": self.start, "end": self.end, "duration_ns": self.duration_ns, "syncs": self.syncs,
                 "cpu_blocked_ns": self.cpu_blocked_ns, "gpu_idle_ns": self.gpu_idle_ns,
-                "estimated_without_syncs_ns": self.estimated_without_syncs_ns}
-
-
-def select_steps(scan: NvtxScan, step_range: str | None) -> tuple[str | None, list[Step]]:
-    """The step ranges (sorted by start) and their label."""
-    if step_range:
-        chosen, label = scan.named, step_range
-        if not chosen:
-            seen = sorted({label_of(key) for key in scan.top_level})
-            raise ProfkitError(f"no NVTX range named {step_range!r} in this trace",
-                               hint="top-level ranges: " + (", ".join(seen[:10]) or "none"))
-    else:
-        repeated = [(len(rs), sum(r.end - r.start for r in rs), key) for key, rs in scan.top_level.items()
-                    if len(rs) >= 2]
-        if not repeated:
-            return None, []
-        _, _, key = max(repeated, key=lambda t: (t[0], t[1]))
-        chosen, label = scan.top_level[key], label_of(key)
-    ordered = sorted(chosen, key=lambda r: (r.start, r.global_tid))
-    return label, [Step(i, r.name, r.global_tid, r.start, r.end) for i, r in enumerate(ordered)]
+                "estimated_without_syncs_ns": self.estimated_without_syncs_ns, "phase": self.phase}
 
 
 def label_of(key: tuple[str | None, str]) -> str:

@@ -21,7 +21,7 @@ STEP_TABLE = [
     Column("gpu_busy_pct", "GPU busy %", "pct"), Column("launches", "GPU ops", "int"),
 ]
 STEP_CSV = [Column(k, k) for k in ("index", "start_ns", "end_ns", "duration_ns", "gpu_busy_ns", "phase",
-                                   "cpu_start_ns", "cpu_end_ns", "launches")]
+                                   "cpu_start_ns", "cpu_end_ns", "launches", "name")]
 
 
 @click.command()

@@ -71,16 +71,20 @@ def _find(trace: Trace, use_ranges: bool, step_range: str | None) -> StepResult:
         found, why_not_ranges = find_range_steps(trace, act, step_range)
         if found is not None:
             first, last = _launched_within(act, found.pid, found.start, found.end)
-            return _result(trace, act, found.source, found.label, first, last, found.start, found.end, span,
-                           evidence={"candidates": found.candidates})
+            result = _result(trace, act, found.source, found.label, first, last, found.start, found.end, span,
+                             evidence={"candidates": found.candidates}, names=found.names)
+            result.pid, result.tid = found.pid, found.tid
+            return result
     pattern, why_not_pattern = find_pattern_steps(act)
     if pattern is None:
         return nothing_found(f"no steps found: {why_not_ranges}; {why_not_pattern}", span)
     cpu_start = act.launch[pattern.first]
     cpu_end = act.launch[np.maximum(pattern.last - 1, pattern.first)]
-    return _result(trace, act, KERNEL_PATTERN, f"repeating sequence of {pattern.period} GPU operations",
-                   pattern.first, pattern.last, cpu_start, cpu_end, span,
-                   evidence={"period_launches": pattern.period})
+    result = _result(trace, act, KERNEL_PATTERN, f"repeating sequence of {pattern.period} GPU operations",
+                     pattern.first, pattern.last, cpu_start, cpu_end, span,
+                     evidence={"period_launches": pattern.period})
+    result.pid = act.pid
+    return result
 
 
 def _launched_within(act: Activity, pid: int, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -94,7 +98,7 @@ def _launched_within(act: Activity, pid: int, start: np.ndarray, end: np.ndarray
 
 def _result(trace: Trace, act: Activity, source: str, name: str, first: np.ndarray, last: np.ndarray,
             cpu_start: np.ndarray, cpu_end: np.ndarray, span: tuple[int, int],
-            evidence: dict[str, Any]) -> StepResult:
+            evidence: dict[str, Any], names: np.ndarray | None = None) -> StepResult:
     n = len(first)
     has = last > first
     gpu_start = cpu_start.astype(np.int64).copy()
@@ -115,7 +119,8 @@ def _result(trace: Trace, act: Activity, source: str, name: str, first: np.ndarr
         "index": np.arange(n, dtype=np.int64), "start_ns": start, "end_ns": end, "duration_ns": duration,
         "gpu_busy_ns": busy, "phase": np.where(np.arange(n) < k, WARMUP, STEADY).astype(object),
         "cpu_start_ns": cpu_start.astype(np.int64), "cpu_end_ns": cpu_end.astype(np.int64),
-        "launches": (last - first).astype(np.int64)})
+        "launches": (last - first).astype(np.int64),
+        "name": names if names is not None else np.array([f"step {i}" for i in range(n)], dtype=object)})
     startup = (span[0], int(start[0]))
     teardown = (int(end[-1]), max(span[1], int(end[-1])))
     evidence = {**evidence, **_sync_sites_once_per_step(trace, steps)}

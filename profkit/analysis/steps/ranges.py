@@ -100,6 +100,7 @@ class RangeSteps:
     tid: int
     start: np.ndarray
     end: np.ndarray
+    names: np.ndarray       # each range's own text ("step 7")
     candidates: list[dict]  # every group considered, for --format json and debugging
 
 
@@ -126,7 +127,7 @@ def find_range_steps(trace: Trace, act: Activity, step_range: str | None = None)
     is_lib = np.fromiter(((n, d, k) in library for n, d, k in zip(names, domains, kind)), bool, len(names))
     folded = pd.Series(names).map(fold_digits).to_numpy()
     label = np.where(domains == "", folded, np.char.add(np.char.add(domains.astype(str), ":"), folded.astype(str)))
-    frame = pd.DataFrame({"start": ranges["start"].to_numpy(), "end": ranges["end"].to_numpy(),
+    frame = pd.DataFrame({"start": ranges["start"].to_numpy(), "end": ranges["end"].to_numpy(), "name": names,
                           "pid": ranges["pid"].to_numpy(), "tid": ranges["tid"].to_numpy(),
                           "label": label, "kind": np.where(_is_profiler_step(names, kind), PROFILER_STEP, NVTX)})
     libraries = sorted(set(label[is_lib]))
@@ -147,7 +148,8 @@ def find_range_steps(trace: Trace, act: Activity, step_range: str | None = None)
     g = frame[(frame["label"] == chosen["label"]) & (frame["kind"] == chosen["kind"]) &
               (frame["pid"] == chosen["pid"]) & (frame["tid"] == chosen["tid"])].sort_values("start")
     return RangeSteps(chosen["kind"], chosen["label"], chosen["pid"], chosen["tid"],
-                      g["start"].to_numpy(np.int64), g["end"].to_numpy(np.int64), candidates), ""
+                      g["start"].to_numpy(np.int64), g["end"].to_numpy(np.int64), g["name"].to_numpy(object),
+                      candidates), ""
 
 
 def _named(label: str, wanted: str) -> bool:

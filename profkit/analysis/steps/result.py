@@ -33,7 +33,7 @@ STEADY = "steady"
 WARMUP_SLOWER = 1.5
 
 STEP_COLUMNS = ("index", "start_ns", "end_ns", "duration_ns", "gpu_busy_ns", "phase",
-                "cpu_start_ns", "cpu_end_ns", "launches")
+                "cpu_start_ns", "cpu_end_ns", "launches", "name")
 
 
 @dataclass
@@ -44,9 +44,12 @@ class StepResult:
     ``end_ns``, ``duration_ns``, ``gpu_busy_ns``, ``phase`` ('warmup' or
     'steady'), ``cpu_start_ns``/``cpu_end_ns`` (the step range on the CPU;
     for pattern steps the launch of the first and last operation; -1 when
-    unknown) and ``launches`` (GPU operations launched in the step).
-    ``startup``/``teardown``: (start_ns, end_ns) before the first / after the
-    last step, None without steps.  ``message`` says why nothing was found.
+    unknown), ``launches`` (GPU operations launched in the step) and ``name``
+    (the step range's own text, e.g. "step 7" or "ProfilerStep#12"; "step N"
+    for pattern steps).  ``startup``/``teardown``: (start_ns, end_ns) before
+    the first / after the last step, None without steps.  ``message`` says
+    why nothing was found.  ``pid``/``tid``: the process (and, for ranges, the
+    thread) the steps were found in.
     """
 
     source: str | None
@@ -57,6 +60,8 @@ class StepResult:
     summary: dict[str, Any]
     message: str | None = None
     evidence: dict[str, Any] = field(default_factory=dict)
+    pid: int | None = None
+    tid: int | None = None
 
     @property
     def found(self) -> bool:
@@ -103,7 +108,7 @@ def _span(span: tuple[int, int] | None) -> dict[str, int] | None:
 
 
 def empty_steps() -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series(dtype=object if c == "phase" else np.int64) for c in STEP_COLUMNS})
+    return pd.DataFrame({c: pd.Series(dtype=object if c in ("phase", "name") else np.int64) for c in STEP_COLUMNS})
 
 
 def nothing_found(message: str, trace_span: tuple[int, int] | None) -> StepResult:

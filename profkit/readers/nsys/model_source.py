@@ -464,7 +464,11 @@ def open_nsys_trace(path: str | Path) -> Trace:
     """An nsys SQLite export as a ``Trace`` (read-only; bad files raise ProfkitError)."""
     export = open_export(path)
     try:
-        return Trace(NsysSource(export), native=export)
+        trace = Trace(NsysSource(export), native=export)
+        # analyses that still take the export (stalls) reach this same Trace, and share
+        # what it has loaded and found (find_steps is cached per Trace)
+        export._model_trace = trace  # type: ignore[attr-defined]
+        return trace
     except BaseException:
         export.close()
         raise
