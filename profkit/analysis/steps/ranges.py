@@ -55,6 +55,7 @@ LIBRARY_DOMAINS = {
     "nccl", "cccl", "cub", "thrust", "cublas", "cublaslt", "cudnn", "cufft", "curand", "cusparse", "cusolver",
     "npp", "nvjpeg", "tensorrt", "dali", "nvshmem", "ucx", "mpi", "profkit.sync", "cuda", "cupti",
 }
+KINETO_CATEGORIES = ("user_annotation", "gpu_user_annotation", "cpu_instant_event", "python_function")
 PROFILER_STEP_NAME = re.compile(r"ProfilerStep#\d+")
 
 _NOT_A_STEP = re.compile(r"epoch|eval|valid|test|warm[-_ ]?up|setup|init|load|save|checkpoint|compile")
@@ -126,7 +127,9 @@ def find_range_steps(trace: Trace, act: Activity, step_range: str | None = None)
     library = {(n, d, k) for n, d, k in distinct.itertuples(index=False) if is_library_range(n, d, k)}
     is_lib = np.fromiter(((n, d, k) in library for n, d, k in zip(names, domains, kind)), bool, len(names))
     folded = pd.Series(names).map(fold_digits).to_numpy()
-    label = np.where(domains == "", folded, np.char.add(np.char.add(domains.astype(str), ":"), folded.astype(str)))
+    # an NVTX domain names the range ("samples:step"); Kineto's "domain" is the event category
+    plain = (domains == "") | (domains == kind) | np.isin(domains, KINETO_CATEGORIES)
+    label = np.where(plain, folded, np.char.add(np.char.add(domains.astype(str), ":"), folded.astype(str)))
     frame = pd.DataFrame({"start": ranges["start"].to_numpy(), "end": ranges["end"].to_numpy(), "name": names,
                           "pid": ranges["pid"].to_numpy(), "tid": ranges["tid"].to_numpy(),
                           "label": label, "kind": np.where(_is_profiler_step(names, kind), PROFILER_STEP, NVTX)})

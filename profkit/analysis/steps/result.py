@@ -132,7 +132,9 @@ def warmup_count(duration: np.ndarray, signature: np.ndarray) -> int:
     k = 0
     while k < n - 1:
         differs = mode is not None and signature[k] != mode
-        slower = reference > 0 and duration[k] > WARMUP_SLOWER * reference
+        # with two steps "slower than the typical one" means nothing: the last step has no
+        # next one to run up to and is often the shorter
+        slower = n >= 3 and reference > 0 and duration[k] > WARMUP_SLOWER * reference
         if not (differs or slower):
             break
         k += 1
