@@ -30,7 +30,7 @@ from tests.conftest import nsys_fixture, nsys_fixture_names
 from tests.test_summaries import read_oracle
 
 FIXTURES = nsys_fixture_names()
-KINETO_FIXTURES = sorted(p.name for p in (Path(__file__).parent / "data" / "kineto").glob("*.json*"))
+KINETO_FIXTURES = sorted(p.name for p in (Path(__file__).parent / "data" / "kineto").glob("*.json.gz"))
 
 # Trace Event Format (Google's spec): the fields each phase needs.
 REQUIRED = {
