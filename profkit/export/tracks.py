@@ -21,6 +21,8 @@ import numpy as np
 import orjson
 import pandas as pd
 
+from profkit.capture.sync_hook import decode_site
+from profkit.errors import ProfkitError
 from profkit.export import chrome_events as ev
 from profkit.export.lanes import MAX_LANES, nesting_lanes
 from profkit.model import Trace
@@ -247,8 +249,6 @@ def range_events(ranges: pd.DataFrame, cpu_ops: pd.DataFrame, base: int) -> tupl
 def sync_site_events(ranges: pd.DataFrame) -> list[str]:
     """An instant event, named by its Python line, where each sync site began, on the thread
     that synchronized (profkit's sync hook ranges, kind 'sync_site')."""
-    from profkit.capture.sync_hook import decode_site
-
     sites = ranges[np.asarray(ranges["kind"] == "sync_site")]
     lines = []
     for r in sites.to_dict("records"):
@@ -292,25 +292,15 @@ def flow_pairs(tables: dict[str, pd.DataFrame], base: int, api_tid: np.ndarray) 
 def step_table(trace: Trace) -> pd.DataFrame | None:
     """The steps ``profkit.analysis.steps.find_steps`` finds, as a frame with columns
     index, start_ns, end_ns, phase; None where no steps are found."""
-    from profkit.analysis.steps import find_steps
-    from profkit.errors import ProfkitError
+    from profkit.analysis.steps import find_steps  # only when steps are wanted: it is the heaviest import
 
     try:
         found = find_steps(trace)
     except ProfkitError:
         return None  # a trace whose steps cannot be told still exports
-    rows = found.get("steps") if isinstance(found, dict) else getattr(found, "steps", found)
-    if rows is None:
+    if not found.found:
         return None
-    frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(
-        [r if isinstance(r, dict) else vars(r) for r in rows])
-    if frame.empty or not {"start_ns", "end_ns"} <= set(frame.columns):
-        return None
-    if "index" not in frame:
-        frame = frame.assign(index=np.arange(len(frame)))
-    if "phase" not in frame:
-        frame = frame.assign(phase="")
-    return frame[["index", "start_ns", "end_ns", "phase"]].reset_index(drop=True)
+    return found.steps[["index", "start_ns", "end_ns", "phase"]].reset_index(drop=True)
 
 
 def step_events(steps: pd.DataFrame, lo: int, hi: int) -> list[str]:
@@ -335,8 +325,6 @@ def step_events(steps: pd.DataFrame, lo: int, hi: int) -> list[str]:
 
 def steps_window(steps: pd.DataFrame | None, first: int, last: int) -> tuple[int, int]:
     """[start of step ``first``, end of step ``last``] (step indices, both included)."""
-    from profkit.errors import ProfkitError
-
     if steps is None or steps.empty:
         raise ProfkitError("no steps found in this trace, so --steps cannot cut it", hint="use --window START:END")
     chosen = steps[(steps["index"] >= first) & (steps["index"] <= last)]
