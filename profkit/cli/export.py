@@ -45,8 +45,8 @@ def parse_steps(text: str) -> tuple[int, int]:
               help="File to write; gzip-compressed when it ends in .gz (default: TRACE's name + .perfetto.json.gz "
                    "in the current folder).")
 @click.option("--window", default=None, metavar="START:END",
-              help="Only events overlapping this window, in seconds from the capture's start (nsys: as on "
-                   "its timeline).")
+              help="Only events overlapping this window, in seconds from the capture's start (as the "
+                   "report's timelines count them).")
 @click.option("--steps", "step_range", default=None, metavar="A:B",
               help="Only steps A to B (both included, numbered as by `profkit steps`).")
 def export(trace_path: Path, fmt: str, output: Path | None, window: str | None, step_range: str | None) -> None:

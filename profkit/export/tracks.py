@@ -60,8 +60,8 @@ def trace_span(trace: Trace) -> tuple[int, int] | None:
 
 
 def time_origin(trace: Trace, span: tuple[int, int]) -> int:
-    """Where ``--window`` seconds count from: the capture's start (nsys: session time 0,
-    as on the nsys timeline), else the first event."""
+    """Where ``--window`` seconds count from: the capture's start (``TraceMeta.capture_start_ns``:
+    nsys's analysis window, Kineto's profiler span), else the first event."""
     start = trace.meta.capture_start_ns
     return int(start) if start is not None else span[0]
 
