@@ -30,7 +30,8 @@ from tests.conftest import nsys_fixture, nsys_fixture_names
 from tests.test_summaries import read_oracle
 
 FIXTURES = nsys_fixture_names()
-KINETO_FIXTURES = sorted(p.name for p in (Path(__file__).parent / "data" / "kineto").glob("*.json.gz"))
+KINETO_DATA = Path(__file__).parent / "data" / "kineto"
+KINETO_FIXTURES = sorted(str(p.relative_to(KINETO_DATA)) for p in KINETO_DATA.rglob("*.json.gz"))
 
 # Trace Event Format (Google's spec): the fields each phase needs.
 REQUIRED = {
@@ -282,7 +283,7 @@ def test_cli_steps_cut_and_steps_track(tmp_path: Path) -> None:
 def test_kineto_trace_exports_with_its_own_kernel_totals(fixture: str, tmp_path: Path) -> None:
     """A torch.profiler trace -> export: valid, paired, nested, and per kernel name the count
     and the sum of round(dur * 1000) of the source JSON's own 'kernel' events."""
-    source = Path(__file__).parent / "data" / "kineto" / fixture
+    source = KINETO_DATA / fixture
     raw = load(source)
     want: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for e in raw["traceEvents"]:
