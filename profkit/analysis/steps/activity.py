@@ -46,58 +46,71 @@ class Activity:
 
 def load_activity(trace: Trace) -> Activity:
     """The launch-ordered GPU activity of the process that ran the most of it."""
-    parts = []
+    starts, ends, pids, corrs, tokens, names = [], [], [], [], [], []
     for table in ACTIVITY_TABLES:
-        cols = ["start", "end", "pid", "correlation"]
-        extra = {"kernels": ["name"], "memcpy": ["copy_kind"], "memset": []}[table]
-        frame = trace.table(table, cols + extra)
+        label_column = {"kernels": "name", "memcpy": "copy_kind", "memset": None}[table]
+        frame = trace.table(table, ["start", "end", "pid", "correlation"] + ([label_column] if label_column else []))
         if frame.empty:
             continue
-        if table == "kernels":
-            label = frame["name"].astype(str)
-        elif table == "memcpy":
-            label = "memcpy " + frame["copy_kind"].astype(str)
+        # names stay integer codes (a million kernels of a few hundred names): no string per row
+        if label_column:
+            labels = pd.Categorical(frame[label_column])
+            codes = labels.codes.astype(np.int64)
+            prefix = "memcpy " if table == "memcpy" else ""
+            category_names = [prefix + str(c) for c in labels.categories]
         else:
-            label = pd.Series("memset", index=frame.index)
-        parts.append(pd.DataFrame({"start": frame["start"].to_numpy(), "end": frame["end"].to_numpy(),
-                                   "pid": frame["pid"].to_numpy(), "correlation": frame["correlation"].to_numpy(),
-                                   "label": label.to_numpy()}))
-    if not parts:
+            codes = np.zeros(len(frame), dtype=np.int64)
+            category_names = ["memset"]
+        tokens.append(codes + len(names))
+        names += category_names
+        starts.append(frame["start"].to_numpy(np.int64))
+        ends.append(frame["end"].to_numpy(np.int64))
+        pids.append(frame["pid"].to_numpy(np.int64))
+        corrs.append(frame["correlation"].to_numpy(np.int64))
+    if not starts:
         empty = np.empty(0, dtype=np.int64)
         return Activity(-1, empty, [], empty, empty, empty, empty, empty)
-    act = pd.concat(parts, ignore_index=True)
-    all_start, all_end = act["start"].to_numpy(np.int64), act["end"].to_numpy(np.int64)
-    busy = (act["end"] - act["start"]).groupby(act["pid"]).sum()
-    pid = int(busy.idxmax())
-    act = act[act["pid"].to_numpy() == pid]
-    launch = _launch_times(trace, act, pid)
-    codes, uniques = pd.factorize(act["label"], sort=False)
-    order = np.lexsort((act["start"].to_numpy(), launch))
+    start, end, pid_of, corr, token = (np.concatenate(x) for x in (starts, ends, pids, corrs, tokens))
+    busiest = pd.Series(end - start).groupby(pid_of).sum()
+    pid = int(busiest.idxmax())
+    mine = pid_of == pid
+    launch = _launch_times(trace, start[mine], corr[mine], pid)
+    # dense tokens over the names this process used, in first-use order (stable across runs)
+    used, dense = np.unique(token[mine], return_inverse=True)
+    order = np.lexsort((start[mine], launch))
     return Activity(
-        pid=pid, token=codes[order].astype(np.int64), names=[str(u) for u in uniques],
-        start=act["start"].to_numpy(np.int64)[order], end=act["end"].to_numpy(np.int64)[order],
-        launch=launch[order], all_start=all_start, all_end=all_end)
+        pid=pid, token=dense[order].astype(np.int64), names=[names[u] for u in used],
+        start=start[mine][order], end=end[mine][order], launch=launch[order], all_start=start, all_end=end)
 
 
-def _launch_times(trace: Trace, act: pd.DataFrame, pid: int) -> np.ndarray:
+def _launch_times(trace: Trace, gpu_start: np.ndarray, corr: np.ndarray, pid: int) -> np.ndarray:
     """CPU start of each activity's launching call; its GPU start where no call matches.
 
     Correlation ids are per process in nsys and per trace in Kineto; matching
     on (pid, correlation) first and on the correlation alone as a fallback
-    covers both."""
-    launch = act["start"].to_numpy(np.int64).copy()
-    corr = act["correlation"].to_numpy(np.int64)
-    api = trace.table("api", ["start", "pid", "correlation"])
-    if api.empty or not (corr >= 0).any():
+    covers both.  A sorted-key join (searchsorted), not a hash join: a
+    million launches against millions of API rows in well under a second."""
+    launch = gpu_start.copy()
+    wanted = corr >= 0
+    if not wanted.any():
         return launch
-    api = api[api["correlation"].to_numpy() >= 0]
-    same = api[api["pid"].to_numpy() == pid]
-    for candidates in (same, api):
-        table = candidates.drop_duplicates("correlation", keep="first")
-        where = pd.Index(table["correlation"].to_numpy()).get_indexer(corr)
-        found = (where >= 0) & (corr >= 0)
-        if found.sum() >= 0.5 * (corr >= 0).sum():
-            launch[found] = table["start"].to_numpy(np.int64)[where[found]]
+    api = trace.table("api", ["start", "pid", "correlation"])
+    if api.empty:
+        return launch
+    a_corr = api["correlation"].to_numpy(np.int64)
+    a_pid = api["pid"].to_numpy(np.int64)
+    a_start = api["start"].to_numpy(np.int64)
+    has = a_corr >= 0
+    for same_process in (True, False):
+        keep = has & (a_pid == pid) if same_process else has
+        keys, starts = a_corr[keep], a_start[keep]
+        order = np.argsort(keys, kind="stable")  # the first call of a duplicated id wins
+        keys, starts = keys[order], starts[order]
+        j = np.searchsorted(keys, corr)
+        found = wanted & (j < len(keys))
+        found[found] = keys[j[found]] == corr[found]
+        if found.sum() >= 0.5 * wanted.sum():
+            launch[found] = starts[j[found]]
             return launch
     return launch
 

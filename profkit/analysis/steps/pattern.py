@@ -62,21 +62,33 @@ def token_hashes(n_tokens: int, seed: int = _RNG_SEED) -> tuple[np.ndarray, np.n
             rng.integers(1, 2**63, size=n_tokens, dtype=np.int64).astype(np.uint64))
 
 
+_prefix_memo: list = [None, None]  # [tokens, prefix sums]: one sequence is split many times
+
+
+def _prefix_sums(tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    if _prefix_memo[0] is tokens:
+        return _prefix_memo[1]
+    r1, r2 = token_hashes(int(tokens.max()) + 1)
+    zero = np.zeros(1, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        b = r2[tokens]
+        sums = (np.concatenate((zero, np.cumsum(r1[tokens], dtype=np.uint64))),
+                np.concatenate((zero, np.cumsum(b, dtype=np.uint64))),
+                np.concatenate((zero, np.cumsum(b * np.arange(len(tokens), dtype=np.uint64), dtype=np.uint64))))
+    _prefix_memo[:] = [tokens, sums]
+    return sums
+
+
 def segment_signatures(tokens: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:
     """A hash of each segment ``tokens[first:last]`` that depends on the names and their order.
 
     Computed from prefix sums (wrapping uint64 arithmetic), so any number of
-    segments costs O(n): h = sum r1[t_j] + sum r2[t_j] * (j - first), plus the length."""
+    segments costs O(n) once and O(1) each: h = sum r1[t_j] + sum r2[t_j] * (j - first),
+    plus the length."""
     if len(tokens) == 0 or len(first) == 0:
         return np.zeros(len(first), dtype=np.uint64)
-    r1, r2 = token_hashes(int(tokens.max()) + 1)
+    pa, pb, pbi = _prefix_sums(tokens)
     with np.errstate(over="ignore"):
-        a = r1[tokens]
-        b = r2[tokens]
-        idx = np.arange(len(tokens), dtype=np.uint64)
-        pa = np.concatenate(([np.uint64(0)], np.cumsum(a, dtype=np.uint64)))
-        pb = np.concatenate(([np.uint64(0)], np.cumsum(b, dtype=np.uint64)))
-        pbi = np.concatenate(([np.uint64(0)], np.cumsum(b * idx, dtype=np.uint64)))
         f, l_ = first.astype(np.int64), last.astype(np.int64)
         sum_a = pa[l_] - pa[f]
         weighted = (pbi[l_] - pbi[f]) - (pb[l_] - pb[f]) * f.astype(np.uint64)
@@ -260,13 +272,20 @@ def _steps_from_marks(tokens: np.ndarray, marks: np.ndarray, unit: np.ndarray, u
     last = np.append(marks[1:], n)
     # the last segment runs to the end of the trace: keep one unit's worth, the rest is teardown
     last[-1] = min(n, first[-1] + unit_len)
-    is_anchor = np.zeros(len(counts) if len(counts) > tokens.max() else int(tokens.max()) + 1, dtype=bool)
-    is_anchor[anchors] = True
-    pos = np.flatnonzero(is_anchor[tokens])
+    anchor_column = np.full(len(counts), -1, dtype=np.int64)
+    anchor_column[anchors] = np.arange(len(anchors))
+    pos = np.flatnonzero(anchor_column[tokens] >= 0)
     seg = np.searchsorted(first, pos, side="right") - 1
     ok = (seg >= 0) & (pos < last[np.maximum(seg, 0)])
-    pairs = np.unique(seg[ok] * (len(counts) + 1) + tokens[pos[ok]])
-    present = np.bincount(pairs // (len(counts) + 1), minlength=len(first))
+    # which once-per-step names each segment launched: a segments x anchors table of flags
+    # (tens of thousands of steps x tens of names; a hash of pairs costs ten times more)
+    if len(first) * max(len(anchors), 1) <= 64_000_000:
+        seen = np.zeros((len(first), max(len(anchors), 1)), dtype=bool)
+        seen[seg[ok], anchor_column[tokens[pos[ok]]]] = True
+        present = seen.sum(axis=1)
+    else:
+        pairs = np.unique(seg[ok] * (len(counts) + 1) + tokens[pos[ok]])
+        present = np.bincount(pairs // (len(counts) + 1), minlength=len(first))
     is_step = present >= ANCHOR_PRESENCE * max(len(anchors), 1)
     if not is_step.any():
         return None
