@@ -194,3 +194,18 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path: Path, case: str, command: st
     assert len(lines) == 1 and "Traceback" not in result.output, result.output
     if case == "no_gpu":
         assert "has no" in lines[0]
+
+
+def test_cuda_sync_events_read(tmp_path: Path) -> None:
+    # Synthetic, in the form recent PyTorch writes them (and HTA's critical-path
+    # test traces hold): cat "cuda_sync", the kind in the name and in args.
+    events = SMALL["traceEvents"] + [
+        synthetic_event("cuda_sync", "Stream Sync", 30.0, 2.0, correlation=9, stream=7, device=0,
+                        cuda_sync_kind="Stream Sync"),
+        synthetic_event("cuda_sync", "Event Sync", 33.0, 1.0, correlation=10, stream=-1, device=0,
+                        cuda_sync_kind="Event Sync"),
+    ]
+    trace = open_trace(write(tmp_path / "t.json", synthetic_trace(events)))
+    syncs = trace.table("syncs", ["start", "end", "stream", "sync_type"])
+    assert list(syncs["stream"]) == [7, -1] and len(set(syncs["sync_type"].astype(str))) == 2
+    assert list(syncs["end"] - syncs["start"]) == [2000, 1000]

@@ -35,7 +35,7 @@ import numpy as np
 
 from profkit.model import schema
 from profkit.readers.kineto.parse import Args, Event
-from profkit.readers.kineto.columns import Table, floats, ints, nanoseconds, triples
+from profkit.readers.kineto.columns import Codes, Table, floats, ints, nanoseconds, triples
 
 # profkit.capture.sync_hook's PREFIX and DOMAIN (not imported: the reader needs no capture code).  A
 # sync-site range gets the hook's NVTX domain, so it is labelled alike from nsys and Kineto traces.
@@ -173,7 +173,9 @@ class TraceBuilder:
     def _core(self, cat: str, evs: list[Event], table: Table) -> tuple[np.ndarray, ...]:
         """(name codes, start ns, end ns, keep).  Rows without a text name or a
         numeric ts and dur are dropped (``keep`` False) and counted."""
-        codes = table.codes["name"]
+        # A table without a name column (syncs: their name is the sync kind)
+        # still needs the names encoded to find events whose name is not text.
+        codes = table.codes["name"] if "name" in table.codes else Codes()
         names = codes.encode([e.name for e in evs])
         ts = floats([e.ts for e in evs])
         dur = floats([e.dur for e in evs])
