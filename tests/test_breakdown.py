@@ -29,7 +29,7 @@ from profkit.analysis.breakdown import rank_breakdown, temporal
 from profkit.analysis.breakdown.events import gpu_events
 from profkit.cli import cli
 from profkit.readers import open_trace
-from tests.conftest import DATA, nsys_fixture
+from tests.conftest import DATA, _decompressed, nsys_fixture
 from tests.test_summaries import read_oracle
 
 KINETO = sorted((DATA / "kineto").glob("*.json.gz"))
@@ -57,6 +57,31 @@ def test_kernel_type_sums_equal_nsys_stats(name: str) -> None:
     assert row["computation_kernel_ns"] == by_type["computation"]
     assert row["communication_kernel_ns"] == by_type["communication"] == 0
     assert row["memory_kernel_ns"] == memory + by_type["memory"]
+
+
+DDP_NSYS = sorted((DATA / "ddp" / "nsys").glob("rank*.sqlite.xz"))
+
+
+def _kern_sum_rows(path: Path) -> list[dict[str, str]]:
+    """Rows of a cuda_gpu_kern_sum CSV; the name (last column) may hold commas."""
+    lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
+    at = next(i for i, ln in enumerate(lines) if ln.startswith("Time"))
+    header = lines[at].split(",")
+    return [dict(zip(header, ln.split(",", len(header) - 1))) for ln in lines[at + 1:]]
+
+
+@pytest.mark.skipif(not DDP_NSYS, reason="the real DDP nsys fixtures are not in tests/data yet")
+@pytest.mark.parametrize("packed", DDP_NSYS, ids=lambda p: p.name)
+def test_ddp_communication_equals_nccl_totals_of_nsys_stats(packed: Path) -> None:
+    """Per rank of the 2-GPU DDP run, the communication kernel time is the sum
+    of the NCCL kernels' totals in that rank's cuda_gpu_kern_sum."""
+    rank = packed.name.split(".")[0]
+    with open_trace(_decompressed(packed)) as trace:
+        row = rank_breakdown(trace)
+    oracle = _kern_sum_rows(packed.with_name(f"{rank}__cuda_gpu_kern_sum.csv"))
+    nccl = sum(int(r["Total Time (ns)"]) for r in oracle if r["Name"].startswith("nccl"))
+    assert nccl > 0 and row["communication_kernel_ns"] == nccl
+    assert row["comm_comp_overlap_pct"] is not None
 
 
 @pytest.mark.parametrize("name", NSYS)
