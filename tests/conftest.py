@@ -61,6 +61,18 @@ def oracle_csv(export_name: str, report: str) -> Path:
     return NSYS_DATA / f"{export_name}__{report}.csv"
 
 
+def recorded_gpu_name(export_name: str) -> str:
+    """The GPU an export was captured on, read straight from its TARGET_INFO_GPU
+    table (the fixtures come from both H200 and H100 hosts)."""
+    import sqlite3
+
+    conn = sqlite3.connect(f"file:{nsys_fixture(export_name)}?mode=ro&immutable=1", uri=True)
+    try:
+        return conn.execute("SELECT name FROM TARGET_INFO_GPU ORDER BY id LIMIT 1").fetchone()[0]
+    finally:
+        conn.close()
+
+
 def _have_gpu() -> bool:
     if os.environ.get("PROFKIT_FORCE_GPU_TESTS") == "1":
         return True

@@ -135,6 +135,9 @@ def test_ranges_text_domain_style_and_sync_sites(loaded):
     name, trace = loaded
     r = trace.table("ranges")
     with sql(name) as conn:
+        if "NVTX_EVENTS" not in tables(conn):
+            assert len(r) == 0  # an unannotated program: no ranges
+            return
         rows = conn.execute(f"""SELECT coalesce((SELECT value FROM StringIds WHERE id = ne.textId), ne.text, ''),
                 coalesce((SELECT coalesce((SELECT value FROM StringIds WHERE id = dc.textId), dc.text)
                           FROM NVTX_EVENTS AS dc WHERE dc.eventType = 75 AND dc.domainId = ne.domainId

@@ -32,7 +32,7 @@ from profkit.output import md_escape
 from profkit.readers import open_trace
 from profkit.readers.nsys import open_export
 from profkit.report import ReportPaths, write_report
-from tests.conftest import ncu_fixture, nsys_fixture, nsys_fixture_names
+from tests.conftest import ncu_fixture, nsys_fixture, nsys_fixture_names, recorded_gpu_name
 
 FIXTURES = nsys_fixture_names()
 XSS = "<script>alert(1)</script>"
@@ -137,7 +137,7 @@ def test_report_files_hold_the_summaries(name: str, reports: dict[str, ReportPat
     assert sections["nvtx"]["tables"]["nvtx"]["rows"] == nvtx
     assert sections["memory"]["tables"].get("memory", {"rows": []})["rows"] == memory
     assert data["capture"]["gpu_busy_ns"] == info["gpu_busy_ns"]
-    assert data["capture"]["gpu_name"] == info["gpu_name"] == "NVIDIA H200"
+    assert data["capture"]["gpu_name"] == info["gpu_name"] == recorded_gpu_name(name)
     # HTML: the kernel table shows the top 20 (+ "(other K)") with the names as text
     tables = parse_html(html).tables
     shown = summaries.top_n(kernels, 20)
@@ -161,7 +161,7 @@ def test_capture_section_and_findings(name: str, reports: dict[str, ReportPaths]
     facts = dict(data["sections"]["capture"]["facts"])
     assert facts["Nsight Systems version"] == capture["nsys_version"]
     assert facts["Export schema version"] == capture["export_schema_version"]
-    assert facts["GPU"] == "NVIDIA H200" and facts["SM count"] == "132"
+    assert facts["GPU"] == recorded_gpu_name(name) and facts["SM count"] == "132"
     assert facts["Compute capability"] == "9.0" and facts["Driver"] == capture["driver_version"]
     assert facts["Memory bandwidth"] == f"{capture['memory_bandwidth_gbps']:,} GB/s"
     assert facts["GPU busy"].startswith(f"{capture['gpu_busy_pct']:.2f}%")
@@ -202,7 +202,7 @@ def test_figures_are_inline_pngs_and_their_numbers_add_up(name: str, reports: di
 
 
 # -- hostile text ------------------------------------------------------------------------
-@pytest.mark.parametrize("name", [n for n in FIXTURES if n.endswith("_nvtx")])
+@pytest.mark.parametrize("name", [n for n in FIXTURES if n in ("nsys2025_nvtx", "nsys2023_nvtx")])  # nvtx_probe.py
 def test_script_in_nvtx_text_is_shown_as_text(name: str, reports: dict[str, ReportPaths]) -> None:
     html, md, data = load(reports[name])
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
@@ -261,6 +261,8 @@ def environment_entries(export: Path) -> list[str]:
 @pytest.mark.parametrize("name", FIXTURES)
 def test_no_environment_in_any_output(name: str, reports: dict[str, ReportPaths]) -> None:
     entries = environment_entries(nsys_fixture(name))
+    if not entries:
+        pytest.skip("a scrubbed fixture: no environment recorded to leak")
     assert any(e.startswith("HOME=") for e in entries) and len(entries) > 20  # the fixture does record it
     html, md, data = load(reports[name])
     text = json.dumps(data)
