@@ -143,7 +143,7 @@ def test_missing_nsys_is_one_line_saying_how_to_get_it(workdir, monkeypatch):
     if tools.find_tool("nsys", env={"PATH": ""}) is not None:
         pytest.skip("this machine has nsys in an install folder")
     monkeypatch.setenv("PATH", str(Path(sys.executable).parent))
-    result = trace("prog.py")
+    result = trace("--backend", "nsys", "prog.py")  # (auto would take torch.profiler instead)
     assert result.exit_code == 2
     lines = result.output.strip().splitlines()
     assert lines[-1].startswith("profkit: error: nsys not found")

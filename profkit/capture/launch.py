@@ -5,6 +5,11 @@ this under nsys:
     nsys profile ... python -m profkit.capture.launch script.py [args]
     nsys profile ... python -m profkit.capture.launch -m package.module [args]
 
+or, for `profkit trace --backend torch`, runs it with PROFKIT_TORCH_TRACE=PATH:
+the whole program then runs inside torch.profiler (CPU + CUDA activities,
+Python stacks) and the Kineto trace is written to PATH when it ends, also
+when it fails or is interrupted.
+
 PROFKIT_SYNC_SITES=0 turns the sync-site hook off.
 """
 
@@ -13,8 +18,10 @@ from __future__ import annotations
 import os
 import runpy
 import sys
+from collections.abc import Callable
 
 USAGE = "usage: python -m profkit.capture.launch (script.py | -m module) [args]"
+TORCH_TRACE_ENV = "PROFKIT_TORCH_TRACE"
 
 
 def main(argv: list[str]) -> None:
@@ -24,6 +31,14 @@ def main(argv: list[str]) -> None:
         from profkit.capture import sync_hook
 
         sync_hook.install_when_imported()
+    trace_path = os.environ.get(TORCH_TRACE_ENV)
+    if trace_path:
+        run_under_torch_profiler(lambda: run_program(argv), trace_path)
+    else:
+        run_program(argv)
+
+
+def run_program(argv: list[str]) -> None:
     # `python -m profkit.capture.launch` put the working directory first on
     # sys.path; `python script.py` would put the script's folder there, and
     # `python -m module` the working directory: do the same.
@@ -36,6 +51,24 @@ def main(argv: list[str]) -> None:
     sys.argv = list(argv)
     sys.path[0] = os.path.dirname(os.path.abspath(script))
     runpy.run_path(script, run_name="__main__")
+
+
+def run_under_torch_profiler(run: Callable[[], None], trace_path: str) -> None:
+    """run() inside torch.profiler; the trace is exported however run() ends."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = torch.cuda.is_available()
+    activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
+    prof = profile(activities=activities, with_stack=True)
+    prof.start()
+    try:
+        run()
+    finally:
+        if cuda:
+            torch.cuda.synchronize()  # the last kernels end before the trace does
+        prof.stop()
+        prof.export_chrome_trace(trace_path)
 
 
 if __name__ == "__main__":

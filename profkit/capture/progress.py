@@ -14,7 +14,7 @@ from typing import TextIO
 from profkit.capture.nsys import Reporter
 
 STAGE_TITLES = {
-    "profiling": "profiling (running the program under nsys)",
+    "profiling": "profiling (running the program under the profiler)",
     "importing": "importing the capture",
     "exporting": "exporting SQLite",
     "ncu": "ncu",

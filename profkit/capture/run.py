@@ -3,6 +3,7 @@
     profkit-runs/<script>-<YYYYmmdd-HHMMSS>/
       trace.nsys-rep     the Nsight Systems report (open it in the GUI)
       trace.sqlite       its SQLite export (what profkit reads)
+      trace.json.gz      instead of the two above with --backend torch: the torch.profiler (Kineto) trace
       trace.log          everything nsys and the program printed
       ncu.ncu-rep        Nsight Compute report(s), with --ncu-top (ncu-<i>.ncu-rep for several)
       ncu.csv            their details page as CSV
@@ -32,6 +33,7 @@ DEFAULT_RUNS_DIR = Path("profkit-runs")
 TRACE_BASENAME = "trace"
 NSYS_REP = "trace.nsys-rep"
 SQLITE = "trace.sqlite"
+KINETO_JSON = "trace.json.gz"
 LOG = "trace.log"
 NCU_CSV = "ncu.csv"
 RUN_JSON = "run.json"
@@ -90,6 +92,7 @@ class RunRecord:
     command: list[str]  # what the user asked to profile (script + args)
     cwd: str
     run_dir: str
+    backend: str = "nsys"  # nsys | torch: which profiler made the trace
     nsys_command: list[str] = field(default_factory=list)
     ncu_commands: list[list[str]] = field(default_factory=list)
     status: str = "running"  # running | ok | partial | failed
@@ -123,6 +126,7 @@ class RunRecord:
         """The subset handed to write_report(run_info=...)."""
         return {
             "command": self.command,
+            "backend": self.backend,
             "exit_code": self.exit_code,
             "partial": self.partial,
             "partial_reason": self.partial_reason,

@@ -13,6 +13,11 @@ GPU host (callchainId stays NULL), so this is the attribution that works.
 
 Range text:  ``profkit.sync|<kind>|<file>:<line>|<source line>``
 
+Under ``profkit trace --backend torch`` (PROFKIT_SYNC_RANGES=record_function)
+the same text goes into a ``record_function`` range instead, which
+torch.profiler records as a ``user_annotation`` event on the same thread as
+the runtime call it encloses.
+
 Cost: calls on CPU tensors take only the fast path (a thread-local read and
 an ``is_cuda`` check); calls on CUDA tensors also walk the stack to the
 user's frame and push/pop one NVTX range.  The range text and its NVTX
@@ -34,6 +39,9 @@ from typing import Any
 
 DOMAIN = "profkit.sync"
 PREFIX = "profkit.sync|"
+# "record_function": torch.profiler ranges instead of NVTX (the torch backend sets it)
+RANGES_ENV = "PROFKIT_SYNC_RANGES"
+RECORD_FUNCTION = "record_function"
 
 # kind names, shared with the analysis that reads the ranges back
 ITEM = "item"
@@ -54,6 +62,7 @@ class _State(threading.local):
     # a class default: reading a missing attribute of a threading.local
     # raises inside getattr, which costs ~400 ns on every wrapped call
     active = False
+    record: Any = None  # the open record_function range (torch backend)
 
 
 _state = _State()
@@ -213,6 +222,22 @@ def _make_nvtx() -> tuple[Callable[[str], Any], Callable[[Any], Any], Callable[[
     return (lambda text: text), (lambda attributes: None), (lambda: None)
 
 
+def _make_record_function() -> tuple[Callable[[str], Any], Callable[[Any], Any], Callable[[], Any]]:
+    """(attributes, push, pop) as record_function ranges.  Only the outermost
+    wrapped call pushes (_state.active), so one open range per thread at most."""
+    import torch
+
+    def push(text: str) -> None:
+        _state.record = torch.profiler.record_function(text)
+        _state.record.__enter__()
+
+    def pop() -> None:
+        _state.record.__exit__(None, None, None)
+        _state.record = None
+
+    return (lambda text: text), push, pop
+
+
 _make_attributes: Callable[[str], Any] = lambda text: text
 _push_range: Callable[[Any], Any] = lambda attributes: None
 _pop_range: Callable[[], Any] = lambda: None
@@ -231,7 +256,10 @@ def install() -> None:
         return
     import torch
 
-    _make_attributes, _push_range, _pop_range = _make_nvtx()
+    if os.environ.get(RANGES_ENV) == RECORD_FUNCTION:
+        _make_attributes, _push_range, _pop_range = _make_record_function()
+    else:
+        _make_attributes, _push_range, _pop_range = _make_nvtx()
     _SKIP_DIRS = _skip_dirs(os.path.dirname(torch.__file__))
     _site_cache.clear()
     for attr, kind in TENSOR_METHODS:

@@ -1,10 +1,16 @@
 """`profkit trace` as a library call: profile a program, optionally ncu its top
 kernels, and write the report into a run folder.
 
+Backends: "nsys" (Nsight Systems, trace.sqlite), "torch" (torch.profiler,
+trace.json.gz; capture/torch_backend.py), "auto" (nsys where it is found and
+usable, else torch).  The torch backend needs no GPU: without one the
+trace holds the CPU side only.
+
     result = run_trace(TraceOptions(target="train.py", args=["--steps", "20"]), reporter)
 
 Failure policy (the CLI turns it into exit codes):
-- no nsys, no GPU, no such script: ProfkitError before anything runs;
+- no nsys (or no PyTorch for the torch backend), no GPU (nsys), no such
+  script: ProfkitError before anything runs;
 - the program fails or is interrupted: whatever nsys captured is kept, the
   report is built from it and marked partial, and ``result.exit_code`` is
   the program's exit status;
@@ -25,6 +31,7 @@ from typing import Any
 import profkit
 from profkit.capture import ncu as ncu_mod
 from profkit.capture import nsys as nsys_mod
+from profkit.capture import torch_backend
 from profkit.capture.gpu import detect_gpus
 from profkit.capture.nsys import ProfileRequest, Reporter
 from profkit.capture.run import (
@@ -40,6 +47,7 @@ from profkit.capture.run import (
 )
 from profkit.capture.tools import (
     FoundTool,
+    find_tool,
     nsys_layout_problem,
     require_tool,
     tool_version,
@@ -47,6 +55,7 @@ from profkit.capture.tools import (
 from profkit.errors import ProfkitError
 
 LAUNCH_MODULE = "profkit.capture.launch"
+BACKENDS = ("auto", "nsys", "torch")
 
 
 @dataclass
@@ -64,6 +73,7 @@ class TraceOptions:
     temp_root: Path | None = None  # where the .qdstrm goes; default: the system temp folder
     check_gpu: bool = True
     top: int = 10  # kernels kept for the terminal summary
+    backend: str = "auto"  # auto | nsys | torch
 
 
 @dataclass
@@ -129,37 +139,60 @@ def launcher_env(env: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
+def choose_backend(requested: str, env: Mapping[str, str], root: Path = Path("/")) -> str:
+    """"nsys" or "torch": auto takes nsys where it is found and usable, else torch."""
+    if requested not in BACKENDS:
+        raise ProfkitError(f"unknown backend {requested!r}", hint=f"choose one of {', '.join(BACKENDS)}")
+    if requested != "auto":
+        return requested
+    nsys = find_tool("nsys", env=env, root=root)
+    return "nsys" if nsys is not None and nsys_layout_problem(nsys.path) is None else "torch"
+
+
 def run_trace(options: TraceOptions, reporter: Reporter, *, env: Mapping[str, str] | None = None,
               root: Path = Path("/")) -> TraceResult:
     base_env = dict(os.environ if env is None else env)
-    nsys = require_tool("nsys", env=base_env, root=root)
-    layout = nsys_layout_problem(nsys.path)
-    if layout:
-        raise ProfkitError(layout, hint="install Nsight Systems, or on the GPU host `source .gpu-kit/setup.sh`")
+    backend = choose_backend(options.backend, base_env, root)
+    nsys = None
+    if backend == "nsys":
+        nsys = require_tool("nsys", env=base_env, root=root)
+        layout = nsys_layout_problem(nsys.path)
+        if layout:
+            raise ProfkitError(layout, hint="install Nsight Systems, or on the GPU host `source .gpu-kit/setup.sh`")
     ncu = require_tool("ncu", env=base_env, root=root) if options.ncu_top > 0 else None
-    if options.check_gpu:
+    if options.check_gpu and backend == "nsys":
         problem = detect_gpus(root / "dev", base_env).problem()
         if problem:
             raise ProfkitError(problem, hint="run on a machine with an NVIDIA GPU and driver "
                                              "(--no-gpu-check traces anyway)")
-    program = program_argv(options)
+    if nsys is not None:
+        program = program_argv(options)
+    else:
+        program = torch_backend.program_argv(options)
+        torch_tool = {"path": options.python, "source": "python",
+                      "version": torch_backend.torch_version(options.python, base_env)}
 
     run_dir = create_run_dir(options.target, options.output, options.runs_dir)
-    record = RunRecord(command=[options.target, *options.args], cwd=os.getcwd(), run_dir=str(run_dir))
+    record = RunRecord(command=[options.target, *options.args], cwd=os.getcwd(), run_dir=str(run_dir),
+                       backend=backend)
     if options.module:
         record.command = ["-m", *record.command]
-    record.tools["nsys"] = _tool_info(nsys)
+    record.tools.update({"nsys": _tool_info(nsys)} if nsys is not None else {"torch": torch_tool})
     if ncu is not None:
         record.tools["ncu"] = _tool_info(ncu)
     record.write(run_dir)
     clock = Stopwatch(record)
 
-    temp_dir = Path(tempfile.mkdtemp(prefix="profkit-trace-", dir=options.temp_root)).resolve()
-    try:
-        export, returncode, interrupted = _profile(options, nsys, program, run_dir, temp_dir, base_env,
-                                                   record, clock, reporter)
-    finally:
-        shutil.rmtree(temp_dir, ignore_errors=True)
+    if nsys is None:
+        export, returncode, interrupted = torch_backend.profile(options, program, run_dir, base_env, record,
+                                                                clock, reporter)
+    else:
+        temp_dir = Path(tempfile.mkdtemp(prefix="profkit-trace-", dir=options.temp_root)).resolve()
+        try:
+            export, returncode, interrupted = _profile(options, nsys, program, run_dir, temp_dir, base_env,
+                                                       record, clock, reporter)
+        finally:
+            shutil.rmtree(temp_dir, ignore_errors=True)
 
     record.exit_code = returncode
     if interrupted:
@@ -248,6 +281,13 @@ def kernel_rows(export: Path) -> tuple[list[dict[str, Any]], int]:
     from profkit.readers.nsys import open_export
     from profkit.readers.nsys.queries import KERNELS, mangled_names
 
+    if export.name.endswith((".json", ".json.gz")):  # a Kineto trace: no mangled names recorded
+        from profkit.readers import open_trace
+
+        with open_trace(export) as trace:
+            rows = [_as_dict(row) for row in kernel_summary(trace)] if trace.has("kernels") else []
+        rows.sort(key=lambda r: -int(r.get("total_ns") or 0))
+        return rows, sum(int(r.get("total_ns") or 0) for r in rows)
     with open_export(export) as trace:
         if not trace.has_table(KERNELS.table):
             return [], 0

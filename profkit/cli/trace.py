@@ -1,4 +1,4 @@
-"""`profkit trace`: run a program under nsys (and ncu), then write the report."""
+"""`profkit trace`: run a program under nsys or torch.profiler (and ncu), then write the report."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from profkit.errors import ProfkitError
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("-m", "module", metavar="MODULE", help="Profile `python -m MODULE` instead of a script.")
+@click.option("--backend", type=click.Choice(["auto", "nsys", "torch"]), default="auto", show_default=True,
+              help="Profiler: Nsight Systems, torch.profiler (Kineto trace), or nsys where found, else torch.")
 @click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path),
               help="Run folder [default: profkit-runs/<script>-<time>/].")
 @click.option("--ncu-top", type=click.IntRange(min=0), default=0, show_default=True, metavar="N",
@@ -32,13 +34,14 @@ from profkit.errors import ProfkitError
               help="Kernels in the terminal summary.")
 @click.argument("target_and_args", nargs=-1, type=click.UNPROCESSED, metavar="SCRIPT.py [-- ARGS...]")
 @click.pass_context
-def trace(ctx: click.Context, module: str | None, output: Path | None, ncu_top: int, nvtx_range: str | None,
+def trace(ctx: click.Context, module: str | None, backend: str, output: Path | None, ncu_top: int, nvtx_range: str | None,
           sync_sites: bool, nsys_args: str, python: str, tmp_dir: Path | None, gpu_check: bool, top: int,
           target_and_args: tuple[str, ...]) -> None:
-    """Profile a program with Nsight Systems and write profkit's report.
+    """Profile a program with Nsight Systems (or torch.profiler) and write profkit's report.
 
     \b
       profkit trace train.py -- --steps 20
+      profkit trace --backend torch train.py -- --steps 20
       profkit trace --ncu-top 3 sample_kernels/gelu.py --n 8192
       profkit trace -m my_pkg.bench -- --size 4096
     """
@@ -61,7 +64,7 @@ def trace(ctx: click.Context, module: str | None, output: Path | None, ncu_top: 
         raise ProfkitError(f"--nsys-args cannot be parsed ({exc})") from None
     options = TraceOptions(target=target, args=args, module=module is not None, output=output, ncu_top=ncu_top,
                            nvtx_range=nvtx_range, sync_sites=sync_sites, nsys_args=extra, python=python,
-                           temp_root=tmp_dir, check_gpu=gpu_check, top=top)
+                           temp_root=tmp_dir, check_gpu=gpu_check, top=top, backend=backend)
     reporter = make_reporter()
     try:
         result = run_trace(options, reporter)

@@ -1,0 +1,102 @@
+"""`profkit trace --backend torch`: profile a Python program with torch.profiler
+instead of Nsight Systems, for machines that have PyTorch but no nsys.
+
+The unchanged script runs through the same launch shim as under nsys
+(``python -m profkit.capture.launch script.py args``), with
+PROFKIT_TORCH_TRACE naming the Kineto trace to write: the shim wraps the whole
+program in torch.profiler (CPU + CUDA activities, Python stacks).  The sync
+hook records its sites as ``record_function`` ranges (PROFKIT_SYNC_RANGES),
+with the same ``profkit.sync|kind|file:line|code`` text as the NVTX ranges.
+The run folder holds trace.json.gz where the nsys backend puts trace.sqlite;
+the report and the summaries read either.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from profkit.capture import nsys as nsys_mod
+from profkit.capture.launch import TORCH_TRACE_ENV
+from profkit.capture.run import KINETO_JSON, LOG, RunRecord, Stopwatch
+from profkit.capture.sync_hook import RANGES_ENV, RECORD_FUNCTION
+from profkit.errors import ProfkitError
+
+if TYPE_CHECKING:
+    from profkit.capture.trace import TraceOptions
+
+LAUNCH_MODULE = "profkit.capture.launch"
+NO_TORCH_HINT = "install PyTorch in that Python (or pass --python), or use --backend nsys"
+
+
+def torch_version(python: str, env: Mapping[str, str]) -> str:
+    """The PyTorch version the program's Python imports; a ProfkitError when it has none."""
+    try:
+        done = subprocess.run([python, "-c", "import torch; print(torch.__version__)"], env=dict(env),
+                              capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ProfkitError(f"cannot run {python} to find PyTorch: {exc}", hint=NO_TORCH_HINT) from None
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ProfkitError(f"the torch backend needs PyTorch, and {python} cannot import it ({last})",
+                           hint=NO_TORCH_HINT)
+    return done.stdout.strip().splitlines()[-1]
+
+
+def program_argv(options: TraceOptions) -> list[str]:
+    """python -m profkit.capture.launch (script.py | -m module) args: Python programs only."""
+    if options.module:
+        entry = ["-m", options.target]
+    else:
+        path = Path(options.target)
+        if not path.is_file():
+            raise ProfkitError(f"{options.target}: no such script")
+        with open(path, "rb") as fh:
+            if fh.read(4) == b"\x7fELF":
+                raise ProfkitError(f"{options.target} is not a Python program: the torch backend profiles "
+                                   "Python programs", hint="use --backend nsys for native programs")
+        entry = [options.target]
+    return [options.python, "-m", LAUNCH_MODULE, *entry, *options.args]
+
+
+def torch_environment(base: Mapping[str, str], trace_path: Path, *, sync_sites: bool) -> dict[str, str]:
+    """The program's environment: where the shim writes the trace, and record_function sync ranges."""
+    from profkit.capture.trace import launcher_env
+
+    env = launcher_env(base)
+    env[TORCH_TRACE_ENV] = str(trace_path)
+    env[RANGES_ENV] = RECORD_FUNCTION
+    if not sync_sites:
+        env["PROFKIT_SYNC_SITES"] = "0"
+    return env
+
+
+def profile(options: TraceOptions, program: list[str], run_dir: Path, base_env: Mapping[str, str],
+            record: RunRecord, clock: Stopwatch, reporter: nsys_mod.Reporter) -> tuple[Path, int, bool]:
+    """Run the program inside torch.profiler; (trace path, exit status, interrupted)."""
+    trace_path = run_dir / KINETO_JSON
+    env = torch_environment(base_env, trace_path, sync_sites=options.sync_sites)
+    log_path = run_dir / LOG
+    reporter.stage("profiling", " ".join([options.target, *options.args]))
+    with clock("torch.profiler"):
+        result = nsys_mod.run_streaming(program, env=env, cwd=None, log_path=log_path, reporter=reporter,
+                                        classify_stdout=_program_output)
+    record.files["log"] = LOG
+    if not trace_path.exists():
+        from profkit.capture.trace import ProgramFailed
+
+        record.exit_code = result.returncode
+        record.finish("failed")
+        record.write(run_dir)
+        last = next((line for line in reversed(result.tail) if line.strip()), "no output")
+        raise ProgramFailed(f"torch.profiler wrote no trace (exit status {result.returncode}; "
+                            f"last output: {last.strip()})", result.returncode, f"see {log_path}")
+    record.files["trace"] = KINETO_JSON
+    return trace_path, result.returncode, result.interrupted
+
+
+def _program_output(segment: str) -> nsys_mod.NsysEvent:
+    """Everything on stdout is the program's (no nsys messages to tell apart)."""
+    return nsys_mod.NsysEvent("output", text=segment)
