@@ -278,23 +278,21 @@ def _profile(options: TraceOptions, nsys: FoundTool, program: list[str], run_dir
 def kernel_rows(export: Path) -> tuple[list[dict[str, Any]], int]:
     """Kernel summary rows (dicts, busiest first) and the total kernel time in ns."""
     from profkit.analysis.summaries import kernel_summary
+    from profkit.readers import open_trace
     from profkit.readers.nsys import open_export
     from profkit.readers.nsys.queries import KERNELS, mangled_names
 
-    if export.name.endswith((".json", ".json.gz")):  # a Kineto trace: no mangled names recorded
-        from profkit.readers import open_trace
-
+    if export.name.endswith((".json", ".json.gz")):  # a Kineto trace (torch backend): no mangled names
         with open_trace(export) as trace:
             rows = [_as_dict(row) for row in kernel_summary(trace)] if trace.has("kernels") else []
-        rows.sort(key=lambda r: -int(r.get("total_ns") or 0))
-        return rows, sum(int(r.get("total_ns") or 0) for r in rows)
-    with open_export(export) as trace:
-        if not trace.has_table(KERNELS.table):
-            return [], 0
-        rows = [_as_dict(row) for row in kernel_summary(trace)]
-        mangled = mangled_names(trace)
-    for row in rows:
-        row.setdefault("mangled", mangled.get(row.get("name")))
+    else:
+        with open_export(export) as trace:
+            if not trace.has_table(KERNELS.table):
+                return [], 0
+            rows = [_as_dict(row) for row in kernel_summary(trace)]
+            mangled = mangled_names(trace)
+        for row in rows:
+            row.setdefault("mangled", mangled.get(row.get("name")))
     rows.sort(key=lambda r: -int(r.get("total_ns") or 0))
     return rows, sum(int(r.get("total_ns") or 0) for r in rows)
 
