@@ -235,7 +235,14 @@ def _make_record_function() -> tuple[Callable[[str], Any], Callable[[Any], Any],
         _state.record.__exit__(None, None, None)
         _state.record = None
 
-    return (lambda text: text), push, pop
+    return _kineto_safe, push, pop
+
+
+def _kineto_safe(text: str) -> str:
+    """Kineto writes record_function names into its JSON with no escaping of quotes (torch 2.11
+    and 2.13; it turns backslashes into '/'): a source line like print(f"loss {x}") would make
+    the whole trace invalid JSON.  Double quotes become single ones, as "|" becomes "¦"."""
+    return text.replace('"', "'")
 
 
 _make_attributes: Callable[[str], Any] = lambda text: text
