@@ -146,7 +146,10 @@ def containment_pairs(l_tid: np.ndarray, l_start: np.ndarray, l_end: np.ndarray,
     """All (launch, range) index pairs with the same thread and
     ``range.start <= launch.start and launch.end <= range.end``."""
     out_l, out_r = [], []
-    for tid in np.intersect1d(np.unique(l_tid[l_valid]), np.unique(r_tid)).tolist():
+    # pandas' hash unique: thread keys are wide int64 (pid << 24 | tid), where np.unique is slow
+    import pandas as pd
+
+    for tid in np.intersect1d(pd.unique(l_tid[l_valid]), pd.unique(r_tid)).tolist():
         launches = np.flatnonzero(l_valid & (l_tid == tid))
         ranges = np.flatnonzero(r_tid == tid)
         order = np.argsort(l_start[launches], kind="stable")

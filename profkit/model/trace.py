@@ -175,7 +175,9 @@ class Trace:
                 schema.column_kind(name, column)  # raises KeyError on a typo
         cached = self._columns.setdefault(name, {})
         missing = [c for c in wanted if c not in cached]
-        derive = DURATION in missing and not getattr(self.source, "computes_duration", False)
+        # end - start where both are (or are about to be) loaded: one column fewer to read
+        both = all(c in cached or c in missing for c in ("start", "end"))
+        derive = DURATION in missing and (both or not getattr(self.source, "computes_duration", False))
         if derive:
             missing = [c for c in missing if c != DURATION]
             missing += [c for c in ("start", "end") if c not in cached and c not in missing]

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pandas as pd
+from pandas.api.types import union_categoricals
 
 from profkit.analysis.busy_bins import gpu_busy_per_bin
 from profkit.export.tracks import time_origin
@@ -64,22 +65,33 @@ def _script() -> tuple[str, str]:
 
 
 def _gpu_operations(trace: Trace) -> pd.DataFrame:
-    """start, end, device, stream, kind, name of every kernel, memcpy and memset, by start."""
-    frames = []
+    """start, end, device, stream, kind, name of every kernel, memcpy and memset, by start.
+
+    ``name`` stays categorical (codes into the distinct names): a million kernels of a few
+    hundred names never become a million Python strings."""
+    columns: dict[str, list[Any]] = {c: [] for c in ("start", "end", "device", "stream", "kind")}
+    names: list[pd.Categorical] = []
     for table, kind in GPU_TABLES:
-        columns = ["start", "end", "device", "stream"] + (["name"] if table == "kernels" else [])
-        frame = trace.table(table, columns)
+        if not trace.has(table):
+            continue
+        extra = {"kernels": ["name"], "memcpy": ["copy_kind"]}.get(table, [])
+        frame = trace.table(table, ["start", "end", "device", "stream", *extra])
         if frame.empty:
             continue
-        if table == "memcpy":
-            labels = trace.table("memcpy", ["copy_kind"])["copy_kind"].astype(str)
-            frame = frame.assign(name=("Memcpy " + labels).to_numpy())
-        elif table == "memset":
-            frame = frame.assign(name="Memset")
-        frames.append(frame.assign(kind=kind, name=frame["name"].astype(str)))
-    if not frames:
+        for column in ("start", "end", "device", "stream"):
+            columns[column].append(frame[column].to_numpy())
+        columns["kind"].append(np.full(len(frame), kind, dtype=np.int64))
+        if table == "kernels":
+            names.append(frame["name"].array)
+        elif table == "memcpy":
+            kinds = frame["copy_kind"].array
+            names.append(pd.Categorical.from_codes(kinds.codes, [f"Memcpy {c}" for c in kinds.categories]))
+        else:
+            names.append(pd.Categorical.from_codes(np.zeros(len(frame), dtype=np.int8), ["Memset"]))
+    if not names:
         return pd.DataFrame(columns=["start", "end", "device", "stream", "kind", "name"])
-    ops = pd.concat(frames, ignore_index=True)
+    ops = pd.DataFrame({c: np.concatenate(v) for c, v in columns.items()})
+    ops["name"] = union_categoricals(names, ignore_order=True)
     return ops.sort_values("start", kind="stable").reset_index(drop=True)
 
 
@@ -137,7 +149,8 @@ def build_interactive_timeline(trace: Trace, steps: pd.DataFrame | None = None) 
     row_of = {(d, s): i for i, (d, s) in enumerate(zip(tracks["device"].tolist(), tracks["stream"].tolist()))}
     rows = pd.MultiIndex.from_frame(shown[["device", "stream"]]).map(row_of.get).to_numpy(dtype=np.int64) \
         if len(shown) else np.empty(0, np.int64)
-    names = pd.Categorical(shown["name"])
+    names = pd.Categorical(shown["name"]).remove_unused_categories()
+    names = names.reorder_categories(sorted(names.categories))
     relative = shown["start"].to_numpy() - origin
     busy = gpu_busy_per_bin(trace, span_lo, span_hi, OVERVIEW_BINS)
     overview = np.zeros(len(busy.edges) - 1)

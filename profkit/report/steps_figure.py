@@ -37,6 +37,9 @@ def _png(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
+MAX_BARS = 400  # beyond this many steps a bar per step costs seconds and shows nothing more
+
+
 def step_times_png(parts: pd.DataFrame, median_ns: float | None) -> bytes:
     """Stacked bars per step (compute, communication, memory, other, idle); warm-up hatched."""
     import matplotlib
@@ -50,13 +53,17 @@ def step_times_png(parts: pd.DataFrame, median_ns: float | None) -> bytes:
         x = parts["index"].to_numpy()
         warm = (parts["phase"] == "warmup").to_numpy()
         bottom = np.zeros(len(parts))
+        many = len(parts) > MAX_BARS  # thousands of steps: one filled area per part, not a patch per bar
         for part, color in PART_COLORS.items():
             height = parts[part].to_numpy(np.float64) / divisor
-            bars = ax.bar(x, height, bottom=bottom, color=color, width=0.85, linewidth=0)
-            for bar, is_warm in zip(bars, warm):
-                if is_warm:
-                    bar.set_hatch("///")
-                    bar.set_alpha(0.5)
+            if many:
+                ax.fill_between(x, bottom, bottom + height, step="mid", color=color, linewidth=0)
+            else:
+                bars = ax.bar(x, height, bottom=bottom, color=color, width=0.85, linewidth=0)
+                for bar, is_warm in zip(bars, warm):
+                    if is_warm:
+                        bar.set_hatch("///")
+                        bar.set_alpha(0.5)
             bottom += height
         if median_ns:
             ax.axhline(median_ns / divisor, color="black", linewidth=0.8, linestyle="--")
@@ -64,7 +71,7 @@ def step_times_png(parts: pd.DataFrame, median_ns: float | None) -> bytes:
         top = 1.25 * scale_ref / divisor
         if bottom.max() > top:
             ax.set_ylim(0, top)
-            for xi, total in zip(x, bottom):
+            for xi, total in list(zip(x, bottom))[:MAX_BARS]:
                 if total > top:
                     ax.text(xi, top * 0.97, f"{total:.3g}", ha="center", va="top", fontsize=7, rotation=90)
         ax.set_xlabel("step")

@@ -67,6 +67,7 @@ class ColumnsQuery:
 # Rows per group_concat chunk: the text of a chunk is ~20 bytes per row and
 # column, so chunks keep transient strings near 5 MB per column.
 CHUNK_ROWS = 250_000
+CHUNK_CELLS = 1_000_000
 
 
 def collect_columns(export: NsysExport, query: ColumnsQuery,
@@ -93,7 +94,10 @@ def collect_columns(export: NsysExport, query: ColumnsQuery,
         return [np.zeros(0, dtype=np.int64) for _ in query.int_columns], texts
     workers = _workers(hi - lo + 1) if not query.text_columns else 1
     # Equal chunks, a multiple of the worker count, none above CHUNK_ROWS.
-    n_chunks = workers * -(-(hi - lo + 1) // (workers * CHUNK_ROWS))
+    # Rows per chunk fall as columns grow: a chunk's text stays near CHUNK_CELLS values.
+    chunk_rows = max(CHUNK_ROWS // 10, CHUNK_CELLS // max(1, len(query.int_columns) + len(query.text_columns)))
+    chunk_rows = min(chunk_rows, CHUNK_ROWS)
+    n_chunks = workers * -(-(hi - lo + 1) // (workers * chunk_rows))
     size = -(-(hi - lo + 1) // n_chunks)
     chunks = [(start, start + size) for start in range(lo, hi + 1, size)]
     selects = [f"group_concat(coalesce(({expr}), {NULL_INT}))" for expr in query.int_columns]
