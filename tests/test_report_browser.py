@@ -209,7 +209,7 @@ def test_report_renders_in_chromium_without_errors(fixture: str, tmp_path: Path)
         assert "<script>alert(1)</script>" in state["text"]
 
 
-KINETO = sorted((DATA / "kineto").glob("*.json.gz")) if (DATA / "kineto").is_dir() else []
+KINETO = sorted((DATA / "kineto").rglob("*.json.gz")) if (DATA / "kineto").is_dir() else []
 
 
 @pytest.mark.skipif(not KINETO, reason="no Kineto fixtures in tests/data/kineto yet")

@@ -21,7 +21,7 @@ from profkit.cli import cli
 from profkit.report import ReportPaths, write_report
 from tests.conftest import DATA
 
-KINETO = sorted((DATA / "kineto").glob("*.json.gz")) if (DATA / "kineto").is_dir() else []
+KINETO = sorted((DATA / "kineto").rglob("*.json.gz")) if (DATA / "kineto").is_dir() else []
 pytestmark = pytest.mark.skipif(not KINETO, reason="no Kineto fixtures in tests/data/kineto yet")
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 
