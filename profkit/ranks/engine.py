@@ -5,12 +5,13 @@ only the small per-rank summary travels back to this process.  A worker runs
 one task at a time (one thread), so its memory is bounded by one rank's file.
 
 Schedulers:
-- ``None`` (default): a ``LocalCluster`` on this machine with no set-up.  Reading
-  a trace is Python-heavy (JSON decoding, SQLite row handover, pandas), so
-  threads in one process contend for the GIL; separate worker processes scale
-  with cores (benchmarks/ranks_scale.py measures both).  With a single input,
-  or a single core, a cluster of processes only adds start-up (~2 s), so the
-  work then runs in-process on threads.
+- ``None`` (default): a local ``dask.distributed`` cluster of threads, one per
+  core (at most one per rank).  Measured with benchmarks/ranks_scale.py (64
+  real-sized ranks, 2 cores): threads 17.6 s, worker processes 33.6 s (1, 2 or
+  4 of them).  Reading a rank releases the GIL for most of its time (SQLite
+  queries, msgspec decoding, numpy), while each worker process pays seconds of
+  start-up importing pandas and profkit; processes only pay off for ranks of
+  hundreds of MB on many cores, so they are an option, not the default.
 - ``"threads"`` / ``"processes"``: force one local mode.
 - ``"tcp://HOST:PORT"``: an existing ``dask.distributed`` scheduler; its workers
   must be able to import profkit and read the files at the same paths.
@@ -56,7 +57,7 @@ def dask_client(scheduler: str | None, n_inputs: int, workers: int | None = None
     if scheduler not in (None, "threads", "processes"):
         raise ProfkitError(f"--scheduler {scheduler!r}: use threads, processes or tcp://HOST:PORT")
     n = workers or default_workers(n_inputs)
-    processes = scheduler == "processes" or (scheduler is None and n > 1)
+    processes = scheduler == "processes"
     cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=processes, dashboard_address=None,
                            silence_logs=logging.ERROR)
     client = Client(cluster, set_as_default=False)
