@@ -172,3 +172,13 @@ def test_kineto_planted_secret_removed(tmp_path: Path) -> None:
     assert b"HOME=" not in data
     shared = json.loads(data)
     assert len(shared["traceEvents"]) == len(events)
+
+
+def test_secret_rules_by_variable_name() -> None:
+    from profkit.scrub.text import secret_values
+
+    env = {"HF_TOKEN": "hf_notreallyatoken", "AWS_SECRET_ACCESS_KEY": "abcdefgh", "DB_PASSWORD": "123456",
+           "NPM_AUTHTOKEN": "npm-abcdef", "TOKEN_FILE": "/run/secrets/token",
+           "NSYS_PROFILING_SESSION_ID": "101372", "TIKTOKEN_CACHE_DIR": "/opt/tiktoken_cache",
+           "OLDPWD": "/work/main", "GH": "ghp_" + "a1" * 18}
+    assert secret_values(env) == {"hf_notreallyatoken", "abcdefgh", "123456", "npm-abcdef", "ghp_" + "a1" * 18}

@@ -33,7 +33,7 @@ _ENV_ENTRY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 # (HF_TOKEN, AWS_SECRET_ACCESS_KEY, OPENAI_API_KEY, NPM_AUTHTOKEN, DB_PASSWORD).
 # PWD/OLDPWD are folders, not passwords.
 _SECRET_WORDS = {"TOKEN", "TOKENS", "SECRET", "SECRETS", "PASSWORD", "PASSWD", "PASS", "PASSPHRASE", "KEY",
-                 "APIKEY", "CREDENTIAL", "CREDENTIALS", "AUTH", "COOKIE", "SESSION", "SIGNATURE", "PAT", "SAS",
+                 "APIKEY", "CREDENTIAL", "CREDENTIALS", "AUTH", "COOKIE", "SIGNATURE", "PAT", "SAS",
                  "DSN", "WEBHOOK", "PRIVATE"}
 _SECRET_SUFFIXES = ("AUTHTOKEN", "ACCESSTOKEN", "APIKEY", "SECRETKEY", "PASSWORD")
 # Credentials recognisable by their shape alone.
@@ -82,6 +82,10 @@ def _unquote(value: str) -> str:
 
 def is_secret_name(name: str) -> bool:
     words = name.upper().split("_")
+    if words[-1] == "ID":
+        # an identifier (NSYS_PROFILING_SESSION_ID=101372): replacing it in every
+        # string would mangle unrelated numbers
+        return False
     return any(w in _SECRET_WORDS or w.endswith(_SECRET_SUFFIXES) for w in words)
 
 
