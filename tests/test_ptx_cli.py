@@ -326,7 +326,15 @@ def test_rev_compares_with_a_git_revision(tmp_path):
     assert data["b"]["instruction_mix"]["fma"] > data["a"]["instruction_mix"]["fma"]
     assert data["a"]["global_loads"] == data["b"]["global_loads"]
     unknown = ptx(*args, "--rev", "no-such-rev")
-    assert unknown.exit_code == 2 and unknown.stderr.startswith("profkit: error: git show")
+    assert unknown.exit_code == 2 and unknown.stderr.startswith("profkit: error: --rev 'no-such-rev' names no commit")
+    # issue 15: a rev that git would read as an option never reaches git as one
+    written = tmp_path / "x"
+    for hostile in (f"--output={written}", "-p", "--no-index", f"HEAD:../{source.name}", "HEAD..HEAD~1", "",
+                    "$(touch pwned)"):
+        result = ptx(*args, "--rev", hostile)
+        assert result.exit_code == 2, (hostile, result.stderr)
+        assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    assert not list(tmp_path.glob("x*")) and not (repo / "pwned").exists()
 
 
 def _triton_cache_dump(directory: Path) -> None:

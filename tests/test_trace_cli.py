@@ -87,10 +87,11 @@ def test_trace_end_to_end(workdir):
     run_dir = only_run_dir(workdir)
     assert run_dir.name.startswith("prog-")
     # the run folder
-    for name in ("trace.sqlite", "trace.nsys-rep", "trace.log", "run.json", "report.html", "report.md",
-                 "report.json"):
+    for name in ("trace.sqlite", "trace.log", "run.json", "report.html", "report.md", "report.json"):
         assert (run_dir / name).is_file(), name
-    assert (run_dir / "trace.sqlite").read_bytes() == nsys_fixture(FIXTURE).read_bytes()
+    # by default the export is scrubbed of the environment and the .nsys-rep (which holds it too) goes
+    assert not (run_dir / "trace.nsys-rep").exists()
+    assert b"DeviceEnvironment" not in (run_dir / "trace.sqlite").read_bytes()
     assert "program says hi ['--n', '4096']" in (run_dir / "trace.log").read_text()
     # nothing left in the temp folder (nsys's .qdstrm included)
     assert list((workdir / "tmp").iterdir()) == []
@@ -99,7 +100,8 @@ def test_trace_end_to_end(workdir):
     assert record["command"] == ["prog.py", "--n", "4096"]
     assert record["status"] == "ok" and record["exit_code"] == 0 and record["partial"] is False
     assert record["tools"]["nsys"]["version"] == "2025.3.1.90-253135822126v0"
-    assert record["files"]["sqlite"] == "trace.sqlite"
+    assert record["files"]["sqlite"] == "trace.sqlite" and "nsys_rep" not in record["files"]
+    assert record["scrub"]["scrubbed"] is True
     # the command nsys got: the launcher with the sync-site hook, the script, its args
     (call,) = [c for c in nsys_calls(workdir) if c["argv"][0] == "profile"]
     assert call["argv"][-5:] == ["-m", "profkit.capture.launch", "prog.py", "--n", "4096"]
@@ -387,3 +389,35 @@ def test_real_nsys_on_a_cpu_only_program(workdir, monkeypatch):
     assert record["tools"]["nsys"]["version"].startswith("2023.4.")
     assert record["status"] == "failed" and record["exit_code"] == 0
     assert list((workdir / "tmp").iterdir()) == []
+
+
+def test_keep_env_and_keep_rep_keep_what_nsys_wrote(workdir):
+    result = trace("--keep-env", "--keep-rep", "prog.py")
+    assert result.exit_code == 0, result.output
+    run_dir = only_run_dir(workdir)
+    assert (run_dir / "trace.sqlite").read_bytes() == nsys_fixture(FIXTURE).read_bytes()
+    assert (run_dir / "trace.nsys-rep").is_file()
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["scrub"] == {"scrubbed": False, "why": "--keep-env"}
+    assert record["files"]["nsys_rep"] == "trace.nsys-rep"
+
+
+def test_default_trace_leaves_no_planted_secret(workdir, monkeypatch):
+    """A fake secret in the environment, the export's three environment places, its
+    command line and an NVTX text (tests/planted.py) is nowhere in the run folder's
+    export, report or run.json after the default `profkit trace`."""
+    from tests import planted
+
+    export = planted.plant_secret("nsys2025_train_print", workdir)
+    monkeypatch.setenv("FAKE_NSYS_EXPORT", str(export))
+    monkeypatch.setenv(planted.SECRET_VARIABLE, planted.SECRET)
+    result = trace("--keep-rep", "prog.py", "--", planted.ARGUMENT)
+    assert result.exit_code == 0, result.output
+    run_dir = only_run_dir(workdir)
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["scrub"]["removed"]["META_DATA_CAPTURE environment rows"] >= 5
+    assert record["command"] == ["prog.py", "--token=[redacted]"]
+    assert any("--keep-rep" in w for w in record["warnings"])
+    for name in ("trace.sqlite", "report.html", "report.md", "report.json", "run.json"):
+        data = (run_dir / name).read_bytes()
+        assert planted.SECRET.encode() not in data and b"5ecret" not in data, name

@@ -53,6 +53,8 @@ from profkit.capture.tools import (
     tool_version,
 )
 from profkit.errors import ProfkitError
+from profkit.scrub import scrub
+from profkit.scrub.text import Redactor, secret_values
 
 LAUNCH_MODULE = "profkit.capture.launch"
 BACKENDS = ("auto", "nsys", "torch")
@@ -74,6 +76,11 @@ class TraceOptions:
     check_gpu: bool = True
     top: int = 10  # kernels kept for the terminal summary
     backend: str = "auto"  # auto | nsys | torch
+    # The export kept in the run folder is scrubbed (profkit.scrub) unless
+    # keep_env; the .nsys-rep (which holds the environment too) is deleted
+    # unless keep_rep.
+    keep_env: bool = False
+    keep_rep: bool = False
 
 
 @dataclass
@@ -177,6 +184,7 @@ def run_trace(options: TraceOptions, reporter: Reporter, *, env: Mapping[str, st
                        backend=backend)
     if options.module:
         record.command = ["-m", *record.command]
+    record.command = shareable(record.command, options, base_env)
     record.tools.update({"nsys": _tool_info(nsys)} if nsys is not None else {"torch": torch_tool})
     if ncu is not None:
         record.tools["ncu"] = _tool_info(ncu)
@@ -240,7 +248,7 @@ def _profile(options: TraceOptions, nsys: FoundTool, program: list[str], run_dir
     request = ProfileRequest(program=program, output_base=temp_dir / TRACE_BASENAME,
                              nvtx_range=options.nvtx_range, extra_args=list(options.nsys_args))
     cmd = nsys_mod.build_profile_command(nsys.path, request)
-    record.nsys_command = cmd
+    record.nsys_command = shareable(cmd, options, base_env)
     record.write(run_dir)
     env = nsys_mod.profile_environment(base_env, temp_dir, nvtx_range=options.nvtx_range,
                                        sync_sites=options.sync_sites)
@@ -267,12 +275,37 @@ def _profile(options: TraceOptions, nsys: FoundTool, program: list[str], run_dir
             why = f"nsys wrote no report (exit status {result.returncode}; last output: {last.strip()})"
             hint = f"see {log_path}"
         raise ProgramFailed(why, result.returncode, hint)
-    for src, name in ((report, NSYS_REP), (sqlite, SQLITE)):
-        if src.exists():
-            shutil.move(str(src), run_dir / name)
-            record.files["nsys_rep" if name == NSYS_REP else "sqlite"] = name
+    if report.exists() and options.keep_rep:
+        shutil.move(str(report), run_dir / NSYS_REP)
+        record.files["nsys_rep"] = NSYS_REP
+    if options.keep_env:
+        shutil.move(str(sqlite), run_dir / SQLITE)
+        record.scrub = {"scrubbed": False, "why": "--keep-env"}
+    else:
+        try:
+            with clock("scrub"):
+                removed = scrub(sqlite, run_dir / SQLITE, environment=env)
+        except ProfkitError as exc:
+            record.finish("failed")
+            record.write(run_dir)
+            raise ProgramFailed(f"the export could not be scrubbed of the environment, so it was not kept: "
+                                f"{exc.message}", result.returncode,
+                                "re-run with --keep-env to keep the export as nsys wrote it") from None
+        record.scrub = {"scrubbed": True, "removed": removed}
+        if options.keep_rep:
+            record.warnings.append(f"{NSYS_REP} still holds the environment (--keep-rep); share {SQLITE} instead")
+    record.files["sqlite"] = SQLITE
     record.files["log"] = LOG
     return run_dir / SQLITE, result.returncode, result.interrupted
+
+
+def shareable(args: Sequence[str], options: TraceOptions, env: Mapping[str, str]) -> list[str]:
+    """A command line for run.json and the report: the secret values of ``env`` it holds
+    are replaced (unless --keep-env), as ``profkit scrub`` does in the export."""
+    if options.keep_env:
+        return list(args)
+    redact = Redactor(secret_values(env))
+    return [redact(a) for a in args]
 
 
 def kernel_rows(export: Path) -> tuple[list[dict[str, Any]], int]:

@@ -32,11 +32,15 @@ from profkit.errors import ProfkitError
               help="Stop early when no NVIDIA GPU is visible.")
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
               help="Kernels in the terminal summary.")
+@click.option("--keep-env", is_flag=True,
+              help="Keep the recorded environment in trace.sqlite (by default it is scrubbed: profkit scrub).")
+@click.option("--keep-rep", is_flag=True,
+              help="Keep trace.nsys-rep (for the Nsight Systems GUI; it holds the environment).")
 @click.argument("target_and_args", nargs=-1, type=click.UNPROCESSED, metavar="SCRIPT.py [-- ARGS...]")
 @click.pass_context
 def trace(ctx: click.Context, module: str | None, backend: str, output: Path | None, ncu_top: int, nvtx_range: str | None,
           sync_sites: bool, nsys_args: str, python: str, tmp_dir: Path | None, gpu_check: bool, top: int,
-          target_and_args: tuple[str, ...]) -> None:
+          keep_env: bool, keep_rep: bool, target_and_args: tuple[str, ...]) -> None:
     """Profile a program with Nsight Systems (or torch.profiler) and write profkit's report.
 
     \b
@@ -64,7 +68,8 @@ def trace(ctx: click.Context, module: str | None, backend: str, output: Path | N
         raise ProfkitError(f"--nsys-args cannot be parsed ({exc})") from None
     options = TraceOptions(target=target, args=args, module=module is not None, output=output, ncu_top=ncu_top,
                            nvtx_range=nvtx_range, sync_sites=sync_sites, nsys_args=extra, python=python,
-                           temp_root=tmp_dir, check_gpu=gpu_check, top=top, backend=backend)
+                           temp_root=tmp_dir, check_gpu=gpu_check, top=top, backend=backend, keep_env=keep_env,
+                           keep_rep=keep_rep)
     reporter = make_reporter()
     try:
         result = run_trace(options, reporter)

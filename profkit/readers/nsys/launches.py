@@ -16,6 +16,7 @@ import sqlite3
 from typing import Any
 
 from profkit.errors import ProfkitError
+from profkit.readers.nsys.reader import SQLITE_ERRORS
 
 
 class _Db:
@@ -36,7 +37,7 @@ class _Db:
     def rows(self, sql: str, params: Any = ()) -> list[tuple]:
         try:
             return self.conn.execute(sql, params).fetchall()
-        except sqlite3.DatabaseError as exc:
+        except SQLITE_ERRORS as exc:
             raise ProfkitError(f"cannot read the export ({exc})") from None
 
 

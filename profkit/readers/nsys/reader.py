@@ -214,7 +214,7 @@ class NsysExport:
         """Run a query and fetch all rows; a damaged file raises ProfkitError."""
         try:
             return self.conn.execute(sql, params).fetchall()
-        except sqlite3.DatabaseError as exc:
+        except SQLITE_ERRORS as exc:
             raise self._damage(exc) from None
 
     def iter_rows(self, sql: str, params: Sequence[Any] | dict[str, Any] = (), batch: int = 10_000) -> Iterator[tuple]:
@@ -223,7 +223,7 @@ class NsysExport:
             cur = self.conn.execute(sql, params)
             while chunk := cur.fetchmany(batch):
                 yield from chunk
-        except sqlite3.DatabaseError as exc:
+        except SQLITE_ERRORS as exc:
             raise self._damage(exc) from None
 
     def scalar(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
@@ -234,13 +234,12 @@ class NsysExport:
         """Run a statement that returns nothing (temp tables, pragmas)."""
         try:
             self.conn.execute(sql, params)
-        except sqlite3.DatabaseError as exc:
+        except SQLITE_ERRORS as exc:
             raise self._damage(exc) from None
 
-    def _damage(self, exc: sqlite3.DatabaseError) -> Exception:
-        """A ProfkitError for a damaged file or an unsupported schema; any other
-        SQLite error is a bug in profkit's SQL and stays a real exception."""
-        text = str(exc)
+    def _damage(self, exc: Exception) -> ProfkitError:
+        """A ProfkitError for a damaged file, an unsupported schema, or any other SQLite error."""
+        text = _message(exc)
         if isinstance(exc, sqlite3.OperationalError) and text.startswith("no such"):
             # A table or column this schema lacks that no requirement check
             # caught: report it with the schema version so it can be fixed.
@@ -248,14 +247,28 @@ class NsysExport:
                 f"{self.path.name}: unsupported nsys export schema {self.schema_version or '?'} ({text})",
                 hint="please report it with the nsys version that made the file",
             )
-        if any(marker in text for marker in _DAMAGE_MARKERS):
+        if isinstance(exc, UnicodeDecodeError) or any(marker in text for marker in _DAMAGE_MARKERS):
             return ProfkitError(f"{self.path.name} is damaged or truncated ({text})",
                                 hint="export it again: nsys export --type sqlite REPORT.nsys-rep")
-        return exc
+        # Anything else (a value of the wrong type where nsys writes integers,
+        # a bug in profkit's SQL) is still one line, never a traceback.
+        return ProfkitError(f"{self.path.name}: cannot read it ({type(exc).__name__}: {text})",
+                            hint="please report it with the nsys version that made the file")
 
 
 # sqlite3 messages that mean the file's bytes are bad, not the query.
-_DAMAGE_MARKERS = ("malformed", "not a database", "disk I/O error", "corrupt", "short read", "database or disk is full")
+_DAMAGE_MARKERS = ("malformed", "not a database", "disk I/O error", "corrupt", "short read", "database or disk is full",
+                   "Could not decode to UTF-8", "file is not a database")
+# What reading a damaged file can raise: SQLite's errors, and UnicodeDecodeError
+# when the error message itself quotes bytes that are not UTF-8 (a damaged
+# schema makes the first statement, even a PRAGMA, fail that way).
+SQLITE_ERRORS = (sqlite3.Error, UnicodeDecodeError)
+
+
+def _message(exc: Exception) -> str:
+    if isinstance(exc, UnicodeDecodeError):
+        return "text that is not UTF-8 where SQLite expects its schema or a string"
+    return str(exc)
 
 
 def _leading_ints(version: str | None) -> list[int]:
@@ -305,11 +318,11 @@ def open_export(path: str | os.PathLike[str]) -> NsysExport:
     conn = _connect_read_only(p)
     try:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
-    except sqlite3.DatabaseError as exc:
+    except SQLITE_ERRORS as exc:
         conn.close()
         if "not a database" in str(exc) or "encrypted" in str(exc):
             raise ProfkitError(f"{p} is not an SQLite database", hint=_EXPORT_HINT) from None
-        raise ProfkitError(f"{p} is damaged or truncated ({exc})", hint=_EXPORT_HINT) from None
+        raise ProfkitError(f"{p} is damaged or truncated ({_message(exc)})", hint=_EXPORT_HINT) from None
     if not any(t in tables for t in _NSYS_MARKER_TABLES):
         conn.close()
         raise ProfkitError(
@@ -387,13 +400,17 @@ def _connect_read_only(p: Path) -> sqlite3.Connection:
     uri = "file:" + urllib.parse.quote(str(p.resolve())) + "?mode=ro&immutable=1"
     try:
         conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
+    except SQLITE_ERRORS as exc:
+        raise ProfkitError(f"{p} cannot be opened as SQLite ({_message(exc)})", hint=_EXPORT_HINT) from None
+    try:
         # A 16 MiB page cache: summaries scan tables once, so a bigger cache
         # only adds resident memory (the OS caches the file anyway); temp
         # tables spill to a temp file beyond it, so memory stays bounded.
         conn.execute("PRAGMA cache_size = -16384")
         conn.execute("PRAGMA temp.cache_size = -16384")
-    except sqlite3.DatabaseError as exc:
-        raise ProfkitError(f"{p} cannot be opened as SQLite ({exc})", hint=_EXPORT_HINT) from None
+    except SQLITE_ERRORS as exc:
+        conn.close()
+        raise ProfkitError(f"{p} is damaged ({_message(exc)})", hint=_EXPORT_HINT) from None
     return conn
 
 
@@ -407,9 +424,9 @@ def _check_readable_tail(export: NsysExport) -> None:
         return
     try:
         result = export.conn.execute("PRAGMA quick_check(1)").fetchall()
-    except sqlite3.DatabaseError as exc:
+    except SQLITE_ERRORS as exc:
         export.close()
-        raise ProfkitError(f"{export.path} is damaged or truncated ({exc})", hint=_EXPORT_HINT) from None
+        raise ProfkitError(f"{export.path} is damaged or truncated ({_message(exc)})", hint=_EXPORT_HINT) from None
     if result != [("ok",)]:
         export.close()
         detail = result[0][0] if result else "quick_check failed"

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from profkit.atomic import atomic_path, temp_name
 from profkit.errors import ProfkitError
-from profkit.readers.nsys.reader import open_export
+from profkit.readers.nsys.reader import SQLITE_ERRORS, open_export
 from profkit.scrub.text import Anonymizer, Redactor, parse_environment, secret_values
 
 SYSTEM_ENV = "TARGET_INFO_SYSTEM_ENV"
@@ -54,11 +54,10 @@ def scrub_export(source: str | os.PathLike[str], output: str | os.PathLike[str],
         work = temp_name(out)
         try:
             export.conn.execute("VACUUM INTO ?", (str(work),))
-        except sqlite3.DatabaseError as exc:
+        except SQLITE_ERRORS as exc:
             with contextlib.suppress(FileNotFoundError):
                 work.unlink()
-            raise ProfkitError(f"cannot copy {export.path.name} to {out} ({exc})",
-                               hint="check the output folder; re-export a damaged file") from None
+            raise export._damage(exc) from None
     try:
         conn = sqlite3.connect(work)
         try:
@@ -70,6 +69,10 @@ def scrub_export(source: str | os.PathLike[str], output: str | os.PathLike[str],
                 _check_clean(tmp, out)
         finally:
             conn.close()
+    except SQLITE_ERRORS as exc:
+        # damage that open_export's checks did not reach (big files skip quick_check)
+        raise ProfkitError(f"{Path(source).name} is damaged, it cannot be scrubbed ({exc})",
+                           hint="export it again: nsys export --type sqlite REPORT.nsys-rep") from None
     finally:
         for leftover in (work, work.with_name(work.name + "-journal")):
             with contextlib.suppress(FileNotFoundError):

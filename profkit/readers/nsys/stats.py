@@ -38,7 +38,7 @@ from profkit.analysis.grouped_stats import (  # noqa: F401 (re-exported)
     round_like_nsys,
     stats_from_columns,
 )
-from profkit.readers.nsys.reader import NsysExport
+from profkit.readers.nsys.reader import SQLITE_ERRORS, NsysExport
 
 _collector_ids = itertools.count()
 
@@ -159,15 +159,15 @@ def _parallel_chunks(export: NsysExport, sql: str, chunks: list[tuple[int, int]]
 
     def run(chunk: tuple[int, int]) -> list[np.ndarray]:
         conn = getattr(local, "conn", None)
-        if conn is None:
-            conn = local.conn = export.new_connection()
-            if export.scan_mmap_bytes:
-                conn.execute(f"PRAGMA mmap_size = {int(export.scan_mmap_bytes)}")
-            with lock:
-                opened.append(conn)
         try:
+            if conn is None:
+                conn = local.conn = export.new_connection()
+                with lock:
+                    opened.append(conn)
+                if export.scan_mmap_bytes:
+                    conn.execute(f"PRAGMA mmap_size = {int(export.scan_mmap_bytes)}")
             row = conn.execute(sql, chunk).fetchone()
-        except sqlite3.DatabaseError as exc:
+        except SQLITE_ERRORS as exc:
             raise export._damage(exc) from None
         return parse(row)
 
