@@ -92,15 +92,35 @@ def rows_to_csv(rows: Sequence[dict[str, Any]], columns: Sequence[Column]) -> st
 
 
 def md_escape(text: str) -> str:
-    """Make text safe inside a Markdown table cell."""
-    return (
+    """Make text safe inside a Markdown table cell, and inert where it is rendered.
+
+    Names come from the profiled program (kernels, NVTX ranges, files): in a
+    pull-request comment ``[click](javascript:...)`` must not become a link,
+    ``![x](https://...)`` not an image, a URL or ``www.`` name not an
+    autolink.  Brackets are escaped, as are the ``:`` of ``://`` and the
+    ``.`` of ``www.``; ``<`` and ``>`` become entities, so no HTML or
+    ``<autolink>`` gets through.  (An e-mail address still becomes a
+    ``mailto:`` link showing its own address: GitHub finds those after
+    escapes are undone, and nothing short of changing the text stops it.)
+    """
+    out = (
         str(text)
         .replace("\\", "\\\\")
         .replace("|", "\\|")
         .replace("<", "&lt;")
         .replace(">", "&gt;")
         .replace("\n", " ")
+        .replace("\r", " ")
     )
+    for mark in ("[", "]"):
+        out = out.replace(mark, "\\" + mark)
+    out = _AUTOLINK_SCHEME.sub(r"\1\\:", out)
+    return _AUTOLINK_WWW.sub(r"\1\\.", out)
+
+
+# GitHub's autolink extension starts a link at "scheme:" + "//" and at "www.".
+_AUTOLINK_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):(?=//)")
+_AUTOLINK_WWW = re.compile(r"((?:^|(?<=[^A-Za-z0-9]))[Ww][Ww][Ww])\.")
 
 
 def rows_to_markdown(rows: Sequence[dict[str, Any]], columns: Sequence[Column]) -> str:
