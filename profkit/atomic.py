@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 
@@ -41,13 +41,55 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
         raise
 
 
+def write_files(files: Mapping[Path, bytes | str]) -> None:
+    """Write several files that belong together (report.html/.md/.json) so they are never mixed.
+
+    Each is written under a temporary name first; then, holding a lock on
+    their folder, all are renamed into place.  Two runs writing the same
+    folder each rename their whole set under the lock, so the folder ends
+    with one run's set, never half of each; an interruption before the
+    renames leaves the old set.
+    """
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for target, data in files.items():
+            tmp = temp_name(Path(target))
+            staged.append((tmp, Path(target)))
+            with open(tmp, "wb") as fh:
+                fh.write(data.encode("utf-8") if isinstance(data, str) else data)
+        folders = sorted({final.parent for _, final in staged})
+        with contextlib.ExitStack() as locks:
+            for folder in folders:
+                locks.enter_context(_folder_lock(folder))
+            for tmp, final in staged:
+                os.replace(tmp, final)
+    finally:
+        for tmp, _ in staged:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+
+
+@contextlib.contextmanager
+def _folder_lock(folder: Path) -> Iterator[None]:
+    """An exclusive flock on the folder itself (no lock file left behind)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no advisory locks; each rename is still atomic
+        yield
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
 def write_bytes(target: str | os.PathLike[str], data: bytes) -> Path:
     """Write ``data`` to ``target`` atomically."""
     with atomic_path(target) as tmp:
         with open(tmp, "wb") as fh:
             fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
     return Path(target)
 
 

@@ -296,3 +296,16 @@ def test_kineto_json(tmp_dir: Path, mutation: tuple, packed: bool, command: list
 def test_slow_run_count() -> None:
     """Runs last in the file under -m slow: the number of cases the run made, for the note."""
     print(f"\nfuzz cases run: {_COUNT['cases']}")
+
+
+# -- crashes the large run found (regressions) ---------------------------------------------------------
+def test_text_in_an_integer_column_is_one_line(tmp_dir: Path) -> None:
+    """numpy failed to parse a kernel 'start' holding text (ValueError traceback)."""
+    nsys_sql_case(tmp_dir, ("huge_string", "CUPTI_ACTIVITY_KIND_KERNEL", "start", "'", 0), ["info"])
+    nsys_sql_case(tmp_dir, ("hostile_text", "CUPTI_ACTIVITY_KIND_KERNEL", "end", "'", 0), ["kernels"])
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_kineto_bytes_not_utf8_is_one_line(tmp_dir: Path, packed: bool) -> None:
+    """msgspec raised UnicodeDecodeError for a string that is not UTF-8."""
+    test_kineto_json.hypothesis.inner_test(tmp_dir, ("noise", (76, b"\x80")), packed, ["kernels"])

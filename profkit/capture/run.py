@@ -18,7 +18,6 @@ end, so a crash or Ctrl-C still leaves a record of what was attempted.
 from __future__ import annotations
 
 import json
-import os
 import platform
 import re
 import time
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from profkit import __version__
+from profkit.atomic import write_text
 
 DEFAULT_RUNS_DIR = Path("profkit-runs")
 
@@ -115,11 +115,7 @@ class RunRecord:
     python: str = field(default_factory=platform.python_version)
 
     def write(self, run_dir: Path) -> Path:
-        path = run_dir / RUN_JSON
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
-        os.replace(tmp, path)
-        return path
+        return write_text(run_dir / RUN_JSON, json.dumps(asdict(self), indent=2) + "\n")
 
     def finish(self, status: str) -> None:
         self.status = status

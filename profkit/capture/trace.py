@@ -52,6 +52,7 @@ from profkit.capture.tools import (
     require_tool,
     tool_version,
 )
+from profkit.atomic import write_text
 from profkit.errors import ProfkitError
 from profkit.scrub import scrub
 from profkit.scrub.text import Redactor, secret_values
@@ -372,7 +373,7 @@ def _run_ncu(options: TraceOptions, ncu: FoundTool, kernels: list[dict[str, Any]
     if not texts:
         return None
     csv_path = run_dir / NCU_CSV
-    csv_path.write_text(ncu_mod.merge_details_csv(texts))
+    write_text(csv_path, ncu_mod.merge_details_csv(texts))
     record.files["ncu_csv"] = NCU_CSV
     record.files["ncu_log"] = "ncu.log"
     return csv_path

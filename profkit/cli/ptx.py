@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from profkit.atomic import write_text
 from profkit.errors import ProfkitError
 from profkit.output import Column, emit_rows, format_option, rows_to_json
 from profkit.ptx import html, render
@@ -208,7 +209,7 @@ def _kernel_page(code: KernelCode, summary: KernelSummary) -> str:
 
 def _write(path: Path, text: str) -> None:
     try:
-        path.write_text(text)
+        write_text(path, text)
     except OSError as exc:
         raise ProfkitError(f"cannot write {path}: {exc.strerror}") from None
     click.echo(f"profkit: wrote {path}", err=True)

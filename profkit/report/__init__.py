@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from profkit.atomic import write_files
 from profkit.errors import ProfkitError
 
 HTML_NAME, MD_NAME, JSON_NAME = "report.html", "report.md", "report.json"
@@ -59,27 +59,14 @@ def write_report(export_path: str | os.PathLike[str], out_dir: str | os.PathLike
     texts = {HTML_NAME: render_html(report), MD_NAME: render_markdown(report), JSON_NAME: render_json(report)}
     try:
         target.mkdir(parents=True, exist_ok=True)
-        for name, text in texts.items():
-            _write_atomically(target / name, text)
+        # the three files are one report: never a mix of two runs', never half a file
+        write_files({target / name: text for name, text in texts.items()})
     except OSError as exc:
         raise ProfkitError(f"cannot write the report into {target}: {exc.strerror or exc}",
                            hint="choose another folder with -o DIR") from None
     return ReportPaths(html=target / HTML_NAME, md=target / MD_NAME, json=target / JSON_NAME)
 
 
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    # A reader (a browser reloading, CI uploading) never sees half a file.
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 __all__ = ["ReportPaths", "write_report"]

@@ -159,6 +159,8 @@ def read_events(path: Path, new_sink: Callable[[], Sink]) -> tuple[dict[str, Any
         raise ProfkitError(f"{path.name} is truncated: the gzip stream ends early") from None
     except OSError as exc:
         raise ProfkitError(f"{path.name}: cannot read it ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:  # msgspec raises it for a string that is not UTF-8
+        raise ProfkitError(f"{path.name} is not valid JSON: bytes that are not UTF-8 ({exc.reason})") from None
 
 
 def _metadata(doc: Document) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from profkit.analysis.grouped_stats import (  # noqa: F401 (re-exported)
     round_like_nsys,
     stats_from_columns,
 )
+from profkit.errors import ProfkitError
 from profkit.readers.nsys.reader import SQLITE_ERRORS, NsysExport
 
 _collector_ids = itertools.count()
@@ -112,7 +113,12 @@ def collect_columns(export: NsysExport, query: ColumnsQuery,
         raise ValueError("keep= filters integer-only queries")
 
     def parse(row: tuple) -> list[np.ndarray]:
-        columns = [np.fromstring(text, dtype=np.int64, sep=",") if text else _EMPTY for text in row[:n_ints]]
+        try:
+            columns = [np.fromstring(text, dtype=np.int64, sep=",") if text else _EMPTY for text in row[:n_ints]]
+        except ValueError:
+            # text or a float where nsys writes integers (a damaged or hand-edited file)
+            raise ProfkitError(f"{export.path.name}: {query.source.split()[0]} holds values that are not "
+                               "integers where nsys writes integers", hint="export it again") from None
         if keep is not None and len(columns[0]):
             mask = keep(columns)
             columns = [c[mask] for c in columns]
