@@ -13,9 +13,10 @@ the same shape).  For every case, the properties:
 
 The default run does a few examples per reader (CI).  The large run:
 
-    PROFKIT_FUZZ=slow python -m pytest -m slow tests/test_fuzz_readers.py -p no:cacheprovider
+    PROFKIT_FUZZ=slow python -m pytest tests/test_fuzz_readers.py --hypothesis-show-statistics
 
-(``PROFKIT_FUZZ_EXAMPLES=N`` sets the examples per reader; 2,000 by default).
+(``PROFKIT_FUZZ_EXAMPLES=N`` sets the examples per test; 2,000 by default;
+the count of cases is printed by ``test_slow_run_count``).
 """
 
 from __future__ import annotations
