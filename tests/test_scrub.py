@@ -182,3 +182,17 @@ def test_secret_rules_by_variable_name() -> None:
            "NSYS_PROFILING_SESSION_ID": "101372", "TIKTOKEN_CACHE_DIR": "/opt/tiktoken_cache",
            "OLDPWD": "/work/main", "GH": "ghp_" + "a1" * 18}
     assert secret_values(env) == {"hf_notreallyatoken", "abcdefgh", "123456", "npm-abcdef", "ghp_" + "a1" * 18}
+
+
+@pytest.mark.skipif(not KINETO_TRACES, reason="no Kineto fixtures yet")
+@pytest.mark.parametrize("path", KINETO_TRACES[:3], ids=lambda p: p.name)
+def test_kineto_scrubbed_copy_has_the_same_summaries(path: Path, tmp_path: Path) -> None:
+    from profkit.readers import open_trace
+
+    out = tmp_path / path.name
+    before = sha256(path)
+    scrub(path, out, anonymize=True)
+    assert sha256(path) == before
+    with open_trace(path) as original, open_trace(out) as shared:
+        assert summaries.kernel_summary(shared) == summaries.kernel_summary(original)
+        assert summaries.api_summary(shared) == summaries.api_summary(original)

@@ -18,7 +18,6 @@ from pathlib import Path
 
 from profkit.errors import ProfkitError
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
 GZIP_MAGIC = b"\x1f\x8b"
 
 
@@ -38,6 +37,8 @@ def scrub(source: str | os.PathLike[str], output: str | os.PathLike[str], *, ano
         raise ProfkitError(f"{out} is a folder", hint="give the path of the file to write")
     if not out.parent.is_dir():
         raise ProfkitError(f"{out.parent} does not exist", hint="create the folder first")
+    from profkit.readers.nsys.reader import SQLITE_MAGIC
+
     if head.startswith(SQLITE_MAGIC):
         from profkit.readers.nsys.scrub import scrub_export
 
