@@ -479,3 +479,20 @@ def test_tools_come_from_a_pip_package_without_the_toolkit():
         wheel_copies = [p for p in candidates(name) if "site-packages" in p.parts or "dist-packages" in p.parts]
         assert wheel_copies, f"no pip-installed {name}"
         assert find_tool(name).version >= (12, 0)
+
+
+@pytest.mark.parametrize("flag", ["-ccbin=/tmp/evil", "--compiler-bindir=/tmp", "-o=/tmp/x", "-Xcompiler=-fplugin=x.so",
+                                  "--keep-dir=/tmp", "-I/etc", "--options-file=/tmp/f", "-odir", "-Xptxas=-v,--x"])
+def test_nvcc_flags_outside_the_allow_list_never_reach_nvcc(flag):
+    result = ptx("gelu_cuda", f"--nvcc-flag={flag}")
+    assert result.exit_code == 2 and result.stderr.startswith(f"profkit: error: --nvcc-flag {flag!r} is not an allowed")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_allowed_nvcc_flags():
+    from profkit.ptx.compile import check_nvcc_flags
+    from profkit.ptx.targets import SAMPLE_NVCC_FLAGS
+
+    flags = ("-O3", "-maxrregcount=32", "--use_fast_math", "-DBLOCK=256", "-Xptxas=-v,-O3", "--ftz=true",
+             "-std=c++17", *SAMPLE_NVCC_FLAGS)
+    assert check_nvcc_flags(flags) == flags

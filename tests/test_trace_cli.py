@@ -421,3 +421,13 @@ def test_default_trace_leaves_no_planted_secret(workdir, monkeypatch):
     for name in ("trace.sqlite", "report.html", "report.md", "report.json", "run.json"):
         data = (run_dir / name).read_bytes()
         assert planted.SECRET.encode() not in data and b"5ecret" not in data, name
+
+
+def test_a_script_named_like_an_option_reaches_python_as_a_path(workdir):
+    from profkit.capture.trace import program_argv
+
+    (workdir / "-c.py").write_text("print('hi')\n")
+    argv = program_argv(TraceOptions(target="-c.py", python="python3"))
+    assert argv == ["python3", "-m", "profkit.capture.launch", "./-c.py"]
+    argv = program_argv(TraceOptions(target="-c.py", python="python3", sync_sites=False))
+    assert argv == ["python3", "./-c.py"]

@@ -111,7 +111,8 @@ def program_argv(options: TraceOptions) -> list[str]:
     elif target.endswith(".py") or not _is_native_executable(target):
         if not Path(target).is_file():
             raise ProfkitError(f"{target}: no such script")
-        entry = [target]
+        # a script named "-x.py" must reach python as a path, not an option
+        entry = [f"./{target}" if target.startswith("-") else target]
     else:
         return [str(Path(target).resolve()) if os.sep in target else target, *args]
     if options.sync_sites:

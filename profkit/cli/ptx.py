@@ -20,6 +20,7 @@ from profkit.output import Column, emit_rows, format_option, rows_to_json
 from profkit.ptx import html, render
 from profkit.ptx.cache import Cache
 from profkit.ptx.checks import CHECKS, CheckResult, run_checks
+from profkit.ptx.compile import check_nvcc_flags
 from profkit.ptx.diff import diff_kernels
 from profkit.ptx.gitrev import target_at_revision
 from profkit.ptx.inductor import scan
@@ -114,7 +115,7 @@ def ptx(ctx: click.Context, target: str | None, list_samples: bool, kernel: str 
         arch=parse_arch(arch) if arch else None,
         signature=parse_signature(signature) if signature else None,
         constexprs=tuple(parse_constexpr(c) for c in constexprs),
-        num_warps=num_warps, num_stages=num_stages, nvcc_flags=nvcc_flags,
+        num_warps=num_warps, num_stages=num_stages, nvcc_flags=check_nvcc_flags(nvcc_flags),
     )
 
     if inductor_dir is not None:

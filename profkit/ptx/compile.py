@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -315,10 +316,35 @@ def _first_line(text: str) -> str:
 
 # --------------------------------------------------------------------------- CUDA C++
 
+# nvcc flags a user may pass (--nvcc-flag): code generation only.  Anything
+# else could run a program (-ccbin), write elsewhere (-o, -odir, --keep-dir),
+# pass options on to the host compiler or linker (-Xcompiler, -Xlinker) or
+# read files (-I, --options-file), so it never reaches nvcc.
+_NVCC_FLAGS = re.compile(r"""(?x)
+    -?-maxrregcount=\d{1,3} | -O[0-3] | --optimize=[0-3] | -?-use_fast_math | -lineinfo | --generate-line-info
+  | -G | --device-debug | -?-restrict | --extra-device-vectorization | --expt-relaxed-constexpr
+  | --expt-extended-lambda | --extended-lambda | -std=c\+\+\d\d | --std=c\+\+\d\d
+  | --(?:ftz|prec-div|prec-sqrt|fmad)=(?:true|false) | -rdc=(?:true|false) | --relocatable-device-code=(?:true|false)
+  | --default-stream=(?:legacy|null|per-thread) | -[DU][A-Za-z_][A-Za-z0-9_]{0,63}(?:=[A-Za-z0-9_.+-]{0,64})?
+  | -Xptxas=(?:-v|-O[0-3]|--maxrregcount=\d{1,3}|-dlcm=c[ag]|--allow-expensive-optimizations=(?:true|false))
+     (?:,(?:-v|-O[0-3]|--maxrregcount=\d{1,3}|-dlcm=c[ag]|--allow-expensive-optimizations=(?:true|false)))*
+""")
+
+
+def check_nvcc_flags(flags: Sequence[str]) -> tuple[str, ...]:
+    """The flags, if every one is on the allow-list; else a ProfkitError naming the first that is not."""
+    for flag in flags:
+        if not _NVCC_FLAGS.fullmatch(flag):
+            raise ProfkitError(f"--nvcc-flag {flag!r} is not an allowed nvcc flag",
+                               hint="allowed: -O0..3, -maxrregcount=N, --use_fast_math, -lineinfo, -DNAME[=VALUE], "
+                                    "-std=c++NN, --ftz/--prec-div/--prec-sqrt/--fmad=true|false, -Xptxas=-v|-O3|...")
+    return tuple(flags)
+
+
 def _build_cuda(target: Target, cache: Cache) -> Build:
     nvcc = find_tool("nvcc")
     arch = target.params.resolved_arch()
-    flags = list(target.params.nvcc_flags)
+    flags = list(check_nvcc_flags(target.params.nvcc_flags))
     include_dirs = (target.path.parent, *target.search_dirs)
     key = make_key({
         "kind": "cuda", "sources": sources.cuda_dependencies(target.path, include_dirs),
