@@ -306,6 +306,12 @@ def test_text_in_an_integer_column_is_one_line(tmp_dir: Path) -> None:
     nsys_sql_case(tmp_dir, ("hostile_text", "CUPTI_ACTIVITY_KIND_KERNEL", "end", "'", 0), ["kernels"])
 
 
+def test_null_capture_settings_are_one_line_or_a_result(tmp_dir: Path) -> None:
+    """META_DATA_CAPTURE values NULL: None.lower() in the trace metadata (AttributeError traceback)."""
+    for command in (["kernels"], ["info"]):
+        nsys_sql_case(tmp_dir, ("nulls", "META_DATA_CAPTURE", "value", "'", 0), command)
+
+
 @pytest.mark.parametrize("packed", [False, True])
 def test_kineto_bytes_not_utf8_is_one_line(tmp_dir: Path, packed: bool) -> None:
     """msgspec raised UnicodeDecodeError for a string that is not UTF-8."""

@@ -450,7 +450,8 @@ _TRACED = {"Cuda": "cuda", "NvtxEvents": "nvtx", "OSRuntime": "osrt", "CuBlas": 
 
 def _meta(export: NsysExport) -> TraceMeta:
     window = queries.analysis_window(export)
-    traced = [value for name, value in queries.capture_settings(export) if name == "CAPTURE_EVENT_TYPE"]
+    traced = [str(value) for name, value in queries.capture_settings(export)
+              if name == "CAPTURE_EVENT_TYPE" and value is not None]  # NULL in a damaged file
     return TraceMeta(
         source=NSYS, path=export.path, tool_version=export.nsys_version, schema_version=export.schema_version,
         rounding_mode=export.rounding_mode, nvtx_default_domain_prefix=export.nvtx_default_domain_prefix,
