@@ -312,6 +312,12 @@ def test_null_capture_settings_are_one_line_or_a_result(tmp_dir: Path) -> None:
         nsys_sql_case(tmp_dir, ("nulls", "META_DATA_CAPTURE", "value", "'", 0), command)
 
 
+def test_text_capture_window_is_one_line_or_a_result(tmp_dir: Path) -> None:
+    """ANALYSIS_DETAILS.startTime holding text: int('xxx') in the trace metadata (ValueError traceback)."""
+    for command in (["kernels"], ["info"]):
+        nsys_sql_case(tmp_dir, ("huge_string", "ANALYSIS_DETAILS", "startTime", "'", 0), command)
+
+
 @pytest.mark.parametrize("packed", [False, True])
 def test_kineto_bytes_not_utf8_is_one_line(tmp_dir: Path, packed: bool) -> None:
     """msgspec raised UnicodeDecodeError for a string that is not UTF-8."""

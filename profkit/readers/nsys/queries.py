@@ -156,7 +156,8 @@ def analysis_window(export: NsysExport) -> tuple[int, int, int] | None:
     ):
         return None
     row = export.rows("SELECT min(startTime), max(stopTime), max(duration) FROM ANALYSIS_DETAILS")
-    return row[0] if row and row[0][0] is not None else None
+    # None also when a value is not an integer (text in a damaged file): the window is unknown
+    return row[0] if row and all(isinstance(v, int) for v in row[0][:2]) else None
 
 
 def session_start_utc(export: NsysExport) -> str | None:
