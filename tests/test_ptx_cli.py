@@ -329,7 +329,7 @@ def test_rev_compares_with_a_git_revision(tmp_path):
     assert unknown.exit_code == 2 and unknown.stderr.startswith("profkit: error: --rev 'no-such-rev' names no commit")
     # issue 15: a rev that git would read as an option never reaches git as one
     written = tmp_path / "x"
-    for hostile in (f"--output={written}", "-p", "--no-index", f"HEAD:../{source.name}", "HEAD..HEAD~1", "",
+    for hostile in (f"--output={written}", "-p", "--no-index", f"HEAD:../{source.name}", "HEAD..HEAD~1",
                     "$(touch pwned)"):
         result = ptx(*args, "--rev", hostile)
         assert result.exit_code == 2, (hostile, result.stderr)
