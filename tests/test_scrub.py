@@ -150,7 +150,7 @@ def test_interrupted_scrub_leaves_nothing(tmp_path: Path, monkeypatch: pytest.Mo
     assert list(tmp_path.iterdir()) == []
 
 
-KINETO_TRACES = sorted((DATA / "kineto").glob("*.json.gz")) if (DATA / "kineto").is_dir() else []
+KINETO_TRACES = sorted((DATA / "kineto").rglob("*.json.gz"), key=lambda p: p.stat().st_size) if (DATA / "kineto").is_dir() else []
 
 
 @pytest.mark.skipif(not KINETO_TRACES, reason="no Kineto fixtures yet")
