@@ -18,6 +18,7 @@ end, so a crash or Ctrl-C still leaves a record of what was attempted.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import re
 import time
