@@ -195,3 +195,23 @@ def test_permission_denied(tmp_path: Path) -> None:
         assert result.stderr.splitlines() == [f"profkit: error: {path}: permission denied"]
     finally:
         path.chmod(0o600)
+
+
+def test_text_gpu_id_is_not_a_crash(tmp_path):
+    # Found by the fuzz run: a damaged export whose TARGET_INFO_GPU.id holds text.
+    import shutil
+    import sqlite3
+
+    from click.testing import CliRunner
+
+    from profkit.cli import cli
+    from tests.conftest import nsys_fixture
+
+    copy = tmp_path / "damaged_gpu_id.sqlite"
+    shutil.copyfile(nsys_fixture("nsys2025_gelu"), copy)
+    with sqlite3.connect(copy) as db:
+        db.execute("UPDATE TARGET_INFO_GPU SET id = 'x'")
+    for command in ("info", "occupancy", "kernels"):
+        result = CliRunner().invoke(cli, [command, str(copy)])
+        assert result.exit_code in (0, 2), (command, result.output)
+        assert not isinstance(result.exception, (ValueError, TypeError)), (command, result.exception)

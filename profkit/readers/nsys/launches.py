@@ -87,7 +87,11 @@ def gpu_info(export: Any) -> dict[int, dict[str, Any]]:
         select = ", ".join(f'"{c}"' for c in picked.values())
         for values in db.rows(f'SELECT {select} FROM "{table}"'):
             row = {k: v for k, v in zip(picked, values) if v is not None and v != ""}
-            dev = devices.setdefault(int(row["device_id"]), {})
+            try:
+                device_id = int(row["device_id"])
+            except (KeyError, TypeError, ValueError):  # a damaged export: a GPU row without an integer id
+                continue
+            dev = devices.setdefault(device_id, {})
             for k, v in row.items():
                 dev.setdefault(k, v)
     return devices

@@ -438,8 +438,16 @@ def _devices(export: NsysExport) -> dict[str, Any]:
         if schema.column_kind("devices", column) == schema.CATEGORY:
             data[column] = _coded_strings(values)
         else:
-            data[column] = np.array([schema.MISSING_INT if v is None else int(v) for v in values], dtype=np.int64)
+            data[column] = np.array([_int_or_missing(v) for v in values], dtype=np.int64)
     return data
+
+
+def _int_or_missing(value: Any) -> int:
+    """A device limit as an integer; a damaged export's text or NULL is unknown (-1)."""
+    try:
+        return schema.MISSING_INT if value is None else int(value)
+    except (TypeError, ValueError):
+        return schema.MISSING_INT
 
 
 # -- meta ------------------------------------------------------------------------------
