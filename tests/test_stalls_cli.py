@@ -106,10 +106,17 @@ def test_run_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)  # so that only run.json can say where the sources are
     # the recorded paths are relative to where the program ran ("../../../work/main/...")
     assert json.loads(invoke(str(run), "--format", "json"))[0]["local_path"] is None
-    (run / "run.json").write_text(json.dumps({"cwd": str(ROOT / "tests")}))
+    # Rebuild the recording host's layout under tmp_path, so the test does not depend on
+    # where this checkout sits: the program ran three folders below a root holding
+    # work/main/sample_kernels/train_mlp.py.
+    host = tmp_path / "host"
+    (host / "work" / "main" / "sample_kernels").mkdir(parents=True)
+    shutil.copyfile(ROOT / "sample_kernels" / "train_mlp.py", host / "work" / "main" / "sample_kernels" / "train_mlp.py")
+    cwd = host / "a" / "b" / "c"
+    cwd.mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps({"cwd": str(cwd)}))
     top = json.loads(invoke(str(run), "--format", "json"))[0]
-    # the recorded path resolved against run.json's cwd; on a machine that also has the
-    # recording host's checkout path, that copy is found first — either is the same file
+    # the recorded path resolved against run.json's cwd
     assert top["count"] == 20 and Path(top["local_path"]).name == "train_mlp.py"
     assert Path(top["local_path"]).is_file()
     assert top["local_code"] == top["code"]
