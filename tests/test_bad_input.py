@@ -215,3 +215,22 @@ def test_text_gpu_id_is_not_a_crash(tmp_path):
         result = CliRunner().invoke(cli, [command, str(copy)])
         assert result.exit_code in (0, 2), (command, result.output)
         assert not isinstance(result.exception, (ValueError, TypeError)), (command, result.exception)
+
+
+def test_huge_version_string_is_not_a_crash(tmp_path):
+    # Found by the fuzz run: a damaged export whose version is five million digits.
+    import shutil
+    import sqlite3
+
+    from click.testing import CliRunner
+
+    from profkit.cli import cli
+    from tests.conftest import nsys_fixture
+
+    copy = tmp_path / "damaged_version.sqlite"
+    shutil.copyfile(nsys_fixture("nsys2025_gelu"), copy)
+    with sqlite3.connect(copy) as db:
+        db.execute("UPDATE META_DATA_EXPORT SET value = ? WHERE name = 'EXPORT_PRODUCT_VERSION'", ("9" * 5_000_000,))
+    result = CliRunner().invoke(cli, ["info", str(copy)])
+    assert result.exit_code in (0, 2), result.output
+    assert not isinstance(result.exception, ValueError), result.exception

@@ -271,10 +271,15 @@ def _message(exc: Exception) -> str:
     return str(exc)
 
 
+# A version part longer than this is not a version (a damaged export); Python
+# also refuses int() on more than 4,300 digits.
+MAX_VERSION_DIGITS = 12
+
+
 def _leading_ints(version: str | None) -> list[int]:
     out = []
     for part in (version or "").split("."):
-        if not part.isdigit():
+        if not part.isdigit() or len(part) > MAX_VERSION_DIGITS:
             break
         out.append(int(part))
     return out
