@@ -383,7 +383,8 @@ def test_real_nsys_on_a_cpu_only_program(workdir, monkeypatch):
     last = result.output.strip().splitlines()[-1]
     assert last.startswith(f"profkit: error: the trace is in {run_dir}, but the report failed: ")
     assert "no CUDA trace data" in last
-    assert (run_dir / "trace.sqlite").is_file() and (run_dir / "trace.nsys-rep").is_file()
+    # the scrubbed export is kept; the .nsys-rep (which holds the environment) goes without --keep-rep
+    assert (run_dir / "trace.sqlite").is_file() and not (run_dir / "trace.nsys-rep").exists()
     assert "program says hi ['--n', '1']" in result.output
     record = json.loads((run_dir / "run.json").read_text())
     assert record["tools"]["nsys"]["version"].startswith("2023.4.")
