@@ -177,12 +177,7 @@ def _samples(db: Any, run: dict[str, Any], metric: str) -> np.ndarray | None:
 
 
 def trend_png(points: list[TrendPoint], metric: str) -> bytes:
-    import io
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from profkit.report.figures import plt, png_bytes
 
     xs = list(range(1, len(points) + 1))
     ys = [p.value_ns / 1e6 if p.value_ns is not None else np.nan for p in points]
@@ -198,7 +193,4 @@ def trend_png(points: list[TrendPoint], metric: str) -> bytes:
     ax.set_title(metric, fontsize=9)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", metadata={"Software": None})
-    plt.close(fig)
-    return buf.getvalue()
+    return png_bytes(fig)

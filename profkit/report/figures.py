@@ -40,7 +40,8 @@ def data_uri(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
-def _png(fig: Figure) -> bytes:
+def png_bytes(fig: Figure) -> bytes:
+    """A pyplot figure as PNG bytes (no software stamp, so reruns give equal bytes); closes it."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
     plt.close(fig)
@@ -182,7 +183,7 @@ def timeline_png(bins: TimeBins, lanes: Sequence[StreamActivity], bars: Sequence
         if left_out:
             ax.text(1.0, -0.02, " and ".join(left_out) + " not drawn", transform=ax.transAxes,
                     ha="right", va="top", fontsize=7, color="#666666")
-        return _png(fig)
+        return png_bytes(fig)
 
 
 def utilization_png(views: Sequence[tuple[TimeBins, Sequence[Utilization], str]]) -> bytes:
@@ -223,7 +224,7 @@ def utilization_png(views: Sequence[tuple[TimeBins, Sequence[Utilization], str]]
                 ax.set_ylabel("busy %")
                 ax.set_ylim(0, 105)  # a line at 100% would hide in the frame
                 ax.legend(loc="upper right", fontsize=7, ncols=min(len(utils), 4), framealpha=0.85)
-        return _png(fig)
+        return png_bytes(fig)
 
 
 def _one_device(ax: Axes, bins: TimeBins, util: Utilization, x: np.ndarray, divisor: float) -> None:

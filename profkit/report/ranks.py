@@ -6,7 +6,6 @@ the same HTML/Markdown/JSON renderers as the single-trace report.
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from datetime import datetime, timezone
 from typing import Any
@@ -155,10 +154,7 @@ def _skew_section(job: dict[str, Any], top: int) -> Section:
 
 
 def _step_time_png(rows: list[dict[str, Any]], rank_keys: list[str]) -> bytes:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from profkit.report.figures import plt, png_bytes
 
     fig, ax = plt.subplots(figsize=(10, 3.2), dpi=100)
     for key in rank_keys:
@@ -169,10 +165,7 @@ def _step_time_png(rows: list[dict[str, Any]], rank_keys: list[str]) -> bytes:
     ax.legend(loc="upper right", fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", metadata={"Software": None})
-    plt.close(fig)
-    return buf.getvalue()
+    return png_bytes(fig)
 
 
 def write_ranks_report(job: dict[str, Any], summaries: list[dict[str, Any]], out_dir: Path, top: int = 20) -> Path:
