@@ -13,9 +13,13 @@
 #       folder with the nsys export, ncu CSV and the inductor cache it used, so
 #       the report's kernel table can show machine code next to achieved bandwidth.
 #
-#   bash scripts/make_steady_fixtures.sh OUTDIR     -> OUTDIR/steady_fixtures.tar.xz
+#   bash scripts/make_steady_fixtures.sh OUTDIR [all|run]  -> OUTDIR/steady_fixtures.tar.xz
+#   (`run`: only the gpt --compile run folder)
+# The host needs profkit's runtime wheels (orjson, msgspec) in .gpu-kit/wheels/,
+# which setup.sh installs.
 set -uo pipefail
 DEST=$(realpath -m "${1:-$PWD/fixtures-out}")
+PART=${2:-all}
 ROOT=$PWD
 mkdir -p "$DEST"
 source .gpu-kit/setup.sh >/dev/null
@@ -28,6 +32,7 @@ MLP=$ROOT/sample_kernels/train_mlp.py
 SIZE=(--dim 2048 --batch 2048 --layers 4 --steps 30)
 LIMIT=180
 
+if [ "$PART" = all ]; then
 nsys25 nsys2025_mlp_gpu_nvtx python3 "$MLP" "${SIZE[@]}" --nvtx-steps
 nsys25 nsys2025_mlp_gpu_plain python3 "$MLP" "${SIZE[@]}" --no-nvtx-steps
 nsys25 nsys2025_mlp_sleep python3 "$ROOT/sample_kernels/train_slow_loader.py" --steps 20 --sleep-ms 5
@@ -47,6 +52,7 @@ for run in "mlp_gpu_annotated --annotate-steps" "mlp_gpu_plain"; do
     --trace-out "$PWD/$name.json" > "$name.stdout" 2>&1 || echo "  exit $? (see $name.stdout)"
   gzip -9 -f "$name.json"
 done
+fi
 
 echo "== profkit trace --ncu-top 6: gpt --compile"
 export TORCHINDUCTOR_CACHE_DIR=$WORK/inductor
@@ -60,7 +66,7 @@ rm -f gpt_compiled_run/*.nsys-rep
 { nsys --version; python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; } > versions.txt 2>&1
 cat versions.txt
-python3 "$ROOT/scripts/scrub_export.py" --check kineto/review/*.json.gz nsys/*.sqlite.xz || echo "LEAK CHECK FAILED"
+python3 "$ROOT/scripts/scrub_export.py" --check kineto/review/*.json.gz nsys/*.sqlite.xz gpt_compiled_run/trace.sqlite || echo "LEAK CHECK FAILED"
 ls -la nsys kineto/review gpt_compiled_run
 tar -C "$WORK" -cJf "$DEST/steady_fixtures.tar.xz" versions.txt nsys kineto gpt_compiled_run gpt_compiled_run.log
 ls -la "$DEST"
