@@ -87,7 +87,7 @@ def _scrub_in_place(conn: sqlite3.Connection, anonymize: bool, extra_env: Mappin
     if SYSTEM_ENV in tables and _has_columns(conn, SYSTEM_ENV, ("name", "value")):
         rows = conn.execute(f"SELECT CAST(value AS BLOB) FROM {SYSTEM_ENV} WHERE name = 'DeviceEnvironment'").fetchall()
         environments += [parse_environment(_text(v), ";") for (v,) in rows]
-        counts[f"{SYSTEM_ENV} DeviceEnvironment rows"] = conn.execute(
+        counts[f"{SYSTEM_ENV} environment rows"] = conn.execute(
             f"DELETE FROM {SYSTEM_ENV} WHERE name = 'DeviceEnvironment'").rowcount
     if CAPTURE in tables and _has_columns(conn, CAPTURE, ("name", "value")):
         rows = conn.execute(f"SELECT CAST(value AS BLOB) FROM {CAPTURE} WHERE {_CAPTURE_ENV}").fetchall()
