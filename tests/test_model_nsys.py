@@ -27,6 +27,7 @@ ROWS = {
     "api": ("CUPTI_ACTIVITY_KIND_RUNTIME", "1"),
     "ranges": ("NVTX_EVENTS", f"eventType IN ({RANGE_TYPES})"),
     "syncs": ("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "1"),
+    "osrt": ("OSRT_API", "eventClass = 27"),  # the calls osrt_sum counts
     "processes": ("PROCESSES", "1"),
     "threads": ("ThreadNames", "1"),
     "devices": ("TARGET_INFO_GPU", "1"),

@@ -90,9 +90,8 @@ def breakdown(traces: tuple[Path, ...], steady: bool, wide: bool, fmt: str) -> N
 
 
 def _idle_rows(row: dict[str, Any]) -> list[dict[str, Any]]:
+    from profkit.report.text import cpu_activity
+
     origin = row["span_start_ns"]
-    out = []
-    for gap in row["longest_idle"]:
-        parts = [f"{r['name']} ({r['overlap_ns'] / 1e6:.2f} ms)" for r in (gap["ranges"][:1] + gap["api"][:2])]
-        out.append({**gap, "at_ms": (gap["start_ns"] - origin) / 1e6, "cpu": "; ".join(parts)})
-    return out
+    return [{**gap, "at_ms": (gap["start_ns"] - origin) / 1e6, "cpu": cpu_activity(gap)}
+            for gap in row["longest_idle"]]

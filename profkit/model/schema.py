@@ -180,6 +180,18 @@ SYNCS = _cols(
                             "(nsys schema 3.20: 'CUPTI sync type <n>', its labels do not fit the values)"),
 )
 
+# OS runtime calls a traced thread made (nsys ``-t osrt``: OSRT_API rows of
+# eventClass 27, the calls osrt_sum counts; Kineto records none, so the table
+# stays empty there).  What a launching thread did while the GPU sat idle:
+# blocked in pthread_cond_wait, sleeping in nanosleep, writing a checkpoint.
+# No return value: nsys's returnValue column is 0 in every row of every
+# committed export (2023.4 and 2025.3), so it tells nothing.
+OSRT = _cols(
+    ("start", INT, "ns"), ("end", INT, "ns"),
+    ("pid", INT, ""), ("tid", INT, ""),
+    ("name", CATEGORY, "the libc / system call as nsys names it: 'pthread_cond_wait', 'nanosleep', 'open64'"),
+)
+
 PROCESSES = _cols(
     ("pid", INT, ""),
     ("name", CATEGORY, "process name ('' unknown)"),
@@ -200,6 +212,7 @@ TABLES: dict[str, tuple[Column, ...]] = {
     "cpu_ops": CPU_OPS,
     "python_sites": PYTHON_SITES,
     "syncs": SYNCS,
+    "osrt": OSRT,
     "processes": PROCESSES,
     "threads": THREADS,
 }

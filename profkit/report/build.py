@@ -91,7 +91,8 @@ def build_report(trace: Trace, *, ncu_csv: Path | None = None, partial: bool = F
     if ncu_csv is not None:
         add("ncu", "Nsight Compute (ncu)", lambda s: fill.fill_ncu(s, Path(ncu_csv), top, found))
     add(INTERACTIVE, "", lambda s: found.update(interactive_timeline=_interactive_timeline(trace)))
-    sections = [s for s in _build_sections(plan, trace) if s.key != INTERACTIVE]
+    add(IDLE_CPU, "", lambda s: fill.describe_idle_cpu(trace, found))
+    sections = [s for s in _build_sections(plan, trace) if s.key not in (INTERACTIVE, IDLE_CPU)]
 
     # The steady state leads: a headline over the whole capture is made by start-up.
     items = steps_section.findings_for(trace, found)
@@ -103,7 +104,9 @@ def build_report(trace: Trace, *, ncu_csv: Path | None = None, partial: bool = F
                            longest_gap_ranges=gap_ranges,
                            occupancy=found.get("occupancy"), nvtx_ranges=found.get("nvtx_ranges"),
                            ncu=found.get("ncu"), time_origin_ns=timeline.time_origin(trace),
-                           steps_found=bool(found.get("steps") and found["steps"].found))
+                           steps_found=bool(found.get("steps") and found["steps"].found),
+                           longest_gap_cpu=next((g["cpu"] for g in found.get("idle_gaps") or ()
+                                                 if gap and (g["start_ns"], g["end_ns"], g["device"]) == gap), ""))
     partial_reason = (run_info or {}).get("partial_reason") if partial else None
     command = (run_info or {}).get("command")
     title = f"profkit report: {' '.join(command) if command else trace.name}"
@@ -123,7 +126,10 @@ def build_report(trace: Trace, *, ncu_csv: Path | None = None, partial: bool = F
 # dropped before the CUDA API calls (the biggest table) are read.  The capture runs
 # after the API summary so that its row counts come from columns already read.
 INTERACTIVE = "interactive_timeline"  # report.html's canvas timeline: built here, not a section
-BUILD_ORDER = ("timeline", "utilization", "kernels", "occupancy", "api", "steps", "nvtx", "capture",
+# The CPU side of the longest idle stretches (fills the utilization section's table):
+# after the CUDA API section, whose columns it reads.
+IDLE_CPU = "idle_cpu"
+BUILD_ORDER = ("timeline", "utilization", "kernels", "occupancy", "api", IDLE_CPU, "steps", "nvtx", "capture",
                "nvtx_kernels", INTERACTIVE, "memory", "stalls", "ncu")
 # Columns read in one scan of their table before the section that first needs them:
 # a scan of a million rows costs about as much as three more columns in it, so every
@@ -134,7 +140,7 @@ PREFETCH: dict[str, dict[str, tuple[str, ...]]] = {
     "api": {"api": ("start", "end", DURATION, "pid", "tid", "correlation", "name")},
 }
 RELEASE = {"utilization": {"kernels": ("stream",), "memcpy": ("stream", "pid"), "memset": ("stream", "pid")},
-           "stalls": {"api": None, "syncs": None}}
+           IDLE_CPU: {"osrt": None}, "stalls": {"api": None, "syncs": None}}
 
 
 def _build_sections(plan: list[tuple[str, str, Callable[[Section], Section | None]]], trace: Trace) -> list[Section]:

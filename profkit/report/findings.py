@@ -40,16 +40,18 @@ def findings(*, capture: Row | None = None, kernels: Sequence[Row] | None = None
              api: Sequence[Row] | None = None, memory: Sequence[Row] | None = None,
              utilization: Sequence[Utilization] | None = None, longest_gap_ranges: Sequence[str] = (),
              occupancy: Sequence[Row] | None = None, nvtx_ranges: Sequence[Row] | None = None,
-             ncu: Sequence[Row] | None = None, time_origin_ns: int = 0, steps_found: bool = False) -> list[str]:
+             ncu: Sequence[Row] | None = None, time_origin_ns: int = 0, steps_found: bool = False,
+             longest_gap_cpu: str = "") -> list[str]:
     """Findings in order of weight; empty inputs give none.
 
     ``longest_gap_ranges``: the NVTX ranges enclosing the longest idle gap, innermost first;
+    ``longest_gap_cpu``: what its launching thread did meanwhile (``text.cpu_activity``);
     ``time_origin_ns``: the trace time that reads as 0 s of the capture;
     ``steps_found``: the steady-state findings (``steps_section``) lead; the
     whole-capture busy figure then says it includes start-up and blames nobody.
     """
     out: list[str] = []
-    out += _busy(capture, utilization, longest_gap_ranges, time_origin_ns, steps_found)
+    out += _busy(capture, utilization, longest_gap_ranges, time_origin_ns, steps_found, longest_gap_cpu)
     out += _kernels(kernels)
     out += _blocking_calls(api)
     out += _memory(memory, kernels)
@@ -69,7 +71,7 @@ def longest_gap(utilization: Sequence[Utilization] | None) -> tuple[int, int, in
 
 
 def _busy(capture: Row | None, utilization: Sequence[Utilization] | None,
-          gap_ranges: Sequence[str], origin: int = 0, steps_found: bool = False) -> list[str]:
+          gap_ranges: Sequence[str], origin: int = 0, steps_found: bool = False, gap_cpu: str = "") -> list[str]:
     out = []
     if capture and capture.get("gpu_busy_pct") is not None and capture.get("gpu_span_ns"):
         pct = capture["gpu_busy_pct"]
@@ -85,7 +87,8 @@ def _busy(capture: Row | None, utilization: Sequence[Utilization] | None,
         where = f" on GPU {device}" if len(utilization or ()) > 1 else ""
         inside = f", inside the range {gap_ranges[0]!r}" if gap_ranges else ""
         out.append(f"The longest idle stretch{where} lasted {duration(end - start)}, from "
-                   f"{(start - origin) / 1e9:.3f} s to {(end - origin) / 1e9:.3f} s of the capture{inside}.")
+                   f"{(start - origin) / 1e9:.3f} s to {(end - origin) / 1e9:.3f} s of the capture{inside}."
+                   + (f" The launching thread meanwhile: {gap_cpu}." if gap_cpu else ""))
     return out
 
 

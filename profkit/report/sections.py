@@ -21,7 +21,7 @@ from profkit.errors import ProfkitError
 from profkit.model import Trace
 from profkit.output import Column
 from profkit.report.model import Figure, Row, Section, Table
-from profkit.report.text import duration
+from profkit.report.text import cpu_activity, duration
 
 TIMELINE_BINS = 1000  # about one bin per pixel of the figure
 ZOOM_SHARE = 0.9  # the zoomed timeline shows the shortest window with this share of the busy time...
@@ -63,6 +63,7 @@ GAP_COLUMNS = [
     Column("duration", "Idle for"),
     Column("start_s", "From (s of the capture)"),
     Column("end_s", "To (s)"),
+    Column("cpu", "Launching thread meanwhile"),
 ]
 OCCUPANCY_COLUMNS = [
     Column("time_pct", "Time %", "pct"),
@@ -249,7 +250,27 @@ def fill_utilization(section: Section, found: dict[str, Any]) -> None:
             for u in views[0][1] for a, b in u.gaps]
     if gaps:
         gaps.sort(key=lambda g: -g["duration_ns"])
+        for gap in gaps:
+            gap["cpu"] = ""  # filled by describe_idle_cpu once the CUDA calls are read
+        found["idle_gaps"] = gaps
         section.tables.append(Table("idle_gaps", "Longest idle stretches", GAP_COLUMNS, gaps))
+
+
+def describe_idle_cpu(trace: Trace, found: dict[str, Any]) -> None:
+    """What the launching thread did in each of the utilization section's longest idle
+    stretches (ranges, CUDA calls, OS runtime calls, each with its time in the stretch).
+
+    It runs after the CUDA API section (``build.BUILD_ORDER``), whose columns it
+    reuses, and fills the rows the utilization section's table already holds."""
+    from profkit.analysis.breakdown.idle import CPU_KINDS, cpu_in_gaps
+
+    gaps = found.get("idle_gaps") or []
+    if not gaps:
+        return
+    for gap, cpu in zip(gaps, cpu_in_gaps(trace, [(g["start_ns"], g["end_ns"], g["device"]) for g in gaps])):
+        gap["cpu"] = cpu_activity(cpu)
+        gap.update(pid=cpu["pid"], tid=cpu["tid"], next_op=cpu["next_op"],
+                   launched_ns_into_gap=cpu["launched_ns_into_gap"], **{k: cpu[k] for k in CPU_KINDS})
 
 
 def fill_occupancy(section: Section, trace: Trace, ncu_csv: Path | None, top: int, found: dict[str, Any]) -> None:

@@ -43,3 +43,18 @@ def short_kernel_name(name: str | None, limit: int = 80) -> str:
     if len(head) > limit:
         head = head[: limit - 1] + "…"
     return head
+
+
+# What a thread did during a GPU idle gap (``analysis.breakdown.idle``): kind -> label.
+CPU_ACTIVITY_LABELS = (("ranges", "ranges"), ("api", "CUDA"), ("cpu_ops", "ops"), ("osrt", "OS"))
+
+
+def cpu_activity(gap: dict, per_kind: int = 2) -> str:
+    """"ranges: train_step 4.2 ms; CUDA: cudaStreamSynchronize 4.1 ms; OS: pthread_cond_wait 4.1 ms, write 0.2 ms"
+    from a gap's lists of {name, overlap_ns} (the time each spent inside the gap)."""
+    parts = []
+    for key, label in CPU_ACTIVITY_LABELS:
+        items = (gap.get(key) or [])[:per_kind]
+        if items:
+            parts.append(f"{label}: " + ", ".join(f"{i['name']} {duration(i['overlap_ns'])}" for i in items))
+    return "; ".join(parts)

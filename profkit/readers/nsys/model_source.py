@@ -25,6 +25,7 @@ memset      CUPTI_ACTIVITY_KIND_MEMSET (+ ENUM_CUDA_MEM_KIND)
 api         CUPTI_ACTIVITY_KIND_RUNTIME (runtime and driver: eventClass 0 / 1)
 ranges      NVTX_EVENTS push/pop and start/end ranges (+ domain-create events)
 syncs       CUPTI_ACTIVITY_KIND_SYNCHRONIZATION (+ ENUM_CUPTI_SYNC_TYPE)
+osrt        OSRT_API calls (eventClass 27, as osrt_sum counts them)
 processes   PROCESSES
 threads     ThreadNames
 ==========  =====================================================
@@ -203,6 +204,16 @@ def _sync_labels(export: NsysExport) -> dict[int, str]:
     return {int(v): f"CUPTI sync type {int(v)}" for (v,) in values if v is not None}
 
 
+def _osrt(export: NsysExport) -> TableSpec:
+    t = queries.OSRT.table
+    calls = f"eventClass = {queries.OSRT_CALL_EVENT_CLASS}" if export.has_column(t, "eventClass") else "1"
+    return TableSpec(t, where=calls, columns={
+        "start": _int(export, t, "start"), "end": _int(export, t, "end"),
+        "pid": _pid(export, t, "globalTid"), "tid": _tid(export, t, "globalTid"),
+        "name": Spec(STRING_ID, _col(export, t, "nameId")),
+    })
+
+
 def _processes(export: NsysExport) -> TableSpec:
     t = "PROCESSES"
     pid = _int(export, t, "pid") if export.has_column(t, "pid") else _pid(export, t, "globalPid")
@@ -217,19 +228,19 @@ def _threads(export: NsysExport) -> TableSpec:
 
 _SPECS: dict[str, Callable[[NsysExport], TableSpec]] = {
     "kernels": _kernels, "memcpy": _memcpy, "memset": _memset, "api": _api, "ranges": _ranges,
-    "syncs": _syncs, "processes": _processes, "threads": _threads,
+    "syncs": _syncs, "osrt": _osrt, "processes": _processes, "threads": _threads,
 }
 _NSYS_TABLES = {
     "devices": "TARGET_INFO_GPU", "kernels": queries.KERNELS.table, "memcpy": queries.MEMCPY.table,
     "memset": queries.MEMSET.table, "api": queries.RUNTIME.table, "ranges": queries.NVTX.table,
-    "syncs": sync.SYNC, "processes": "PROCESSES", "threads": "ThreadNames",
+    "syncs": sync.SYNC, "osrt": queries.OSRT.table, "processes": "PROCESSES", "threads": "ThreadNames",
 }
 _RANGE_TEXT_COLUMNS = ("name", "domain", "kind")
 
 
 # model table -> what the nsys table holds and the ``nsys profile -t`` option recording it
 _REQUIREMENTS = {"kernels": queries.KERNELS, "api": queries.RUNTIME, "ranges": queries.NVTX,
-                 "memcpy": queries.MEMCPY, "memset": queries.MEMSET}
+                 "memcpy": queries.MEMCPY, "memset": queries.MEMSET, "osrt": queries.OSRT}
 
 
 class NsysSource:

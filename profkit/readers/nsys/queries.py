@@ -37,6 +37,10 @@ NVTX = Requirement("NVTX_EVENTS", "NVTX data", "nvtx")
 STRINGS = Requirement("StringIds", "string table (StringIds)", None)
 MEMCPY = Requirement("CUPTI_ACTIVITY_KIND_MEMCPY", "CUDA memcpy data", "cuda")
 MEMSET = Requirement("CUPTI_ACTIVITY_KIND_MEMSET", "CUDA memset data", "cuda")
+OSRT = Requirement("OSRT_API", "OS runtime trace data", "osrt")
+# OSRT_API.eventClass of a call (osrt_sum.py counts only these); 31 and 32 mark
+# the start and finish of OS runtime tracing.
+OSRT_CALL_EVENT_CLASS = 27
 
 
 def check(export: NsysExport, *requirements: Requirement) -> None:

@@ -1,0 +1,111 @@
+"""OS runtime calls in the trace model and in the longest GPU idle stretches.
+
+Oracle: the export's own OSRT_API rows read here with plain SQL (the calls
+nsys's osrt_sum counts: eventClass 27), and the launching thread found in
+SQL from the GPU operation that ends a gap (its correlation id in
+CUPTI_ACTIVITY_KIND_RUNTIME); never the reader's own queries.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import defaultdict
+
+import pytest
+
+from profkit.analysis.breakdown import rank_breakdown
+from profkit.analysis.breakdown.idle import TOP_PER_KIND
+from profkit.readers import open_trace
+from profkit.report.build import build_report
+from profkit.report.json_report import report_dict
+from tests.conftest import DATA, nsys_fixture
+
+MASK = 0xFFFFFF
+# Both export schemas (3.7: nsys 2023.4; 3.20: nsys 2025.3).
+FIXTURES = ["nsys2023_sync", "nsys2025_mlp_plain", "nsys2025_train_print"]
+
+
+def sql(name: str) -> sqlite3.Connection:
+    return sqlite3.connect(f"file:{nsys_fixture(name)}?mode=ro&immutable=1", uri=True)
+
+
+def oracle_osrt(conn: sqlite3.Connection, pid: int, tid: int, g0: int, g1: int) -> list[tuple[str, int, int]]:
+    """(name, calls, ns inside [g0, g1)) of the thread's OS runtime calls overlapping the window,
+    most time first (then by name), at most TOP_PER_KIND."""
+    rows = conn.execute(f"""SELECT s.value, o.start, o."end" FROM OSRT_API AS o JOIN StringIds AS s ON s.id = o.nameId
+        WHERE o.eventClass = 27 AND (o.globalTid >> 24) & {MASK} = ? AND o.globalTid & {MASK} = ?
+          AND o."end" > ? AND o.start < ?""", (pid, tid, g0, g1)).fetchall()
+    totals: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for name, start, end in rows:
+        totals[name][0] += 1
+        totals[name][1] += min(end, g1) - max(start, g0)
+    ranked = sorted(totals.items(), key=lambda kv: (-kv[1][1], kv[0]))[:TOP_PER_KIND]
+    return [(name, n, ns) for name, (n, ns) in ranked]
+
+
+def launching_thread(conn: sqlite3.Connection, device: int, at: int) -> tuple[int, int]:
+    """(pid, tid) of the CUDA call that launched the GPU operation starting at ``at`` on ``device``."""
+    for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"):
+        row = conn.execute(f"""SELECT (r.globalTid >> 24) & {MASK}, r.globalTid & {MASK} FROM {table} AS g
+            JOIN CUPTI_ACTIVITY_KIND_RUNTIME AS r ON r.correlationId = g.correlationId
+            WHERE g.deviceId = ? AND g.start = ? ORDER BY r.start LIMIT 1""", (device, at)).fetchone()
+        if row:
+            return row
+    raise AssertionError(f"no GPU operation starts at {at}")
+
+
+def as_tuples(items: list[dict]) -> list[tuple[str, int, int]]:
+    return [(i["name"], i["count"], i["overlap_ns"]) for i in items]
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_osrt_table_holds_the_export_calls(name: str) -> None:
+    with sql(name) as conn:
+        rows = conn.execute(f"""SELECT o.start, o."end", (o.globalTid >> 24) & {MASK}, o.globalTid & {MASK}, s.value
+            FROM OSRT_API AS o JOIN StringIds AS s ON s.id = o.nameId WHERE o.eventClass = 27
+            ORDER BY o.rowid""").fetchall()
+    with open_trace(nsys_fixture(name)) as trace:
+        assert trace.has("osrt")
+        osrt = trace.table("osrt")
+    assert len(rows) > 10_000
+    assert list(zip(osrt.start, osrt["end"], osrt.pid, osrt.tid, osrt.name.astype(str))) == [tuple(r) for r in rows]
+
+
+def test_kineto_records_no_os_runtime_calls() -> None:
+    with open_trace(DATA / "kineto" / "mlp_plain.json.gz") as trace:
+        assert not trace.has("osrt")
+        assert len(trace.table("osrt")) == 0
+        gaps = rank_breakdown(trace)["longest_idle"]
+    assert gaps and all(g["osrt"] == [] for g in gaps)
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_longest_idle_names_the_launching_threads_os_calls(name: str) -> None:
+    with open_trace(nsys_fixture(name)) as trace:
+        gaps = rank_breakdown(trace)["longest_idle"]
+    assert gaps
+    with sql(name) as conn:
+        for gap in gaps:
+            expected = oracle_osrt(conn, gap["pid"], gap["tid"], gap["start_ns"], gap["end_ns"])
+            assert as_tuples(gap["osrt"]) == expected
+    # the OS calls do show up: blocking in ioctl (driver), loading modules (stat64, mmap64)
+    assert any(gap["osrt"] for gap in gaps)
+
+
+@pytest.mark.parametrize("name", ["nsys2023_sync", "nsys2025_mlp_plain"])
+def test_report_gap_table_says_what_the_launching_thread_did(name: str) -> None:
+    with open_trace(nsys_fixture(name)) as trace:
+        report = report_dict(build_report(trace))
+    rows = report["sections"]["utilization"]["tables"]["idle_gaps"]["rows"]
+    assert rows
+    with sql(name) as conn:
+        for row in rows:
+            pid, tid = launching_thread(conn, row["device"], row["end_ns"])
+            assert (row["pid"], row["tid"]) == (pid, tid)
+            expected = oracle_osrt(conn, pid, tid, row["start_ns"], row["end_ns"])
+            assert as_tuples(row["osrt"]) == expected
+            for call, _, _ in expected[:2]:  # the table cell names the two longest
+                assert f"{call} " in row["cpu"]
+    longest = max(rows, key=lambda r: r["duration_ns"])
+    finding = next(f for f in report["findings"] if f.startswith("The longest idle stretch"))
+    assert longest["cpu"] and longest["cpu"] in finding
