@@ -45,9 +45,12 @@ class Column:
 
     key: str
     title: str
-    kind: str = "text"  # text | kernel (a kernel name) | int | ns | pct | float | bytes
+    kind: str = "text"  # text | kernel (a kernel name) | int | ns | pct | float | bytes | widths
+    missing: str = ""  # shown for an unknown value ("—" where a blank would read as zero)
 
     def show(self, value: Any) -> str:
+        if self.missing and (value is None or (isinstance(value, float) and math.isnan(value))):
+            return self.missing
         return format_value(value, self.kind)
 
 
@@ -67,7 +70,15 @@ def format_value(value: Any, kind: str = "text") -> str:
         return f"{value:,.2f}"
     if kind == "bytes":
         return human_bytes(value)
+    if kind == "widths" and isinstance(value, dict):
+        return memory_widths(value)
     return str(value)
+
+
+def memory_widths(counts: dict[Any, int]) -> str:
+    """``{"128": 30, "64": 0, "32": 1}`` (instructions per access width in bits) -> "30×128b, 1×32b"."""
+    shown = [f"{n}×{w}b" for w, n in sorted(counts.items(), key=lambda item: -int(item[0])) if n]
+    return ", ".join(shown) or "none"
 
 
 def human_bytes(n: float) -> str:
@@ -332,3 +343,25 @@ TIME_COLUMNS = [
 KERNEL_COLUMNS = [*TIME_COLUMNS, Column("name", "Kernel", "kernel")]
 API_COLUMNS = [*TIME_COLUMNS, Column("name", "API function")]
 NVTX_COLUMNS = [*TIME_COLUMNS, Column("style", "Style"), Column("name", "Range")]
+
+# The machine code of a kernel (profkit.analysis.kernel_code) and its achieved DRAM
+# bandwidth (profkit.analysis.kernel_bandwidth), shown next to its GPU time.  "—" marks
+# a kernel whose code or ncu figures are not known (a vendor kernel: cuBLAS, NCCL, ...),
+# so that nothing reads as a zero.
+NOT_KNOWN = "—"
+KERNEL_CODE_COLUMNS = [
+    Column("registers", "Regs", "int", NOT_KNOWN),
+    Column("spills", "Spill B", "int", NOT_KNOWN),
+    Column("global_loads", "Loads", "widths", NOT_KNOWN),
+    Column("global_stores", "Stores", "widths", NOT_KNOWN),
+    Column("vector_grade", "Vectorized (128-bit share)", "text", NOT_KNOWN),
+]
+KERNEL_BANDWIDTH_COLUMNS = [
+    Column("dram_gbps", "DRAM GB/s", "float", NOT_KNOWN),
+    Column("dram_peak_pct", "% of peak BW", "pct", NOT_KNOWN),
+]
+
+
+def kernel_columns_with(*extra: list[Column]) -> list[Column]:
+    """KERNEL_COLUMNS with more columns before the kernel name (which stays last)."""
+    return [*KERNEL_COLUMNS[:-1], *(c for columns in extra for c in columns), KERNEL_COLUMNS[-1]]

@@ -8,57 +8,139 @@ names a Triton kernel by its function name (``triton_poi_fused_gelu_0``,
 ``gelu_kernel``), which is the symbol in the cubin, so the two join on that
 name.  For each traced kernel found, this gives registers, spills, load and
 store widths and the graded vectorization verdict (``profkit.ptx.summary``).
+
+One name can have several compiled variants: inductor's autotuner compiles
+every candidate configuration (warps, block sizes) and keeps them all in the
+cache.  The variant that ran is the one whose warps and shared memory match
+the launches the trace recorded (block size, shared memory per block); when
+that still leaves variants whose code differs, the facts they disagree on are
+left unknown rather than guessed.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from profkit.analysis.kernel_names import function_name
 from profkit.errors import ProfkitError
+from profkit.model import Trace
 
-CODE_KEYS = ("registers", "spills", "global_loads", "global_stores", "vector_share", "vectorization", "code_verdict")
+# The keys every row gets from ``attach_code`` (None where the code is unknown).
+CODE_KEYS = ("registers", "spills", "global_loads", "global_stores", "vector_share", "vectorization",
+             "vector_grade", "code_verdict", "code_variants")
+
+Variant = dict[str, Any]
+_SHOWN_KEYS = ("registers", "spills", "global_loads", "global_stores", "vector_grade")
 
 
-def code_by_kernel(directories: Iterable[Path]) -> dict[str, dict[str, Any]]:
-    """Kernel function name -> its machine-code facts, for every compiled kernel under the folders."""
+def code_by_kernel(directories: Iterable[Path], names: Iterable[str] | None = None) -> dict[str, list[Variant]]:
+    """Kernel function name -> the machine-code facts of each of its compiled variants under the
+    folders (``names``: only these kernels; folders that do not exist are skipped).
+
+    A variant's keys: CODE_KEYS but code_variants, plus ``arch``, ``code_source``,
+    ``threads_per_block`` (Triton's num_warps x 32, None if unknown) and
+    ``shared_bytes`` (Triton's dynamic shared memory, None if unknown)."""
     from profkit.ptx.cache import Cache
     from profkit.ptx.inductor import scan
     from profkit.ptx.kernel import kernels_of
     from profkit.ptx.summary import summarize, width_map
 
+    wanted = None if names is None else {function_name(str(n)) for n in names}
     cache = Cache()
-    found: dict[str, dict[str, Any]] = {}
-    for directory in directories:
-        if not Path(directory).is_dir():
+    found: dict[str, list[Variant]] = {}
+    for directory in dict.fromkeys(Path(d) for d in directories):
+        if not directory.is_dir():
             continue
-        for build in scan(Path(directory), cache).builds:
+        for build in scan(directory, cache, only=wanted).builds:
+            warps = build.params.get("num_warps")
             for code in kernels_of(build, cache, every=True):
                 s = summarize(code)
-                found.setdefault(code.name, {
+                found.setdefault(code.name, []).append({
                     "registers": s.registers,
                     "spills": None if s.spill_stores_bytes is None else s.spill_stores_bytes + s.spill_loads_bytes,
                     "global_loads": width_map(s.mix.global_loads),
                     "global_stores": width_map(s.mix.global_stores),
                     "vector_share": s.vector_share,
                     "vectorization": s.vectorization,
+                    "vector_grade": vector_grade(s.vectorization, s.vector_share),
                     "code_verdict": s.verdict,
                     "arch": s.arch,
                     "code_source": s.source,
+                    "threads_per_block": int(warps) * 32 if isinstance(warps, int) else None,
+                    "shared_bytes": build.dynamic_shared_bytes.get(code.symbol),
                 })
     return found
 
 
-def attach_code(rows: Sequence[dict[str, Any]], code: dict[str, dict[str, Any]],
+def vector_grade(grade: str, share: float | None) -> str:
+    """"mostly (92%)": the grade with the share of global load/store bytes moved by 128-bit
+    accesses (rounded down below 100%, so that "mostly" never reads "(100%)")."""
+    if share is None:
+        return grade
+    return f"{grade} ({100 if share >= 1 else math.floor(100 * share)}%)"
+
+
+def launch_shapes(trace: Trace) -> dict[str, tuple[int, int | None]]:
+    """Kernel function name -> (threads per block, shared memory per block) of its most
+    launched configuration in the trace; shared memory None where the trace lacks it."""
+    if not trace.has("kernels"):
+        return {}
+    k = trace.table("kernels", ["name", "block_x", "block_y", "block_z", "static_smem_bytes",
+                                "dynamic_smem_bytes"])
+    if not len(k):
+        return {}
+    frame = k.assign(threads=k["block_x"] * k["block_y"] * k["block_z"],
+                     smem=k["static_smem_bytes"].clip(lower=0) + k["dynamic_smem_bytes"].clip(lower=0))
+    unknown_smem = (k["static_smem_bytes"] < 0) & (k["dynamic_smem_bytes"] < 0)
+    frame.loc[unknown_smem, "smem"] = -1
+    counts = frame.groupby(["name", "threads", "smem"], observed=True).size().reset_index(name="launches")
+    counts = counts.sort_values("launches", ascending=False, kind="stable").drop_duplicates("name")
+    return {function_name(str(r.name)): (int(r.threads), None if r.smem < 0 else int(r.smem))
+            for r in counts.itertuples(index=False)}
+
+
+def pick_variant(variants: Sequence[Variant], shape: tuple[int, int | None] | None) -> Variant:
+    """What is known of the variant that ran: the variants matching the traced launch's
+    threads per block and shared memory (all of them when none match or no launch is
+    known), and of their facts those they agree on; the others are None (two variants
+    of a pointwise kernel that differ only in elements per thread have the same
+    registers and different load widths)."""
+    candidates = list(variants)
+    if len(candidates) > 1 and shape is not None:
+        threads, smem = shape
+        same_threads = [v for v in candidates if v["threads_per_block"] == threads]
+        same_smem = [v for v in same_threads if smem is not None and v["shared_bytes"] == smem]
+        candidates = same_smem or same_threads or candidates
+    return {key: _agreed([v.get(key) for v in candidates]) for key in candidates[0]}
+
+
+def _agreed(values: list[Any]) -> Any:
+    first = json.dumps(values[0], sort_keys=True)
+    return values[0] if all(json.dumps(v, sort_keys=True) == first for v in values[1:]) else None
+
+
+def attach_code(rows: Sequence[dict[str, Any]], code: dict[str, list[Variant]],
+                shapes: dict[str, tuple[int, int | None]] | None = None,
                 name_key: str = "name") -> list[dict[str, Any]]:
-    """Rows with the machine-code columns of the kernels that have code (others unchanged)."""
+    """Rows with the machine-code columns (CODE_KEYS): the facts of the variant that ran
+    where its code was found; a key the row lacks is None elsewhere (a key it has, such
+    as a diff row's registers from the trace, stays)."""
     out = []
     for row in rows:
-        facts = code.get(function_name(str(row.get(name_key, ""))))
-        out.append({**row, **facts} if facts else dict(row))
+        name = function_name(str(row.get(name_key, "")))
+        variants = code.get(name) or []
+        new = dict(row)
+        if variants:
+            chosen = pick_variant(variants, (shapes or {}).get(name))
+            new.update({key: chosen[key] for key in CODE_KEYS if key in chosen})
+        for key in CODE_KEYS:
+            new.setdefault(key, None)
+        new["code_variants"] = len(variants) or None
+        out.append(new)
     return out
 
 
@@ -70,3 +152,19 @@ def run_folder_caches(run_json: Path) -> list[Path]:
         raise ProfkitError(f"{run_json}: unreadable ({exc})") from None
     caches = (info.get("kernel_caches") or {}) if isinstance(info, dict) else {}
     return [Path(p) for p in caches.values() if isinstance(p, str)]
+
+
+def code_note(rows: Sequence[dict[str, Any]], directories: Sequence[Path]) -> str | None:
+    """One sentence on what was found, for the kernels whose code could be there
+    (Triton's names); None when there are none."""
+    triton = [r for r in rows if str(r.get("name", "")).startswith("triton_") or r.get("code_variants")]
+    if not triton:
+        return None
+    known = sum(1 for r in triton if r.get("registers") is not None and r.get("code_variants"))
+    partial = sum(1 for r in triton if r.get("code_variants") and any(r.get(k) is None for k in _SHOWN_KEYS))
+    where = ", ".join(str(d) for d in directories) or "no folder given"
+    text = f"Machine code found for {known} of {len(triton)} Triton kernels (searched: {where})."
+    if partial:
+        text += (f" {partial} have several compiled variants (autotuning) that the traced launch (block size, "
+                 "shared memory) does not tell apart: where their code differs, the cell shows —.")
+    return text

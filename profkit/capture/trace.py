@@ -393,7 +393,8 @@ def _write_report(export: Path, run_dir: Path, ncu_csv: Path | None, record: Run
         from profkit.report import write_report
     except ImportError as exc:
         raise ProfkitError(f"the report writer is not available ({exc})") from None
-    return write_report(export, run_dir, ncu_csv=ncu_csv, partial=record.partial, run_info=record.report_info())
+    return write_report(export, run_dir, ncu_csv=ncu_csv, partial=record.partial, run_info=record.report_info(),
+                        code_dirs=list(record.kernel_caches.values()))
 
 
 def _tool_info(tool: FoundTool) -> dict[str, str | None]:

@@ -61,10 +61,13 @@ def diff(base: Path, new: Path, fmt: str, fail_pct: float | None, min_effect: fl
         check_comparable(base_trace, new_trace)
         result = diff_traces(base_trace, new_trace,
                              min_effect_pct=noise.MIN_EFFECT_PCT if min_effect is None else min_effect)
-    if code_dirs:
-        from profkit.analysis.kernel_code import attach_code, code_by_kernel
+        if code_dirs:
+            from profkit.analysis.kernel_code import attach_code, code_by_kernel, launch_shapes
 
-        result["kernels"] = attach_code(result["kernels"], code_by_kernel(code_dirs))
+            # the variant that ran is told by NEW's launches (BASE's for a kernel that is gone)
+            shapes = {**launch_shapes(base_trace), **launch_shapes(new_trace)}
+            code = code_by_kernel(code_dirs, names=[k["name"] for k in result["kernels"]])
+            result["kernels"] = attach_code(result["kernels"], code, shapes)
     if fmt == "json":
         click.echo(json.dumps(result, indent=2, default=float))
     elif fmt == "md":

@@ -19,13 +19,17 @@ from profkit.analysis.capture import capture_info
 from profkit.model import Trace
 from profkit.readers import open_trace
 from profkit.readers.nsys import NsysExport
+from profkit.capture.run import NCU_CSV, RUN_JSON
 from profkit.output import (
     API_COLUMNS,
+    KERNEL_BANDWIDTH_COLUMNS,
+    KERNEL_CODE_COLUMNS,
     KERNEL_COLUMNS,
     NVTX_COLUMNS,
     Column,
     emit_rows,
     format_option,
+    kernel_columns_with,
     wide_option,
 )
 
@@ -64,12 +68,16 @@ def _one_scan_then_exit(trace: Trace) -> None:
 @wide_option()
 @format_option()
 @click.option("--with-code", "with_code", is_flag=True,
-              help="Add each Triton/inductor kernel's registers, spills and vectorization from its compiled code.")
+              help="Add each Triton/inductor kernel's registers, spills, load/store widths and vectorization "
+                   "from its compiled code.")
 @click.option("--inductor", "code_dirs", multiple=True, type=click.Path(file_okay=False, path_type=Path),
               metavar="DIR", help="A TORCHINDUCTOR_CACHE_DIR or Triton cache to find compiled kernels in "
                                   "(repeatable; a `profkit trace` run folder records its own).")
+@click.option("--ncu", "ncu_csv", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              metavar="CSV", help="With --with-code: achieved DRAM bandwidth per kernel from an ncu CSV "
+                                  "(a run folder's ncu.csv is used by itself).")
 def kernels(export: Path, top: int | None, wide: bool, fmt: str, with_code: bool,
-            code_dirs: tuple[Path, ...]) -> None:
+            code_dirs: tuple[Path, ...], ncu_csv: Path | None) -> None:
     """CUDA kernel summary: time per kernel name (= nsys stats cuda_gpu_kern_sum).
 
     \b
@@ -77,40 +85,54 @@ def kernels(export: Path, top: int | None, wide: bool, fmt: str, with_code: bool
       profkit kernels run.sqlite
       profkit kernels run.sqlite --top 10 --format md
       profkit kernels run.sqlite --format json | jq '.[0]'
+      profkit kernels profkit-runs/train-*/ --with-code     # a run folder: its caches, its ncu.csv
+      profkit kernels trace.json.gz --inductor /tmp/torchinductor_me --ncu ncu.csv
 
     JSON rows have the keys name, time_pct, total_ns, instances, avg_ns,
     med_ns, min_ns, max_ns, stddev_ns (times in ns; avg/med/stddev rounded
     to 0.1 ns as nsys rounds them).  TRACE is an nsys SQLite export
     (`nsys profile -t cuda ... --export sqlite` or `nsys export --type
     sqlite`) or a PyTorch profiler trace (.json, .json.gz, or a folder).
-    With --with-code, rows add registers, spills (bytes), vector_share (the
-    share of global bytes moved by 128-bit accesses) and vectorization
-    (full/mostly/partly/none) for kernels whose compiled code is found.
+    With --with-code, rows add registers, spills (bytes), global_loads and
+    global_stores (instructions per access width in bits), vector_share (the
+    share of global bytes moved by 128-bit accesses), vectorization
+    (full/mostly/partly/none) and vector_grade (both in words) for kernels
+    whose compiled code is found, and with ncu data dram_gbps (DRAM bytes
+    read + written / duration) and dram_peak_pct (of the GPU's peak); null,
+    or "—" in tables, where unknown (vendor kernels: cuBLAS, NCCL, ...).
     """
-    if with_code or code_dirs:
-        _print_kernels_with_code(export, top, fmt, wide, code_dirs)
+    if with_code or code_dirs or ncu_csv is not None:
+        _print_kernels_with_code(export, top, fmt, wide, code_dirs, ncu_csv)
         return
     _print_summary(summaries.kernel_summary, KERNEL_COLUMNS, "CUDA kernels", export, top, fmt, wide)
 
 
-CODE_COLUMNS = [Column("registers", "Regs", "int"), Column("spills", "Spill B", "int"),
-                Column("vectorization", "Vectorized")]
-
-
-def _print_kernels_with_code(export: Path, top: int | None, fmt: str, wide: bool, code_dirs: tuple[Path, ...]) -> None:
-    from profkit.analysis.kernel_code import attach_code, code_by_kernel, run_folder_caches
+def _print_kernels_with_code(export: Path, top: int | None, fmt: str, wide: bool, code_dirs: tuple[Path, ...],
+                             ncu_csv: Path | None) -> None:
+    from profkit.analysis.kernel_bandwidth import attach_bandwidth, bandwidth_note, peak_bandwidth
+    from profkit.analysis.kernel_code import attach_code, code_by_kernel, code_note, launch_shapes, run_folder_caches
+    from profkit.readers.ncu import read_ncu_csv
 
     dirs = list(code_dirs)
-    if export.is_dir() and (export / "run.json").is_file():
-        dirs += run_folder_caches(export / "run.json")
+    if export.is_dir() and (export / RUN_JSON).is_file():
+        dirs += run_folder_caches(export / RUN_JSON)
+        if ncu_csv is None and (export / NCU_CSV).is_file():
+            ncu_csv = export / NCU_CSV
+    launches = read_ncu_csv(ncu_csv) if ncu_csv is not None else None
     with open_trace(export) as trace:
         rows = summaries.kernel_summary(trace)
+        code = code_by_kernel(dirs, names=[r["name"] for r in rows])
+        rows = attach_code(rows, code, launch_shapes(trace) if code else None)
+        peaks = peak_bandwidth(trace)
+    rows = attach_bandwidth(rows, launches or [], peaks)
+    notes = [n for n in (code_note(rows, dirs), bandwidth_note(rows, launches, peaks)) if n]
     if top is not None:
         rows = summaries.top_n(rows, top)
-    rows = attach_code(rows, code_by_kernel(dirs))
-    name = KERNEL_COLUMNS[-1]
-    emit_rows(rows, [*KERNEL_COLUMNS[:-1], *CODE_COLUMNS, name], fmt, title="CUDA kernels with their machine code",
-              wide=wide)
+    columns = kernel_columns_with(KERNEL_CODE_COLUMNS, KERNEL_BANDWIDTH_COLUMNS if launches else [])
+    emit_rows(rows, columns, fmt, title="CUDA kernels with their machine code", wide=wide)
+    if fmt in ("table", "md"):  # JSON and CSV stay rows only, for machines
+        for note in notes:
+            click.echo(note, err=True)
 
 
 @click.command()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,20 +40,28 @@ class InductorScan:
     python_files: int
 
 
-def scan(directory: Path, cache: Cache) -> InductorScan:
-    """Every distinct compiled kernel under ``directory``, as Builds."""
+def scan(directory: Path, cache: Cache, only: Collection[str] | None = None) -> InductorScan:
+    """Every distinct compiled kernel under ``directory``, as Builds.
+
+    ``only``: just the kernels of these names (Triton names a kernel's files after
+    it), and no error when there are none: a trace's kernels looked up in a
+    shared Triton cache that holds thousands of other programs' kernels."""
     if not directory.is_dir():
         raise ProfkitError(f"{directory} is not a directory", hint="pass TORCHINDUCTOR_CACHE_DIR or an output-code dump")
     builds: list[Build] = []
     seen: set[str] = set()
     binaries = sorted(directory.rglob("*.cubin")) + sorted(
         p for p in directory.rglob("*.ptx") if not p.with_suffix(".cubin").exists())
+    if only is not None:
+        binaries = [p for p in binaries if p.stem in only]
     for path in binaries:
         build = _artifact_build(path, directory, cache)
         digest = file_digest(build.cubin)
         if digest not in seen:  # the same kernel is cached once per device / process
             seen.add(digest)
             builds.append(build)
+    if only is not None:
+        return InductorScan(builds, [], 0)
     compiled = {_stem_name(b) for b in builds}
     python_files = sorted(directory.rglob("*.py"))
     source_only = []

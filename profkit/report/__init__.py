@@ -12,10 +12,12 @@ from __future__ import annotations
 import contextlib
 import os
 from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from profkit.atomic import write_files
+from profkit.capture.run import NCU_CSV, RUN_JSON
 from profkit.errors import ProfkitError
 
 HTML_NAME, MD_NAME, JSON_NAME = "report.html", "report.md", "report.json"
@@ -30,7 +32,8 @@ class ReportPaths:
 
 def write_report(export_path: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None, *,
                  ncu_csv: Path | None = None, partial: bool = False, run_info: dict[str, Any] | None = None,
-                 top: int = 20, baseline: str | os.PathLike[str] | None = None) -> ReportPaths:
+                 top: int = 20, baseline: str | os.PathLike[str] | None = None,
+                 code_dirs: Sequence[str | os.PathLike[str]] = ()) -> ReportPaths:
     """Read a trace (an nsys SQLite export or a PyTorch profiler / Kineto JSON trace,
     detected from its content) and write report.html, report.md and report.json
     into ``out_dir`` (default: the trace's folder).
@@ -39,7 +42,10 @@ def write_report(export_path: str | os.PathLike[str], out_dir: str | os.PathLike
     ``partial`` marks the run as failed (a banner, and ``"partial": true``);
     ``run_info`` (from ``profkit trace``) adds the command, exit status and tools;
     ``top`` cuts long tables to the first N rows by time plus one summed row;
-    ``baseline`` (another trace of the same program) adds a step-time comparison.
+    ``baseline`` (another trace of the same program) adds a step-time comparison;
+    ``code_dirs`` (inductor or Triton caches) add each Triton kernel's registers, spills,
+    load/store widths and vectorization to the kernel table.  A ``profkit trace`` run
+    folder brings its own: the caches its run.json recorded and its ncu.csv.
     Raises ProfkitError for a bad trace or an unwritable folder.  The trace
     is opened read-only and never modified.
     """
@@ -51,11 +57,18 @@ def write_report(export_path: str | os.PathLike[str], out_dir: str | os.PathLike
 
     export_path = Path(export_path)
     target = Path(out_dir) if out_dir is not None else export_path.resolve().parent
+    dirs = [Path(d) for d in code_dirs]
+    if export_path.is_dir() and (export_path / RUN_JSON).is_file():
+        from profkit.analysis.kernel_code import run_folder_caches
+
+        dirs += run_folder_caches(export_path / RUN_JSON)
+        if ncu_csv is None and (export_path / NCU_CSV).is_file():
+            ncu_csv = export_path / NCU_CSV
     with contextlib.ExitStack() as stack:
         trace = stack.enter_context(open_trace(export_path))
         base = stack.enter_context(open_trace(Path(baseline))) if baseline is not None else None
         report = build_report(trace, ncu_csv=Path(ncu_csv) if ncu_csv is not None else None, partial=partial,
-                              run_info=run_info, top=top, baseline=base)
+                              run_info=run_info, top=top, baseline=base, code_dirs=dirs)
     texts = {HTML_NAME: render_html(report), MD_NAME: render_markdown(report), JSON_NAME: render_json(report)}
     try:
         target.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,7 @@ report.  Nothing is read from the profiled process's environment
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -30,9 +30,9 @@ from profkit.analysis.occupancy.trace import CONFIG_COLUMNS
 from profkit.errors import ProfkitError
 from profkit.model import NSYS, Trace
 from profkit.model.trace import DURATION
-from profkit.output import API_COLUMNS, KERNEL_COLUMNS, NVTX_COLUMNS
+from profkit.output import API_COLUMNS, NVTX_COLUMNS
 from profkit.report import sections as fill
-from profkit.report import steps_section
+from profkit.report import kernel_table, steps_section
 from profkit.report.findings import findings as make_findings
 from profkit.report.findings import longest_gap
 from profkit.report.model import Figure, Report, Section, Table
@@ -42,9 +42,10 @@ from profkit.report.text import duration, percent, size
 # -- building ----------------------------------------------------------------------------
 def build_report(trace: Trace, *, ncu_csv: Path | None = None, partial: bool = False,
                  run_info: dict[str, Any] | None = None, top: int = 20, bins: int = fill.TIMELINE_BINS,
-                 baseline: Trace | None = None) -> Report:
+                 baseline: Trace | None = None, code_dirs: Sequence[Path] = ()) -> Report:
     """Everything the report shows.  Raises ProfkitError when the trace holds no
-    CUDA trace at all (unless ``partial``: a failed run still gets its report)."""
+    CUDA trace at all (unless ``partial``: a failed run still gets its report).
+    ``code_dirs``: folders with the compiled Triton/inductor kernels (kernel_table.py)."""
     if top < 1:
         raise ProfkitError("--top must be at least 1")
     if not partial and not (trace.has("kernels") or trace.has("api")):
@@ -71,10 +72,11 @@ def build_report(trace: Trace, *, ncu_csv: Path | None = None, partial: bool = F
     add("timeline", "Timeline", lambda s: fill.fill_timeline(s, trace, bins, found))
     add("utilization", "GPU utilization", lambda s: fill.fill_utilization(s, found))
     nsys = trace.meta.source == NSYS
-    add("kernels", "CUDA kernels", lambda s: fill.fill_summary(
-        s, summaries.kernel_summary(trace), KERNEL_COLUMNS, top, "kernels", found,
+    add("kernels", "CUDA kernels", lambda s: kernel_table.fill_kernels(
+        s, trace, top, found,
         "Time per kernel name, as nsys stats --report cuda_gpu_kern_sum." if nsys else
-        "Time per kernel name, from the trace's kernel events (the figures nsys stats would give)."))
+        "Time per kernel name, from the trace's kernel events (the figures nsys stats would give).",
+        code_dirs, ncu_csv))
     add("api", "CUDA API", lambda s: fill.fill_summary(
         s, summaries.api_summary(trace), API_COLUMNS, top, "api", found,
         "Time the CPU spent in each CUDA runtime/driver call, as nsys stats --report cuda_api_sum." if nsys else

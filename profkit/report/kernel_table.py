@@ -1,0 +1,62 @@
+"""The report's kernel table: time per kernel (= nsys stats), with each kernel's machine code
+and achieved DRAM bandwidth next to its GPU time where they are known.
+
+The machine code (registers, spills, load/store widths, the graded
+vectorization) comes from the compiled Triton/inductor kernels in the folders
+given (``profkit.analysis.kernel_code``): a run folder's recorded caches, or
+``--inductor DIR``.  The bandwidth comes from an ncu CSV
+(``profkit.analysis.kernel_bandwidth``).  Every row carries the keys, None
+where unknown, so report.json has one shape; HTML and Markdown show the
+columns when there is something to show, and "—" for a kernel without.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from profkit.analysis import summaries
+from profkit.analysis.kernel_bandwidth import attach_bandwidth, bandwidth_note, peak_bandwidth
+from profkit.analysis.kernel_code import attach_code, code_by_kernel, code_note, launch_shapes
+from profkit.errors import ProfkitError
+from profkit.model import Trace
+from profkit.output import KERNEL_BANDWIDTH_COLUMNS, KERNEL_CODE_COLUMNS, kernel_columns_with
+from profkit.readers.ncu import read_ncu_csv
+from profkit.report import sections as fill
+from profkit.report.model import Section
+
+
+def fill_kernels(section: Section, trace: Trace, top: int, found: dict[str, Any], intro: str,
+                 code_dirs: Sequence[Path] = (), ncu_csv: Path | None = None) -> None:
+    rows = summaries.kernel_summary(trace)
+    notes: list[str] = []
+    code: dict[str, list[dict[str, Any]]] = {}
+    if code_dirs:
+        try:
+            code = code_by_kernel(code_dirs, names=[r["name"] for r in rows])
+        except ProfkitError as exc:  # the table stands without the code
+            notes.append(f"Machine code not read: {exc.one_line()}")
+    rows = attach_code(rows, code, launch_shapes(trace) if code else None)
+    if code_dirs:
+        notes += [n for n in [code_note(rows, list(code_dirs))] if n]
+    elif any(str(r["name"]).startswith("triton_") for r in rows):
+        notes.append("Registers, spills and vectorization of the Triton kernels need their compiled code: "
+                     "profkit report --inductor DIR (the program's TORCHINDUCTOR_CACHE_DIR or Triton cache), "
+                     "or a profkit trace run folder, which records them.")
+    launches = None
+    if ncu_csv is not None:
+        try:
+            launches = read_ncu_csv(Path(ncu_csv))
+        except ProfkitError as exc:
+            notes.append(f"Achieved bandwidth not read: {exc.one_line()}")
+    peaks = peak_bandwidth(trace)
+    rows = attach_bandwidth(rows, launches or [], peaks)
+    notes.append(bandwidth_note(rows, launches, peaks))
+    extra = []
+    if any(r.get("code_variants") and r.get("registers") is not None for r in rows):
+        extra.append(KERNEL_CODE_COLUMNS)
+    if launches:
+        extra.append(KERNEL_BANDWIDTH_COLUMNS)
+    fill.fill_summary(section, rows, kernel_columns_with(*extra), top, "kernels", found, intro)
+    section.notes += notes
