@@ -89,6 +89,25 @@ KERNELS = _cols(
     ("smem_config_bytes", INT, "shared memory carveout the launch ran with, -1 unknown"),
     # Added by the nsys reader: non-zero means the kernel spills to local memory.
     ("local_memory_per_thread", INT, "bytes of local memory per thread, -1 unknown"),
+    # The collective call an NCCL kernel runs.  One NCCL kernel runs one call
+    # (torch's record_param_comms op; a coalesced group is one call and one
+    # kernel), so what the call moved is a property of that kernel: kernel
+    # columns rather than a table of their own, which every analysis would
+    # first join back to its kernel (for its duration, stream, step), and
+    # per-column loading costs nothing to an analysis that does not ask.
+    # Kineto records them (the kernel's args 'Collective name', 'In msg
+    # nelems', ..., else those of the record_param_comms cpu_op with the same
+    # 'External id'); NCCL kernels only.  nsys exports do not: NCCL's NVTX
+    # ranges (ncclAllReduce ...) declare a 'Message size [bytes]' payload in
+    # NVTX_PAYLOAD_SCHEMAS, but NVTX_EVENTS.binaryData is NULL (nsys 2025.3),
+    # so from nsys these are unknown (-1, ''), never 0.
+    ("collective", CATEGORY, "torch's collective name: 'allreduce', 'allgather', 'reduce_scatter', "
+                             "'broadcast', ... ('' not a collective, or not recorded)"),
+    ("msg_in_nelems", INT, "elements of the call's input (Kineto 'In msg nelems'), -1 unknown"),
+    ("msg_out_nelems", INT, "elements of its output ('Out msg nelems'; all-gather: the whole output), -1 unknown"),
+    ("msg_dtype", CATEGORY, "element type as torch names it ('Float', 'BFloat16', ...; '' unknown)"),
+    ("group_size", INT, "ranks in the call's process group, -1 unknown"),
+    ("process_group", CATEGORY, "process group name and description, e.g. '0 (default_pg)' ('' unknown)"),
 )
 
 # One row per memcpy.

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from profkit.model import schema
+from profkit.readers.kineto import comms
 from profkit.readers.kineto.parse import Args, Event
 from profkit.readers.kineto.columns import Codes, Table, floats, ints, nanoseconds, triples
 
@@ -132,6 +133,9 @@ class TraceBuilder:
                        ("kernels", "memcpy", "memset", "api", "ranges", "cpu_ops", "syncs", "processes", "threads")}
         for name in ("memcpy", "memset"):  # the event name, kept to derive the copy kinds from
             self.tables[name] = Table(name, {**self.tables[name].kinds, "name": schema.CATEGORY})
+        # NCCL kernels' External ids, to find their record_param_comms op (comms.py)
+        self.tables["kernels"] = Table("kernels", {**self.tables["kernels"].kinds, comms.EXTERNAL_ID: schema.INT})
+        self.comm_ops = comms.CommOps()
         self.frames = Table("python_frames", FRAME_COLUMNS)
         self.skipped: Counter[str] = Counter()
         self.capture: tuple[int, int] | None = None
@@ -217,6 +221,7 @@ class TraceBuilder:
                 # Kineto writes only static + dynamic; the sum goes to static (see schema).
                 "static_smem_bytes": smem,
                 "dynamic_smem_bytes": np.where(smem >= 0, 0, -1),
+                **comms.kernel_columns(table, names, args),
             })
         else:
             columns["bytes"] = ints([a.bytes for a in args])
@@ -259,7 +264,9 @@ class TraceBuilder:
                 self._ranges("cpu_op", [e for e, step in zip(evs, is_step.tolist()) if step])
                 keep &= ~is_step
         pid, tid = self._thread_ids(evs)
-        external = ints([(e.args or NO_ARGS).external_id for e in evs])
+        args = [e.args or NO_ARGS for e in evs]
+        external = ints([a.external_id for a in args])
+        self.comm_ops.add(names, table.codes["name"], args)
         table.append(len(evs), {"start": start, "end": end, "pid": pid, "tid": tid,
                                 "name": names, "external_id": external}, keep)
 

@@ -69,6 +69,14 @@ class Args(msgspec.Struct, gc=False):
     external_id: Any = msgspec.field(default=None, name="External id")
     sync_kind: Any = msgspec.field(default=None, name="cuda_sync_kind")
     name: Any = None  # process_name / thread_name metadata
+    # A collective call (NCCL kernels and torch's record_param_comms cpu_op):
+    collective: Any = msgspec.field(default=None, name="Collective name")
+    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
+    group_size: Any = msgspec.field(default=None, name="Group size")
+    dtype: Any = None
+    group_name: Any = msgspec.field(default=None, name="Process Group Name")
+    group_desc: Any = msgspec.field(default=None, name="Process Group Description")
 
 
 class Event(msgspec.Struct, gc=False):

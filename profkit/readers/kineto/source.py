@@ -55,6 +55,7 @@ class KinetoSource:
         self.header = header
         self.builder = builder
         self.tables = builder.tables
+        builder.comm_ops.fill(self.tables["kernels"])
         self.main_pid = self._main_pid()
         self._finished: dict[str, dict[str, Any]] = {}
         self.meta = self._meta()

@@ -124,6 +124,9 @@ def _kernels(export: NsysExport) -> TableSpec:
         "smem_config_bytes": _int(export, t, "sharedMemoryExecuted"),
         "local_memory_per_thread": _int(export, t, "localMemoryPerThread"),
     })
+    # Not in the export (schema.KERNELS says why): unknown, not 0.
+    cols.update({c: Spec(INT, None) for c in ("msg_in_nelems", "msg_out_nelems", "group_size")})
+    cols.update({c: Spec(STRING_ID, None) for c in ("collective", "msg_dtype", "process_group")})
     return TableSpec(t, columns=cols)
 
 
