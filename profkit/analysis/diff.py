@@ -25,6 +25,7 @@ import pandas as pd
 
 from profkit.analysis import noise
 from profkit.analysis.kernel_names import canonical_column
+from profkit.analysis.steps.windows import step_of
 from profkit.errors import ProfkitError
 from profkit.model import Trace
 
@@ -59,12 +60,9 @@ def kernel_step_table(trace: Trace, windows: list[tuple[int, int]]) -> pd.DataFr
     start = kernels["start"].to_numpy()
     ns = (kernels["end"] - kernels["start"]).to_numpy()
     if windows:
-        lo = np.array([w[0] for w in windows])
-        hi = np.array([w[1] for w in windows])
-        order = np.argsort(lo)
-        lo, hi = lo[order], hi[order]
-        step = np.searchsorted(lo, start, side="right") - 1
-        inside = (step >= 0) & (start < hi[np.clip(step, 0, None)])
+        order = sorted(range(len(windows)), key=lambda i: windows[i])  # step numbers count in time order
+        step = step_of(start, np.array([windows[i][0] for i in order]), np.array([windows[i][1] for i in order]))
+        inside = step >= 0
         frame = pd.DataFrame({"name": names[inside], "step": step[inside], "ns": ns[inside]})
     else:
         frame = pd.DataFrame({"name": names, "step": 0, "ns": ns})

@@ -26,6 +26,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from profkit.analysis.collectives import across_ranks
 from profkit.errors import ProfkitError
 
 # A rank is the straggler when the others wait for it in collectives for at
@@ -50,8 +51,18 @@ def rank_rows(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The ``profkit ranks`` table: one row per readable rank, by rank."""
     rows = [{k: s.get(k) for k in RANK_KEYS} | {"compute_per_step_ns": s.get("compute_per_step_ns"),
                                                "comm_per_step_ns": s.get("comm_per_step_ns")}
-            for s in summaries if "error" not in s]
+            | _rank_collectives(s) for s in summaries if "error" not in s]
     return sorted(rows, key=lambda r: (r["rank"] is None, r["rank"] if r["rank"] is not None else 0, r["file"]))
+
+
+def _rank_collectives(summary: dict[str, Any]) -> dict[str, Any]:
+    """``comm_bytes`` (message bytes of every collective call, None where the trace
+    does not record sizes) and the rank's collectives without their per-call lists;
+    the bandwidths here are from this rank's kernel time, waits included."""
+    entries = [{k: v for k, v in c.items() if k not in ("calls_ns", "calls_bytes")}
+               for c in summary.get("collectives") or []]
+    sized = [c["bytes_total"] for c in entries if c.get("bytes_total") is not None]
+    return {"comm_bytes": sum(sized) if sized else None, "collectives": entries}
 
 
 def failed_ranks(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -127,7 +138,9 @@ def aligned_steps(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def collectives(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """NCCL kernels by collective type: count and time per rank, and the skew."""
+    """NCCL kernels by collective type: count and time per rank, the skew, and
+    message sizes and bandwidth where the traces record sizes
+    (``profkit.analysis.collectives.across_ranks``)."""
     per_type: dict[str, dict[Any, dict[str, Any]]] = {}
     for s in summaries:
         if "error" in s:
@@ -141,7 +154,8 @@ def collectives(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                      "count": sum(c["count"] for c in by_rank.values()),
                      "total_ns": sum(totals), "min_rank_total_ns": min(totals),
                      "median_rank_total_ns": statistics.median(totals), "max_rank_total_ns": max(totals),
-                     "skew_pct": 100 * (max(totals) - min(totals)) / max(totals) if max(totals) else 0.0})
+                     "skew_pct": 100 * (max(totals) - min(totals)) / max(totals) if max(totals) else 0.0,
+                     **across_ranks(by_rank)})
     return rows
 
 

@@ -9,25 +9,19 @@ equals what ``profkit steps``/``profkit breakdown`` print for that file.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import numpy as np
 
+from profkit.analysis.collectives import bandwidth, collective_type, rank_calls, size_stats
+from profkit.analysis.steps.windows import step_of, sum_per_step
 from profkit.errors import ProfkitError
 from profkit.model import Trace
 from profkit.ranks.inputs import RankInput
 
 KERNEL_LIMIT = 200
 
-# ncclDevKernel_AllReduce_Sum_f32_RING_LL(...), ncclKernel_AllGather_RING_LL_Sum_int8_t(...),
-# ncclDevKernel_SendRecv(...): the collective is the word after the prefix.
-_NCCL_COLLECTIVE = re.compile(r"nccl(?:Dev)?Kernel_([A-Za-z]+)")
-
-
-def collective_type(kernel_name: str) -> str:
-    m = _NCCL_COLLECTIVE.search(kernel_name)
-    return m.group(1) if m else "other NCCL"
+__all__ = ["collective_type", "summarize_rank", "summarize_trace"]
 
 
 def summarize_rank(inp: RankInput) -> dict[str, Any]:
@@ -89,7 +83,7 @@ def summarize_trace(trace: Trace, rank_hint: int | None = None) -> dict[str, Any
         "compute_per_step_ns": _median(steady["compute_ns"]) if len(steady) else None,
         "comm_per_step_ns": _median(steady["comm_ns"]) if len(steady) else None,
         "step_table": per_step.to_dict("records"),
-        "collectives": _collectives(names, durations, types, len(steady)),
+        "collectives": _collectives(trace, types == "communication"),
         "kernels": _top_kernels(names, durations),
     }
 
@@ -111,30 +105,37 @@ def _per_step(starts: np.ndarray, durations: np.ndarray, types: np.ndarray, step
     columns = ["index", "start_ns", "end_ns", "duration_ns", "phase", "compute_ns", "comm_ns"]
     if steps is None or len(steps) == 0:
         return pd.DataFrame(columns=columns)
-    order = np.argsort(starts, kind="stable")
-    sorted_starts = starts[order]
-    table = steps[["index", "start_ns", "end_ns", "duration_ns", "phase"]].copy()
-    lo = np.searchsorted(sorted_starts, table["start_ns"].to_numpy(), side="left")
-    hi = np.searchsorted(sorted_starts, table["end_ns"].to_numpy(), side="left")
+    table = steps[["index", "start_ns", "end_ns", "duration_ns", "phase"]].reset_index(drop=True)
+    step = step_of(starts, table["start_ns"].to_numpy(), table["end_ns"].to_numpy())
     for column, kind in (("compute_ns", "computation"), ("comm_ns", "communication")):
-        cum = np.concatenate([[0], np.cumsum(np.where(types[order] == kind, durations[order], 0))])
-        table[column] = (cum[hi] - cum[lo]).astype(np.int64)
-    return table.reset_index(drop=True)
+        table[column] = sum_per_step(step, np.where(types == kind, durations, 0), len(table))
+    return table
 
 
-def _collectives(names: Any, durations: np.ndarray, types: np.ndarray, steady_steps: int) -> list[dict[str, Any]]:
-    comm = types == "communication"
+def _collectives(trace: Trace, comm: np.ndarray) -> list[dict[str, Any]]:
+    """NCCL kernels by collective type: time, message sizes, and each call's
+    duration and bytes in start order (``calls_ns``/``calls_bytes``, -1 unknown),
+    so that the cross-rank reduction can pair the i-th call of every rank."""
     if not comm.any():
         return []
-    import pandas as pd
-
-    frame = pd.DataFrame({"name": np.asarray(names, dtype=object)[comm], "ns": durations[comm]})
-    frame["collective"] = frame["name"].map(collective_type)
+    calls = rank_calls(trace, comm)
     rows = []
-    for collective, group in frame.groupby("collective", sort=True):
-        ns = group["ns"].to_numpy()
-        rows.append({"collective": collective, "count": int(ns.size), "total_ns": int(ns.sum()),
-                     "median_ns": float(np.median(ns)), "min_ns": int(ns.min()), "max_ns": int(ns.max())})
+    for collective in sorted(set(calls["type"].tolist())):
+        mine = calls["type"] == collective
+        ns, sizes = calls["ns"][mine], calls["bytes"][mine]
+        names = sorted({c for c in calls["call"][mine].tolist() if c})
+        groups = calls["group_size"][mine]
+        groups = groups[groups > 0]
+        stats = size_stats(sizes)
+        sized = sizes >= 0
+        group_size = int(np.bincount(groups).argmax()) if groups.size else None
+        op = names[0] if len(names) == 1 else collective
+        rows.append({"collective": collective, "calls": names, "count": int(ns.size), "total_ns": int(ns.sum()),
+                     "median_ns": float(np.median(ns)), "min_ns": int(ns.min()), "max_ns": int(ns.max()),
+                     "group_size": group_size, **stats,
+                     # this rank's kernel time, waiting for the other ranks included
+                     **bandwidth(stats["bytes_total"], int(ns[sized].sum()), op, group_size),
+                     "calls_ns": ns.tolist(), "calls_bytes": sizes.tolist()})
     return rows
 
 

@@ -14,7 +14,7 @@ from profkit import __version__
 from profkit.analysis.ranks import STRAGGLER_MIN_WAIT
 from profkit.output import Column
 from profkit.report.model import Figure, Report, Section, Table
-from profkit.report.text import duration, percent
+from profkit.report.text import duration, percent, size
 
 RANK_TABLE_COLUMNS = [
     Column("rank", "Rank", "int"),
@@ -39,6 +39,10 @@ COLLECTIVE_COLUMNS = [
     Column("median_rank_total_ns", "Median rank (ns)", "ns"),
     Column("max_rank_total_ns", "Max rank (ns)", "ns"),
     Column("skew_pct", "Skew %", "pct"),
+    Column("message_size", "Message size (min / median / max)"),
+    Column("bytes_per_rank", "Bytes / rank", "bytes"),
+    Column("algbw_gbps", "algbw (GB/s)", "float"),
+    Column("busbw_gbps", "busbw (GB/s)", "float"),
 ]
 SKEW_COLUMNS = [
     Column("name", "Kernel"),
@@ -53,7 +57,7 @@ FAILED_COLUMNS = [Column("file", "File"), Column("error", "Why it was not read")
 def build_ranks_report(job: dict[str, Any], summaries: list[dict[str, Any]], top: int = 20) -> Report:
     """A ``Report`` for the output of ``cross_rank`` (and the per-rank summaries it came from)."""
     sections = [_ranks_section(job), _steps_section(job), _breakdown_section(summaries),
-                _collectives_section(job), _skew_section(job, top)]
+                _collectives_section(job, summaries), _skew_section(job, top)]
     if job["failed"]:
         sections.insert(0, Section("failed", "Ranks not read", tables=[
             Table("failed", "Rank files that could not be read", FAILED_COLUMNS, job["failed"])]))
@@ -86,8 +90,14 @@ def ranks_findings(job: dict[str, Any]) -> list[str]:
     elif len(ranks) > 1:
         items.append(f"No straggler: no rank waits for another for {STRAGGLER_MIN_WAIT:.0%} of a step or more.")
     for c in job["collectives"][:3]:
+        moved = ""
+        if c.get("msg_bytes_min") is not None:
+            moved = f"; messages {message_size(c)}, {size(c['bytes_per_rank'])} per rank"
+            if c.get("busbw_gbps") is not None:
+                least = "" if c.get("bandwidth_paired") else "at least "
+                moved += f", bus bandwidth {least}{c['busbw_gbps']:.1f} GB/s"
         items.append(f"{c['collective']}: {c['count']:,} kernels, {duration(c['total_ns'])} in all; per-rank "
-                     f"total from {duration(c['min_rank_total_ns'])} to {duration(c['max_rank_total_ns'])}.")
+                     f"total from {duration(c['min_rank_total_ns'])} to {duration(c['max_rank_total_ns'])}{moved}.")
     for f in job["failed"]:
         items.append(f"{f['file']} was not read: {f['error']}")
     return items
@@ -133,14 +143,52 @@ def _breakdown_section(summaries: list[dict[str, Any]]) -> Section:
                    tables=[Table("breakdown", "Breakdown per rank", columns, rows, label_key="rank")])
 
 
-def _collectives_section(job: dict[str, Any]) -> Section:
-    section = Section("collectives", "Collectives (NCCL kernels)")
-    if job["collectives"]:
-        section.tables.append(Table("collectives", "By collective type", COLLECTIVE_COLUMNS, job["collectives"],
-                                    label_key="collective"))
-    else:
+def message_size(row: dict[str, Any], unsized_source: str = "") -> str:
+    """'1.0 MiB' when every call moved the same, else 'min / median / max'."""
+    if row.get("msg_bytes_min") is None:
+        return f"not recorded{unsized_source}"
+    low, mid, high = row["msg_bytes_min"], row["msg_bytes_median"], row["msg_bytes_max"]
+    return size(low) if low == high else f"{size(low)} / {size(mid)} / {size(high)}"
+
+
+def _collectives_section(job: dict[str, Any], summaries: list[dict[str, Any]]) -> Section:
+    section = Section("collectives", "Collectives (NCCL kernels)", intro=(
+        "Message size: bytes a call moved (elements x element size; an all-gather's whole output, a "
+        "reduce-scatter's whole input), as the trace records it. Bandwidth as nccl-tests defines it "
+        "(doc/PERFORMANCE.md): algbw = bytes / time; busbw = algbw x 2(n-1)/n for all-reduce, (n-1)/n for "
+        "all-gather and reduce-scatter, 1 for broadcast and reduce. A rank that arrives early waits inside "
+        "the kernel, so each call's time is its shortest kernel over the ranks."))
+    if not job["collectives"]:
         section.notes.append("no NCCL kernels on any rank")
+        return section
+    source = {s["rank"]: s.get("source") for s in summaries if "error" not in s}
+    rows = []
+    for c in job["collectives"]:
+        unsized = c.get("unsized_ranks") or []
+        from_nsys = bool(unsized) and all(source.get(r) == "nsys" for r in unsized)
+        rows.append({**c, "message_size": message_size(c, " in this nsys export" if from_nsys else "")})
+    section.tables.append(Table("collectives", "By collective type", COLLECTIVE_COLUMNS, rows,
+                                label_key="collective"))
+    for c in job["collectives"]:
+        if c.get("bandwidth_paired") is False:
+            section.notes.append(f"{c['collective']}: bandwidth from {c['bandwidth_basis']}: a lower bound")
+    unsized = sorted({r for c in job["collectives"] for r in c.get("unsized_ranks") or []},
+                     key=lambda r: (r is None, r or 0))
+    if unsized:
+        nsys = [r for r in unsized if source.get(r) == "nsys"]
+        other = [r for r in unsized if source.get(r) != "nsys"]
+        if nsys:
+            section.notes.append(f"message sizes: not recorded in the nsys exports of rank {_listed(nsys)} "
+                                 "(NCCL's NVTX ranges carry them, but nsys exports their payload empty); "
+                                 "use torch.profiler traces for sizes and bandwidth")
+        if other:
+            section.notes.append(f"message sizes: not recorded in the traces of rank {_listed(other)} "
+                                 "(no 'In msg nelems' on their NCCL kernels or record_param_comms ops)")
     return section
+
+
+def _listed(ranks: list[Any]) -> str:
+    return ", ".join(str(r) for r in ranks)
 
 
 def _skew_section(job: dict[str, Any], top: int) -> Section:

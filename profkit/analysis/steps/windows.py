@@ -1,0 +1,32 @@
+"""Which step each event falls in: the per-step attribution that diff, history
+and the cross-rank summary share."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def step_of(times: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per time, the position (into ``starts``/``ends``) of the step ``[start, end)``
+    holding it, -1 for a time in none.  Steps must not overlap (profkit's never
+    do: each ends where the next begins); an event is attributed by its start."""
+    times = np.asarray(times, dtype=np.int64)
+    starts = np.asarray(starts, dtype=np.int64)
+    ends = np.asarray(ends, dtype=np.int64)
+    if not len(starts):
+        return np.full(len(times), -1, dtype=np.int64)
+    # by start, and an empty step before a longer one of the same start, so
+    # that the step found (the last one starting at or before t) is the longer
+    order = np.lexsort((ends, starts))
+    at = np.searchsorted(starts[order], times, side="right") - 1
+    clipped = np.clip(at, 0, None)
+    inside = (at >= 0) & (times < ends[order][clipped])
+    return np.where(inside, order[clipped], -1)
+
+
+def sum_per_step(step: np.ndarray, values: np.ndarray, steps: int) -> np.ndarray:
+    """Sum of ``values`` per step (int64), from ``step_of``'s positions; -1 rows are left out."""
+    inside = step >= 0
+    out = np.zeros(steps, dtype=np.int64)
+    np.add.at(out, step[inside], np.asarray(values, dtype=np.int64)[inside])
+    return out
