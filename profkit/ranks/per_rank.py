@@ -115,7 +115,7 @@ def _per_step(starts: np.ndarray, durations: np.ndarray, types: np.ndarray, step
 def _collectives(trace: Trace, comm: np.ndarray) -> list[dict[str, Any]]:
     """NCCL kernels by collective type: time, message sizes, and each call's
     duration and bytes in start order (``calls_ns``/``calls_bytes``, -1 unknown),
-    so that the cross-rank reduction can pair the i-th call of every rank."""
+    so that the cross-rank reduction can pair each call across ranks."""
     if not comm.any():
         return []
     calls = rank_calls(trace, comm)
