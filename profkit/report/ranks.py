@@ -179,7 +179,8 @@ def _collectives_section(job: dict[str, Any], summaries: list[dict[str, Any]]) -
         other = [r for r in unsized if source.get(r) != "nsys"]
         if nsys:
             section.notes.append(f"message sizes: not recorded in the nsys exports of rank {_listed(nsys)} "
-                                 "(NCCL's NVTX ranges carry them, but nsys exports their payload empty); "
+                                 "(an nsys export declares NCCL's 'Message size' NVTX payload but holds none of its data: "
+                                 "NVTX_EVENTS.binaryData is empty); "
                                  "use torch.profiler traces for sizes and bandwidth")
         if other:
             section.notes.append(f"message sizes: not recorded in the traces of rank {_listed(other)} "
