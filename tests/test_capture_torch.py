@@ -164,3 +164,108 @@ def test_gpu_train_mlp_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert len(sites) == 5
     data = json.loads((run_dir / "report.json").read_text())
     assert data["sections"]["kernels"]["tables"]["kernels"]["rows"]
+
+
+# -- the kept trace is scrubbed (issue 15) ----------------------------------------------------------
+# A program that puts the planted secret (tests/planted.py) where a Kineto trace can hold one:
+# record_function names (its own text and its command line, as a program that labels a step
+# with its arguments would), and the paths of its stacks and of its sync site (its folder's name).
+PLANTED_PROGRAM = """\
+import os
+import sys
+
+import torch
+
+secret = os.environ[{variable!r}]
+device = "cuda" if torch.cuda.is_available() else "cpu"
+x = torch.randn(256, 256, device=device)
+for step in range(3):
+    with torch.profiler.record_function(f"upload {{secret}}"):
+        y = (x @ x).relu()
+    with torch.profiler.record_function(" ".join(sys.argv)):
+        total = float(y.sum().item())
+try:
+    torch.cuda.synchronize()
+except (AssertionError, RuntimeError):
+    pass
+print("total", total)
+"""
+
+
+def trace_planted_program(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, keep_env: bool) -> Path:
+    """The real torch backend on PLANTED_PROGRAM, with the secret in its environment and argv."""
+    from tests import planted
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv(planted.SECRET_VARIABLE, planted.SECRET)
+    folder = tmp_path / f"project-{planted.SECRET}"
+    folder.mkdir(exist_ok=True)
+    (folder / "prog.py").write_text(PLANTED_PROGRAM.format(variable=planted.SECRET_VARIABLE))
+    run_dir = tmp_path / ("run-keep-env" if keep_env else "run")
+    options = TraceOptions(target=f"{folder.name}/prog.py", args=[planted.ARGUMENT], backend="torch",
+                           output=run_dir, python=sys.executable, keep_env=keep_env, temp_root=tmp_path)
+    try:
+        run_trace(options, Recorder())  # type: ignore[arg-type]
+    except ProgramFailed as exc:  # CPU only: the report refuses a trace without CUDA data
+        assert not torch.cuda.is_available() and "no CUDA trace data" in exc.one_line(), exc.one_line()
+    return run_dir
+
+
+def annotations(path: Path) -> list[str]:
+    return [e["name"] for e in raw_events(path) if e.get("cat") == "user_annotation"]
+
+
+def test_torch_backend_keeps_the_trace_as_written_with_keep_env(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The planting works: without scrubbing, the kept trace holds the secret in each place."""
+    from tests import planted
+
+    run_dir = trace_planted_program(tmp_path, monkeypatch, keep_env=True)
+    record = read_run_record(run_dir)
+    assert record["scrub"] == {"scrubbed": False, "why": "--keep-env"}
+    names = annotations(run_dir / KINETO_JSON)
+    assert names.count(planted.NVTX_TEXT) == 3
+    assert sum(planted.ARGUMENT in n for n in names) == 3  # the command line
+    assert any(n.startswith(f"profkit.sync|synchronize|project-{planted.SECRET}/prog.py:") for n in names)
+    stacks = [e["name"] for e in raw_events(run_dir / KINETO_JSON) if e.get("cat") == "python_function"]
+    assert any(f"project-{planted.SECRET}/prog.py" in s for s in stacks)
+    assert not list(tmp_path.glob("profkit-trace-*")), "the temporary folder is removed"
+
+
+def check_no_planted_secret(tmp_path: Path, run_dir: Path) -> dict:
+    """The default run: the secret's bytes are in no file of the run folder; what is kept still reads."""
+    from tests import planted
+
+    record = read_run_record(run_dir)
+    assert record["scrub"]["scrubbed"] is True
+    # counted once per distinct string: the two names, the sync site, the stack frames of prog.py
+    assert record["scrub"]["removed"]["secret values"] >= 4
+    assert record["command"] == ["project-[redacted]/prog.py", "--token=[redacted]"]
+    for path in run_dir.iterdir():
+        data = path.read_bytes()
+        if path.name.endswith(".gz"):
+            data = gzip.decompress(data)
+        assert planted.SECRET.encode() not in data and b"5ecret" not in data, path.name
+    names = annotations(run_dir / KINETO_JSON)
+    assert names.count("upload [redacted]") == 3
+    assert sum("--token=[redacted]" in n for n in names) == 3
+    assert any(n.startswith("profkit.sync|synchronize|project-[redacted]/prog.py:") for n in names)
+    assert not list(tmp_path.glob("profkit-trace-*")), "the temporary folder (the raw trace) is removed"
+    assert not [p.name for p in run_dir.iterdir() if p.name.startswith(".")], "no temporary file is left"
+    return record
+
+
+def test_torch_backend_leaves_no_planted_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CPU: the real torch.profiler; the kept trace.json.gz is scrubbed, as the nsys export is."""
+    check_no_planted_secret(tmp_path, trace_planted_program(tmp_path, monkeypatch, keep_env=False))
+
+
+@pytest.mark.gpu
+def test_gpu_torch_backend_leaves_no_planted_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CUDA: the same, with kernels, so report.html/.md/.json are written (from the scrubbed trace)."""
+    run_dir = trace_planted_program(tmp_path, monkeypatch, keep_env=False)
+    record = check_no_planted_secret(tmp_path, run_dir)
+    assert record["status"] == "ok" and {"report_html", "report_md", "report_json"} <= set(record["files"])
+    assert any(e.get("cat") == "kernel" for e in raw_events(run_dir / KINETO_JSON))
+    assert b"upload [redacted]" in (run_dir / "report.json").read_bytes()

@@ -4,7 +4,8 @@
       trace.nsys-rep     the Nsight Systems report (open it in the GUI), with --keep-rep
       trace.sqlite       its SQLite export (what profkit reads), scrubbed of the
                          environment unless --keep-env (run.json "scrub" says what went)
-      trace.json.gz      instead of the two above with --backend torch: the torch.profiler (Kineto) trace
+      trace.json.gz      instead of the two above with --backend torch: the torch.profiler (Kineto)
+                         trace, scrubbed the same way unless --keep-env
       trace.log          everything nsys and the program printed
       ncu.ncu-rep        Nsight Compute report(s), with --ncu-top (ncu-<i>.ncu-rep for several)
       ncu.csv            their details page as CSV
@@ -109,7 +110,7 @@ class RunRecord:
     ncu: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     kernel_caches: dict[str, str] = field(default_factory=kernel_caches)
-    # what `profkit scrub` removed from trace.sqlite ({"scrubbed": False} with --keep-env)
+    # what `profkit scrub` removed from the kept trace ({"scrubbed": False} with --keep-env)
     scrub: dict[str, Any] = field(default_factory=dict)
     profkit_version: str = __version__
     host: str = field(default_factory=platform.node)

@@ -7,18 +7,22 @@ PROFKIT_TORCH_TRACE naming the Kineto trace to write: the shim wraps the whole
 program in torch.profiler (CPU + CUDA activities, Python stacks).  The sync
 hook records its sites as ``record_function`` ranges (PROFKIT_SYNC_RANGES),
 with the same ``profkit.sync|kind|file:line|code`` text as the NVTX ranges.
-The run folder holds trace.json.gz where the nsys backend puts trace.sqlite;
-the report and the summaries read either.
+The run folder holds trace.json.gz where the nsys backend puts trace.sqlite,
+scrubbed the same way unless --keep-env; the report and the summaries read
+either.
 """
 
 from __future__ import annotations
 
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from profkit.capture import nsys as nsys_mod
+from profkit.capture.keep import keep_trace
 from profkit.capture.launch import TORCH_TRACE_ENV
 from profkit.capture.run import KINETO_JSON, LOG, RunRecord, Stopwatch
 from profkit.capture.sync_hook import RANGES_ENV, RECORD_FUNCTION
@@ -75,26 +79,38 @@ def torch_environment(base: Mapping[str, str], trace_path: Path, *, sync_sites: 
 
 def profile(options: TraceOptions, program: list[str], run_dir: Path, base_env: Mapping[str, str],
             record: RunRecord, clock: Stopwatch, reporter: nsys_mod.Reporter) -> tuple[Path, int, bool]:
-    """Run the program inside torch.profiler; (trace path, exit status, interrupted)."""
-    trace_path = run_dir / KINETO_JSON
-    env = torch_environment(base_env, trace_path, sync_sites=options.sync_sites)
-    log_path = run_dir / LOG
-    reporter.stage("profiling", " ".join([options.target, *options.args]))
-    with clock("torch.profiler"):
-        result = nsys_mod.run_streaming(program, env=env, cwd=None, log_path=log_path, reporter=reporter,
-                                        classify_stdout=_program_output)
-    record.files["log"] = LOG
-    if not trace_path.exists():
-        from profkit.capture.trace import ProgramFailed
+    """Run the program inside torch.profiler; (kept trace path, exit status, interrupted).
 
-        record.exit_code = result.returncode
-        record.finish("failed")
-        record.write(run_dir)
-        last = next((line for line in reversed(result.tail) if line.strip()), "no output")
-        raise ProgramFailed(f"torch.profiler wrote no trace (exit status {result.returncode}; "
-                            f"last output: {last.strip()})", result.returncode, f"see {log_path}")
+    The shim writes the trace into a temporary folder; the run folder gets
+    the copy ``profkit.scrub`` made of it (``keep_trace``), as the nsys
+    backend does with its export: a record_function name, a stack's path or
+    anything the program added can hold a secret of its environment.
+    """
+    temp_dir = Path(tempfile.mkdtemp(prefix="profkit-trace-", dir=options.temp_root)).resolve()
+    try:
+        raw = temp_dir / KINETO_JSON
+        env = torch_environment(base_env, raw, sync_sites=options.sync_sites)
+        log_path = run_dir / LOG
+        reporter.stage("profiling", " ".join([options.target, *options.args]))
+        with clock("torch.profiler"):
+            result = nsys_mod.run_streaming(program, env=env, cwd=None, log_path=log_path, reporter=reporter,
+                                            classify_stdout=_program_output)
+        record.files["log"] = LOG
+        if not raw.exists():
+            from profkit.capture.trace import ProgramFailed
+
+            record.exit_code = result.returncode
+            record.finish("failed")
+            record.write(run_dir)
+            last = next((line for line in reversed(result.tail) if line.strip()), "no output")
+            raise ProgramFailed(f"torch.profiler wrote no trace (exit status {result.returncode}; "
+                                f"last output: {last.strip()})", result.returncode, f"see {log_path}")
+        keep_trace(raw, run_dir / KINETO_JSON, keep_env=options.keep_env, environment=env, record=record,
+                   clock=clock, returncode=result.returncode)
+    finally:
+        shutil.rmtree(temp_dir, ignore_errors=True)
     record.files["trace"] = KINETO_JSON
-    return trace_path, result.returncode, result.interrupted
+    return run_dir / KINETO_JSON, result.returncode, result.interrupted
 
 
 def _program_output(segment: str) -> nsys_mod.NsysEvent:

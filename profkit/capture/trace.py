@@ -54,7 +54,7 @@ from profkit.capture.tools import (
 )
 from profkit.atomic import write_text
 from profkit.errors import ProfkitError
-from profkit.scrub import scrub
+from profkit.capture.keep import keep_trace
 from profkit.scrub.text import Redactor, secret_values
 
 LAUNCH_MODULE = "profkit.capture.launch"
@@ -280,22 +280,10 @@ def _profile(options: TraceOptions, nsys: FoundTool, program: list[str], run_dir
     if report.exists() and options.keep_rep:
         shutil.move(str(report), run_dir / NSYS_REP)
         record.files["nsys_rep"] = NSYS_REP
-    if options.keep_env:
-        shutil.move(str(sqlite), run_dir / SQLITE)
-        record.scrub = {"scrubbed": False, "why": "--keep-env"}
-    else:
-        try:
-            with clock("scrub"):
-                removed = scrub(sqlite, run_dir / SQLITE, environment=env)
-        except ProfkitError as exc:
-            record.finish("failed")
-            record.write(run_dir)
-            raise ProgramFailed(f"the export could not be scrubbed of the environment, so it was not kept: "
-                                f"{exc.message}", result.returncode,
-                                "re-run with --keep-env to keep the export as nsys wrote it") from None
-        record.scrub = {"scrubbed": True, "removed": removed}
-        if options.keep_rep:
-            record.warnings.append(f"{NSYS_REP} still holds the environment (--keep-rep); share {SQLITE} instead")
+    keep_trace(sqlite, run_dir / SQLITE, keep_env=options.keep_env, environment=env, record=record, clock=clock,
+               returncode=result.returncode)
+    if options.keep_rep and not options.keep_env:
+        record.warnings.append(f"{NSYS_REP} still holds the environment (--keep-rep); share {SQLITE} instead")
     record.files["sqlite"] = SQLITE
     record.files["log"] = LOG
     return run_dir / SQLITE, result.returncode, result.interrupted

@@ -33,7 +33,8 @@ from profkit.errors import ProfkitError
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
               help="Kernels in the terminal summary.")
 @click.option("--keep-env", is_flag=True,
-              help="Keep the recorded environment in trace.sqlite (by default it is scrubbed: profkit scrub).")
+              help="Keep the trace as the profiler wrote it (by default trace.sqlite or trace.json.gz "
+                   "is scrubbed of the environment and secrets: profkit scrub).")
 @click.option("--keep-rep", is_flag=True,
               help="Keep trace.nsys-rep (for the Nsight Systems GUI; it holds the environment).")
 @click.argument("target_and_args", nargs=-1, type=click.UNPROCESSED, metavar="SCRIPT.py [-- ARGS...]")
