@@ -49,6 +49,7 @@ HOSTILE = ["'", '"', "\x00", "]]>", "<script>alert(1)</script>", "[x](javascript
            "\u202e", "A" * 70_000, "--output=/tmp/pwned", "../../etc/passwd", "\ud800", "DROP TABLE StringIds;--"]
 
 _COUNT = {"cases": 0}
+_PER_TEST: dict[str, int] = {}  # cases per fuzz target, for the slow run's note
 
 
 def fuzz_settings(ci_examples: int) -> Callable:
@@ -66,6 +67,8 @@ def sha256(path: Path) -> str:
 def check_cli(args: list[str], *inputs: Path) -> None:
     """The properties, for one command on one mutated input."""
     _COUNT["cases"] += 1
+    test = os.environ.get("PYTEST_CURRENT_TEST", "?").split("::")[-1].split(" ")[0]
+    _PER_TEST[test] = _PER_TEST.get(test, 0) + 1
     before = [sha256(p) for p in inputs]
     result = CliRunner().invoke(cli, args)
     if result.exception is not None and not isinstance(result.exception, SystemExit):
@@ -297,6 +300,8 @@ def test_kineto_json(tmp_dir: Path, mutation: tuple, packed: bool, command: list
 def test_slow_run_count() -> None:
     """Runs last in the file under -m slow: the number of cases the run made, for the note."""
     print(f"\nfuzz cases run: {_COUNT['cases']}")
+    for test, count in sorted(_PER_TEST.items()):
+        print(f"  {test}: {count}")
 
 
 # -- crashes the large run found (regressions) ---------------------------------------------------------
