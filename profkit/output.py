@@ -107,23 +107,45 @@ def md_escape(text: str) -> str:
 
     Names come from the profiled program (kernels, NVTX ranges, files): in a
     pull-request comment ``[click](javascript:...)`` must not become a link,
-    ``![x](https://...)`` not an image, a URL or ``www.`` name not an
-    autolink.  Brackets are escaped, as are the ``:`` of ``://`` and the
-    ``.`` of ``www.``; ``<`` and ``>`` become entities, so no HTML or
-    ``<autolink>`` gets through.  (An e-mail address still becomes a
-    ``mailto:`` link showing its own address: GitHub finds those after
-    escapes are undone, and nothing short of changing the text stops it.)
+    ``![x](https://...)`` not an image, a URL, ``www.`` name or e-mail
+    address not an autolink, ``float *a, float *b`` not italics.  Brackets,
+    backticks and emphasis marks are escaped, as are the ``:`` of ``://``
+    and the ``.`` of ``www.``; ``<`` and ``>`` become entities, so no HTML
+    or ``<autolink>`` gets through.  GitHub finds e-mail addresses after
+    escapes and entities are undone, so no escape stops those: an
+    address-shaped run goes into a code span, which GitHub never links (the
+    text reads the same).
     """
+    text = str(text)
+    out, last = [], 0
+    for match in _AUTOLINK_EMAIL.finditer(text):
+        out += [_md_plain(text[last:match.start()]), f"`{match.group()}`"]
+        last = match.end()
+    out.append(_md_plain(text[last:]))
+    return "".join(out)
+
+
+def md_escape_prose(text: str) -> str:
+    """``md_escape`` for a sentence that marks code with backticks (a finding): each
+    `...` pair stays a code span, which GitHub renders as text (no link, no mark
+    inside one), and the rest is escaped."""
+    parts = _CODE_SPAN.split(str(text))
+    return "".join(part if i % 2 else md_escape(part) for i, part in enumerate(parts))
+
+
+_CODE_SPAN = re.compile(r"(`[^`\n]+`)")
+
+
+def _md_plain(text: str) -> str:
     out = (
-        str(text)
-        .replace("\\", "\\\\")
+        text.replace("\\", "\\\\")
         .replace("|", "\\|")
         .replace("<", "&lt;")
         .replace(">", "&gt;")
         .replace("\n", " ")
         .replace("\r", " ")
     )
-    for mark in ("[", "]"):
+    for mark in ("[", "]", "`", "*", "_", "~"):
         out = out.replace(mark, "\\" + mark)
     out = _AUTOLINK_SCHEME.sub(r"\1\\:", out)
     return _AUTOLINK_WWW.sub(r"\1\\.", out)
@@ -132,6 +154,10 @@ def md_escape(text: str) -> str:
 # GitHub's autolink extension starts a link at "scheme:" + "//" and at "www.".
 _AUTOLINK_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):(?=//)")
 _AUTOLINK_WWW = re.compile(r"((?:^|(?<=[^A-Za-z0-9]))[Ww][Ww][Ww])\.")
+# ... and an e-mail address at any "local@domain.part" run of these characters
+# (cmark-gfm's autolink.c: the local part alnum and ".+-_", the domain alnum and
+# ".-_" with a dot); a wider match only costs a code span.
+_AUTOLINK_EMAIL = re.compile(r"[A-Za-z0-9.+_-]+@[A-Za-z0-9_-]*\.[A-Za-z0-9._-]*")
 
 
 def rows_to_markdown(rows: Sequence[dict[str, Any]], columns: Sequence[Column]) -> str:

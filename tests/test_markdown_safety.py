@@ -1,10 +1,14 @@
 """Names in Markdown output stay text when GitHub renders them (issue 15, item 4).
 
 A kernel and an NVTX range of a copy of a real export are renamed to links,
-images, autolinks and raw HTML; report.md and `--format md` are rendered
-with cmark-gfm (the Markdown engine of GitHub, through cmarkgfm, its Python
-binding, with GitHub's extensions: autolink, tables, tagfilter), and the
-rendered HTML must hold no link and no image, only the names as text.
+images, autolinks and raw HTML; in another copy, the real names (a kernel,
+an NVTX range, the sync sites' file paths, the command line) get e-mail
+addresses, ``www.`` names and URLs added, as a user name in a home folder or
+a notification address in a command line would put them there.  report.md
+and `--format md` are rendered with cmark-gfm (the Markdown engine of GitHub,
+through cmarkgfm, its Python binding, with GitHub's extensions: autolink,
+tables, tagfilter), and the rendered HTML must hold no link (``mailto:``
+included) and no image, only the names as text.
 """
 
 from __future__ import annotations
@@ -50,9 +54,6 @@ def hostile_copy(tmp_path: Path) -> Path:
 
 def assert_inert(markdown: str, *names: str) -> None:
     rendered = render_github(markdown)
-    # GitHub links a bare e-mail address to itself whatever the escaping; that
-    # link shows its whole target, so it is allowed, and nothing else is.
-    rendered = re.sub(r'<a href="mailto:([^"]+)">\1</a>', r"\1", rendered)
     assert not re.search(r"<a\b|<img\b|<b>", rendered), re.findall(r"<(?:a|img|b)\b[^>]*>", rendered)
     text = html.unescape(re.sub(r"<[^>]+>", "", rendered))
     for name in names:
@@ -69,3 +70,79 @@ def test_format_md_names_are_text(command: str, name: str, tmp_path: Path) -> No
     result = CliRunner().invoke(cli, [command, str(hostile_copy(tmp_path)), "--format", "md"])
     assert result.exit_code == 0, result.output
     assert_inert(result.stdout, name)
+
+
+# -- real names with addresses and URLs in them ---------------------------------------------------
+EMAIL = "jo.doe+ci@corp.example"
+SOURCE_DIR = f"/home/{EMAIL}/www.code.example"  # a home folder named by an address, a repo named like a site
+KERNEL_SUFFIX = f" {EMAIL} www.k.example"  # report.md clips names at 160 characters
+NVTX_SUFFIX = f" mailto:{EMAIL} xmpp:ops@corp.example HTTPS://E.EXAMPLE/step"
+STEP_SUFFIX = " [notes](javascript:void) *ops@team.example* `x`"  # no digits: stalls shows step N
+ARGUMENT = "--notify=ops@team.example"
+RUN_COMMAND = ["train_mlp.py", "--notify", "ops@team.example", "http://hooks.example/x", "www.dash.example"]
+
+
+def real_names_copy(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A copy of nsys2025_train_print whose real names carry addresses and URLs; the names as renamed."""
+    export = tmp_path / "hostile_real_names.sqlite"
+    shutil.copyfile(nsys_fixture("nsys2025_train_print"), export)
+    names = {}
+    with sqlite3.connect(export) as conn:
+        (kernel_id, kernel) = conn.execute(
+            """SELECT demangledName, value FROM CUPTI_ACTIVITY_KIND_KERNEL JOIN StringIds ON id = demangledName
+               GROUP BY demangledName ORDER BY sum("end" - start) DESC LIMIT 1""").fetchone()
+        names["kernel"] = kernel + KERNEL_SUFFIX  # the cuBLAS GEMM's real name
+        conn.execute("UPDATE StringIds SET value = ? WHERE id = ?", (names["kernel"], kernel_id))
+        names["nvtx"] = "warmup" + NVTX_SUFFIX  # the program's own ranges
+        conn.execute("UPDATE StringIds SET value = ? WHERE value = 'warmup'", (names["nvtx"],))
+        names["step"] = "step" + STEP_SUFFIX
+        conn.execute("UPDATE StringIds SET value = ? WHERE value = 'step'", (names["step"],))
+        # the sync sites' paths: profkit.sync|item|<path>:59|print(...)
+        old_path = "../../../work/main/sample_kernels/train_mlp.py"
+        assert conn.execute("SELECT count(*) FROM StringIds WHERE instr(value, ?)", (old_path,)).fetchone()[0] == 3
+        conn.execute("UPDATE StringIds SET value = replace(value, ?, ?)", (old_path, f"{SOURCE_DIR}/train_mlp.py"))
+        names["path"] = f"{SOURCE_DIR}/train_mlp.py"
+        # the command line nsys recorded
+        conn.execute("UPDATE META_DATA_CAPTURE SET value = ? WHERE name = 'PROCESS_0:ARGUMENT_2'",
+                     (f"{SOURCE_DIR}/train_mlp.py",))
+        conn.execute("UPDATE META_DATA_CAPTURE SET value = ? WHERE name = 'PROCESS_0:ARGUMENT_5'", (ARGUMENT,))
+    return export, names
+
+
+def test_report_md_real_names_with_addresses_are_text(tmp_path: Path) -> None:
+    export, names = real_names_copy(tmp_path)
+    paths = write_report(export, tmp_path / "out", run_info={"command": RUN_COMMAND, "exit_code": 0})
+    markdown = Path(paths.md).read_text()
+    assert_inert(markdown, names["kernel"], names["nvtx"], names["step"],
+                 f"{SOURCE_DIR}/train_mlp.py --steps 20 {ARGUMENT}",
+                 " ".join(RUN_COMMAND))
+    assert f"{SOURCE_DIR}/train_mlp.py:59" in html.unescape(re.sub(r"<[^>]+>", "", render_github(markdown)))
+
+
+@pytest.mark.parametrize("command, name", [("kernels", "kernel"), ("nvtx", "nvtx"), ("stalls", "step")])
+def test_format_md_real_names_with_addresses_are_text(command: str, name: str, tmp_path: Path) -> None:
+    export, names = real_names_copy(tmp_path)
+    result = CliRunner().invoke(cli, [command, str(export), "--format", "md"])
+    assert result.exit_code == 0, result.output
+    assert_inert(result.stdout, names[name])
+
+
+@pytest.mark.parametrize("text", [
+    "a@b.example", "x a.user+tag@example.org y", "mailto:a@b.example", "xmpp:a@b.example/res",
+    "www.evil.example", "WWW.EVIL.EXAMPLE", "(www.evil.example)", "http://e.example", "HTTPS://E.EXAMPLE/p",
+    "ftp://f.example", "`a@b.example`", "a_b@c_d.example_", "x@y.example@w.example", "[a@b.example](http://x.y)",
+    "<a@b.example>", "a@www.x.example", "\\a@b.example", "*a@b.example*", KERNEL, NVTX,
+])
+def test_md_escape_leaves_no_autolink(text: str) -> None:
+    """Each hostile string alone, in a table cell and in prose."""
+    from profkit.output import md_escape
+
+    assert_inert(f"| {md_escape(text)} |\n| --- |\n", text)
+    assert_inert(f"- {md_escape(text)}\n", text)
+
+
+@pytest.mark.parametrize("text", ["a@b.example", "mailto:a@b.example", "www.evil.example", "HTTPS://E.EXAMPLE/p",
+                                  f"/home/{EMAIL}/x.py"])
+def test_the_renderer_links_them_unescaped(text: str) -> None:
+    """The oracle is live: cmark-gfm with GitHub's autolink extension does link each as written."""
+    assert "<a href=" in render_github(f"| {text} |\n| --- |\n")

@@ -17,7 +17,7 @@ import click
 from profkit.analysis.stalls import StallReport, analyze_stalls, compare_steps
 from profkit.errors import ProfkitError
 from profkit.readers import open_trace
-from profkit.output import Column, emit_rows, format_option, md_escape, rows_to_json
+from profkit.output import Column, emit_rows, format_option, md_escape, md_escape_prose, rows_to_json
 
 SITE_COLUMNS = [
     Column("site", "Site"), Column("code", "Code"), Column("cause", "Cause"), Column("api", "API"),
@@ -133,8 +133,8 @@ def _render(report: StallReport, comparison: dict[str, Any] | None, fmt: str) ->
     title = f"Synchronization stalls: {report.export}"
     if fmt == "md":
         click.echo(f"## {md_escape(title)}\n")
-        for finding in report.findings:  # not escaped: the code sits in a `code span`
-            click.echo(f"- {finding}")
+        for finding in report.findings:  # names from the trace in it; the code stays a code span
+            click.echo(f"- {md_escape_prose(finding)}")
         if report.findings:
             click.echo("")
     else:
@@ -162,7 +162,7 @@ def _render(report: StallReport, comparison: dict[str, Any] | None, fmt: str) ->
             if comparison[key]:
                 lines.append(f"sync sites only in {what}: " + "; ".join(comparison[key]))
         for line in lines:
-            click.echo(f"- {line}" if fmt == "md" else f"  * {line}")
+            click.echo(f"- {md_escape_prose(line)}" if fmt == "md" else f"  * {line}")
 
 
 def _plain(value: Any) -> Any:

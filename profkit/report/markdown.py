@@ -15,56 +15,47 @@ MAX_CELL_CHARS = 160
 FACT_COLUMNS = [Column("field", "Field"), Column("value", "Value")]
 
 
-def _md(text: str) -> str:
-    """``md_escape`` (cells: pipes, angle brackets, newlines) plus Markdown's inline marks, so
-    "float *a, float *b" or a backticked code snippet shows as written."""
-    out = md_escape(text)
-    for mark in ("`", "*", "_", "~"):
-        out = out.replace(mark, "\\" + mark)
-    return out
-
-
 def _clip(text: str, limit: int = MAX_CELL_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _table(columns: list[Column], cells: list[list[str]]) -> list[str]:
     align = ["---" if c.kind == "text" else "--:" for c in columns]
-    lines = ["| " + " | ".join(_md(c.title) for c in columns) + " |", "| " + " | ".join(align) + " |"]
-    lines += ["| " + " | ".join(_md(_clip(cell)) for cell in row) + " |" for row in cells]
+    lines = ["| " + " | ".join(md_escape(c.title) for c in columns) + " |", "| " + " | ".join(align) + " |"]
+    lines += ["| " + " | ".join(md_escape(_clip(cell)) for cell in row) + " |" for row in cells]
     return lines
 
 
 def _data_table(table: Table) -> list[str]:
     cells = [[table.cell(row, column) for column in table.columns] for row in table.shown]
-    title = f"**{_md(table.title)}**"
+    title = f"**{md_escape(table.title)}**"
     if table.other is not None:
         title += f" (top {table.top} of {len(table.rows)} rows; the rest summed in the last row)"
     return [title, "", *_table(table.columns, cells), ""]
 
 
 def render_markdown(report: Report) -> str:
-    out = [f"# {_md(report.title)}", ""]
-    out.append(f"Export {_md(report.export_name)}, generated {_md(report.generated_utc)} "
-               f"by profkit {_md(report.profkit_version)}.")
+    out = [f"# {md_escape(report.title)}", ""]
+    out.append(f"Export {md_escape(report.export_name)}, generated {md_escape(report.generated_utc)} "
+               f"by profkit {md_escape(report.profkit_version)}.")
     out.append("")
     if report.partial:
-        reason = f" ({_md(report.partial_reason)})" if report.partial_reason else ""
+        reason = f" ({md_escape(report.partial_reason)})" if report.partial_reason else ""
         out += [(f"> **Partial report:** the profiled program did not finish{reason}. "
                  "The trace holds what ran until then."), ""]
     out += ["## Findings", ""]
-    out += [f"- {_md(item)}" for item in report.findings] or ["Nothing stands out."]
+    out += [f"- {md_escape(item)}" for item in report.findings] or ["Nothing stands out."]
     out.append("")
     for section in report.sections:
-        out += [f"## {_md(section.title)}", ""]
+        out += [f"## {md_escape(section.title)}", ""]
         if section.intro:
-            out += [_md(section.intro), ""]
+            out += [md_escape(section.intro), ""]
         for note in section.notes:
-            out += [f"> {_md(note)}", ""]
+            out += [f"> {md_escape(note)}", ""]
         if section.facts:
             out += [*_table(FACT_COLUMNS, [[label, value] for label, value in section.facts]), ""]
         for figure in section.figures:
-            out += [f"*Figure: {_md(figure.title)}* (in report.html). {_md(figure.caption)}", ""]
+            out += [f"*Figure: {md_escape(figure.title)}* (in report.html). {md_escape(figure.caption)}", ""]
         for table in section.tables:
             out += _data_table(table)
     out.append("Times in nanoseconds unless marked; kernel, API and NVTX tables equal `nsys stats` on the same "
