@@ -125,10 +125,20 @@ def test_run_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     other.mkdir()
     shutil.copyfile(nsys_fixture("nsys2025_sync"), other / "mine.sqlite")
     assert len(json.loads(invoke(str(other), "--format", "json"))) == 7
+    # a `profkit trace --backend torch` run folder: its trace.json.gz, as the file itself reads
+    kineto = ROOT / "tests" / "data" / "kineto" / "mlp_print.json.gz"
+    torch_run = tmp_path / "runs" / "train_mlp-20261122-230500"
+    torch_run.mkdir()
+    shutil.copyfile(kineto, torch_run / "trace.json.gz")
+    (torch_run / "run.json").write_text(json.dumps({"cwd": str(cwd), "backend": "torch"}))
+    by_folder = json.loads(invoke(str(torch_run), "--format", "json"))
+    assert by_folder and [s["count"] for s in by_folder] == [s["count"] for s in json.loads(
+        invoke(str(torch_run / "trace.json.gz"), "--format", "json"))]
 
 
 def test_bad_targets(tmp_path: Path) -> None:
-    assert "no trace.sqlite" in failing(str(tmp_path))
+    line = failing(str(tmp_path))
+    assert "holds no PyTorch profiler trace" in line and "nsys export (*.sqlite)" in line
     for name in ("a.sqlite", "b.sqlite"):
         shutil.copyfile(nsys_fixture("nsys2025_sync"), tmp_path / name)
     assert "several exports (a.sqlite, b.sqlite)" in failing(str(tmp_path))

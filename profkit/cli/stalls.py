@@ -16,7 +16,7 @@ import click
 
 from profkit.analysis.stalls import StallReport, analyze_stalls, compare_steps
 from profkit.errors import ProfkitError
-from profkit.readers import open_trace
+from profkit.readers import open_trace, resolve_run_folder
 from profkit.output import Column, emit_rows, format_option, md_escape, md_escape_prose, rows_to_json
 
 SITE_COLUMNS = [
@@ -84,37 +84,24 @@ def stalls(target: Path, step_range: str | None, other: Path | None, threshold: 
 
 
 def _analyze(target: Path, step_range: str | None, threshold: float) -> StallReport:
-    path, roots = resolve_export(target)
-    with open_trace(path) as trace:
-        return analyze_stalls(trace, step_range=step_range, threshold_pct=threshold, source_roots=roots)
+    with open_trace(resolve_run_folder(target)) as trace:
+        return analyze_stalls(trace, step_range=step_range, threshold_pct=threshold,
+                              source_roots=source_roots(target))
 
 
-def resolve_export(target: Path) -> tuple[Path, list[Path]]:
-    """The trace in a run folder (trace.sqlite, else its only *.sqlite, else the folder
-    itself: PyTorch profiler traces) and where its sources were."""
+def source_roots(target: Path) -> list[Path]:
+    """Where a folder's program ran (run.json's cwd), then the folder: the recorded
+    source paths of its sync sites are tried against these."""
     if not target.is_dir():
-        return target, []
+        return []
     roots = [target]
-    run_json = target / "run.json"
-    if run_json.is_file():
-        try:
-            cwd = json.loads(run_json.read_text()).get("cwd")
-        except (OSError, ValueError, AttributeError):
-            cwd = None
-        if isinstance(cwd, str) and cwd:
-            roots.insert(0, Path(cwd))
-    if (target / "trace.sqlite").is_file():
-        return target / "trace.sqlite", roots
-    found = sorted(target.glob("*.sqlite"))
-    if len(found) == 1:
-        return found[0], roots
-    if not found:
-        if any(p.name != "run.json" for pattern in ("*.json", "*.json.gz") for p in target.glob(pattern)):
-            return target, roots  # PyTorch profiler traces: the Kineto reader's folder policy picks
-        raise ProfkitError(f"{target} holds no trace.sqlite or other *.sqlite export, nor a PyTorch profiler trace",
-                           hint="pass the trace itself, or a folder made by `profkit trace`")
-    names = ", ".join(p.name for p in found[:5])
-    raise ProfkitError(f"{target} holds several exports ({names}); pass one of them")
+    try:
+        cwd = json.loads((target / "run.json").read_text()).get("cwd")
+    except (OSError, ValueError, AttributeError):
+        cwd = None
+    if isinstance(cwd, str) and cwd:
+        roots.insert(0, Path(cwd))
+    return roots
 
 
 def _site_rows(report: StallReport) -> list[dict[str, Any]]:

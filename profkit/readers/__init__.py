@@ -41,8 +41,22 @@ def _is_dir(path: Path) -> bool:
 
 
 def resolve_run_folder(path: Path) -> Path:
-    """A ``profkit trace`` run folder's trace; any other path as it is."""
-    return (run_folder_trace(path) or path) if _is_dir(path) else path
+    """The trace a folder stands for; any other path as it is.
+
+    A ``profkit trace`` run folder: its trace.  Another folder holding nsys
+    exports: its one ``*.sqlite`` (several are an error naming them).
+    Otherwise the folder itself: the Kineto reader's folder policy picks its
+    PyTorch profiler trace, or says there is none."""
+    if not _is_dir(path):
+        return path
+    run_trace = run_folder_trace(path)
+    if run_trace is not None:
+        return run_trace
+    exports = sorted(path.glob("*.sqlite"))
+    if len(exports) > 1:
+        names = ", ".join(p.name for p in exports[:5])
+        raise ProfkitError(f"{path} holds several exports ({names}); pass one of them")
+    return exports[0] if exports else path
 
 
 def detect_source(path: str | Path) -> str:

@@ -55,7 +55,9 @@ def choose_trace(folder: Path) -> tuple[Path, str | None]:
     """(the trace to read, a note when others were passed over)."""
     candidates = [c for p in sorted(folder.iterdir()) if (c := _candidate(p)) is not None]
     if not candidates:
-        raise ProfkitError(f"{folder} holds no PyTorch profiler trace (*.json or *.json.gz with traceEvents)")
+        raise ProfkitError(f"{folder} holds no PyTorch profiler trace (*.json or *.json.gz with traceEvents)",
+                           hint="pass an nsys export (*.sqlite), a PyTorch profiler trace, "
+                                "or a folder made by `profkit trace`")
     groups: dict[str, list[Candidate]] = {}
     for c in candidates:
         groups.setdefault(c.group, []).append(c)
