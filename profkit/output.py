@@ -108,8 +108,8 @@ def md_escape(text: str) -> str:
     Names come from the profiled program (kernels, NVTX ranges, files): in a
     pull-request comment ``[click](javascript:...)`` must not become a link,
     ``![x](https://...)`` not an image, a URL, ``www.`` name or e-mail
-    address not an autolink, ``float *a, float *b`` not italics.  Brackets,
-    backticks and emphasis marks are escaped, as are the ``:`` of ``://``
+    address not an autolink, ``float *a, float *b`` or ``__init__`` not
+    italics or bold.  Brackets, backticks and emphasis marks are escaped, as are the ``:`` of ``://``
     and the ``.`` of ``www.``; ``<`` and ``>`` become entities, so no HTML
     or ``<autolink>`` gets through.  GitHub finds e-mail addresses after
     escapes and entities are undone, so no escape stops those: an
@@ -145,12 +145,16 @@ def _md_plain(text: str) -> str:
         .replace("\n", " ")
         .replace("\r", " ")
     )
-    for mark in ("[", "]", "`", "*", "_", "~"):
+    for mark in ("[", "]", "`", "*", "~"):
         out = out.replace(mark, "\\" + mark)
+    out = _EMPHASIS_UNDERSCORE.sub(r"\\_", out)
     out = _AUTOLINK_SCHEME.sub(r"\1\\:", out)
     return _AUTOLINK_WWW.sub(r"\1\\.", out)
 
 
+# "_" emphasizes only where it is not between two letters or digits (GFM's flanking
+# rules), so "shared_memory" stays as written and "__init__" or " _x_ " are escaped.
+_EMPHASIS_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
 # GitHub's autolink extension starts a link at "scheme:" + "//" and at "www.".
 _AUTOLINK_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):(?=//)")
 _AUTOLINK_WWW = re.compile(r"((?:^|(?<=[^A-Za-z0-9]))[Ww][Ww][Ww])\.")

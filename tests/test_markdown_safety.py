@@ -131,7 +131,8 @@ def test_format_md_real_names_with_addresses_are_text(command: str, name: str, t
     "a@b.example", "x a.user+tag@example.org y", "mailto:a@b.example", "xmpp:a@b.example/res",
     "www.evil.example", "WWW.EVIL.EXAMPLE", "(www.evil.example)", "http://e.example", "HTTPS://E.EXAMPLE/p",
     "ftp://f.example", "`a@b.example`", "a_b@c_d.example_", "x@y.example@w.example", "[a@b.example](http://x.y)",
-    "<a@b.example>", "a@www.x.example", "\\a@b.example", "*a@b.example*", KERNEL, NVTX,
+    "<a@b.example>", "a@www.x.example", "\\a@b.example", "*a@b.example*", "__init__ _x_ a_b", "float *a, float *b",
+    KERNEL, NVTX,
 ])
 def test_md_escape_leaves_no_autolink(text: str) -> None:
     """Each hostile string alone, in a table cell and in prose."""

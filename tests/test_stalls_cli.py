@@ -85,10 +85,10 @@ def test_compare_print_and_noprint() -> None:
 
 def test_markdown_keeps_code_verbatim_in_findings() -> None:
     out = invoke(str(nsys_fixture("nsys2025_sync")), "--format", "md", "--threshold", "1")
-    assert out.startswith("## Synchronization stalls: nsys2025\\_sync.sqlite")  # _ escaped: no italics
-    assert "- sync\\_elementwise.py:31 `torch.cuda.synchronize() # explicit` synchronizes 8 times, 1 per step" in out
+    assert out.startswith("## Synchronization stalls: nsys2025_sync.sqlite")
+    assert "- sync_elementwise.py:31 `torch.cuda.synchronize() # explicit` synchronizes 8 times, 1 per step" in out
     assert "### Sync sites (by cost)" in out and "### Per NVTX range" in out and "### Steps" in out
-    assert "| sync\\_elementwise.py:26 | if y.max() &gt; 0: # truthiness | truthiness |" in out  # table cell
+    assert "| sync_elementwise.py:26 | if y.max() &gt; 0: # truthiness | truthiness |" in out  # table cell
 
 
 def test_table_and_csv() -> None:
