@@ -144,11 +144,13 @@ def _redact_table(conn: sqlite3.Connection, table: str, redact: Redactor) -> Non
             text = _text(raw)
             cleaned = redact(text)
             if cleaned != text:
-                changes.append((cleaned.encode("utf-8", "surrogateescape"), where_value))
+                value = cleaned.encode("utf-8", "surrogateescape")
+                changes.append((value, value, where_value))
         # CAST(? AS TEXT) stores the bytes as they are (a value may not be valid
-        # UTF-8); a BLOB stays a BLOB.
-        conn.executemany(f'UPDATE "{tab}" SET "{col}" = CASE typeof("{col}") WHEN \'blob\' THEN ?1 '
-                         f'ELSE CAST(?1 AS TEXT) END WHERE {key} = ?2', changes)
+        # UTF-8); a BLOB stays a BLOB.  Plain `?` marks: Python 3.14's sqlite3 refuses
+        # numbered ones (?1) bound from a sequence.
+        conn.executemany(f'UPDATE "{tab}" SET "{col}" = CASE typeof("{col}") WHEN \'blob\' THEN ? '
+                         f'ELSE CAST(? AS TEXT) END WHERE {key} = ?', changes)
 
 
 def _check_clean(path: Path, out: Path) -> None:
