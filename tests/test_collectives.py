@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from profkit.analysis.collectives import DTYPE_BYTES, busbw_factor
+from profkit.analysis.collectives import DTYPE_BYTES, busbw_factor, by_size
 from profkit.analysis.ranks import cross_rank
 from profkit.analysis.steps.windows import step_of
 from profkit.readers import open_trace
@@ -144,6 +144,16 @@ def test_sizes_and_bandwidth_equal_the_raw_json(folder):
     assert row["algbw_gbps"] == pytest.approx(algbw, rel=1e-12)
     assert row["busbw_gbps"] == pytest.approx(algbw * 2 * (n - 1) / n, rel=1e-12)
     assert row["bandwidth_paired"] is True
+    # and per message size: the 1 MiB and the 13 MiB gradient buckets separately
+    expected = {}
+    for size, t in zip(sizes[0], seconds):
+        calls, total_bytes, total_ns = expected.get(size, (0, 0, 0))
+        expected[size] = (calls + 1, total_bytes + size, total_ns + t)
+    got = {b["msg_bytes_min"]: b for b in row["by_size"]}
+    assert sorted(got) == sorted(expected) and all(b["exact"] for b in got.values())
+    for size, (calls, total_bytes, total_ns) in expected.items():
+        assert got[size]["count"] == calls
+        assert got[size]["busbw_gbps"] == pytest.approx(total_bytes / total_ns * 2 * (n - 1) / n, rel=1e-12)
 
 
 @needs_ddp
@@ -240,3 +250,15 @@ def test_step_of_against_a_loop():
     for t, g in zip(times.tolist(), got.tolist()):
         holding = [i for i, k in enumerate(shuffled) if starts[k] <= t < ends[k]]
         assert g == (holding[0] if holding else -1)
+
+
+def test_many_sizes_group_into_power_of_two_ranges():
+    sizes = np.array([1000, 1500, 2048, 3000, 5000, 9000, 17000, 40000, 70000, 130000, 300000, 600000, 1 << 20, -1])
+    ns = np.arange(1, len(sizes) + 1, dtype=np.int64) * 1000
+    rows = by_size(ns, sizes, "allgather", 4)
+    for row in rows:
+        assert not row["exact"] and row["msg_bytes_max"] == 2 * row["msg_bytes_min"]
+        mine = [(s, t) for s, t in zip(sizes.tolist(), ns.tolist()) if row["msg_bytes_min"] <= s < row["msg_bytes_max"]]
+        assert row["count"] == len(mine)
+        assert row["busbw_gbps"] == pytest.approx(sum(s for s, _ in mine) / sum(t for _, t in mine) * 3 / 4)
+    assert sum(r["count"] for r in rows) == len(sizes) - 1  # the unknown size is left out

@@ -199,7 +199,7 @@ def across_ranks(by_rank: dict[Any, dict[str, Any]]) -> dict[str, Any]:
         "bytes_per_rank": max((by_rank[r]["bytes_total"] for r in sized_ranks), default=None),
         "sized_ranks": sized_ranks, "unsized_ranks": [r for r, c in entries if not c.get("sized")],
         "group_size": group_size, "algbw_gbps": None, "busbw_gbps": None, "bandwidth_basis": None,
-        "bandwidth_paired": None,
+        "bandwidth_paired": None, "by_size": [],
     }
     if not sized_ranks:
         return out
@@ -216,4 +216,30 @@ def across_ranks(by_rank: dict[Any, dict[str, Any]]) -> dict[str, Any]:
         # a lower bound: that rank's kernel time holds its waits for the others
         out["bandwidth_basis"] = f"rank {best}'s kernel time, its waits included (calls not paired across ranks)"
         out["bandwidth_paired"] = False
+        ns, sizes = (np.asarray(by_rank[best][k], dtype=np.int64) for k in ("calls_ns", "calls_bytes"))
+    out["by_size"] = by_size(ns, sizes, op, group_size)
     return out
+
+
+# More distinct sizes than this are grouped into power-of-two ranges.
+MAX_EXACT_SIZES = 12
+
+
+def by_size(ns: np.ndarray, sizes: np.ndarray, collective: str, ranks: int | None) -> list[dict[str, Any]]:
+    """Calls of one size together: count, median time, bandwidth.  Small messages
+    are latency-bound, so one bandwidth over all sizes hides what each achieves.
+    Sizes: exact when at most ``MAX_EXACT_SIZES`` differ, else [2^k, 2^(k+1)) ranges."""
+    known = sizes >= 0
+    ns, sizes = ns[known], sizes[known]
+    if not sizes.size:
+        return []
+    exact = len(np.unique(sizes)) <= MAX_EXACT_SIZES
+    keys = sizes if exact else np.floor(np.log2(np.maximum(sizes, 1))).astype(np.int64)
+    rows = []
+    for key in np.unique(keys).tolist():
+        mine = keys == key
+        low, high = (key, key) if exact else (2 ** key, 2 ** (key + 1))
+        rows.append({"msg_bytes_min": int(low), "msg_bytes_max": int(high), "exact": exact, "count": int(mine.sum()),
+                     "median_ns": float(np.median(ns[mine])),
+                     **bandwidth(int(sizes[mine].sum()), int(ns[mine].sum()), collective, ranks)})
+    return rows

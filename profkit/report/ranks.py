@@ -44,6 +44,14 @@ COLLECTIVE_COLUMNS = [
     Column("algbw_gbps", "algbw (GB/s)", "float"),
     Column("busbw_gbps", "busbw (GB/s)", "float"),
 ]
+SIZE_COLUMNS = [
+    Column("collective", "Collective"),
+    Column("message_size", "Message size"),
+    Column("count", "Calls", "int"),
+    Column("median_ns", "Median call (ns)", "ns"),
+    Column("algbw_gbps", "algbw (GB/s)", "float"),
+    Column("busbw_gbps", "busbw (GB/s)", "float"),
+]
 SKEW_COLUMNS = [
     Column("name", "Kernel"),
     Column("min_ns", "Fastest rank (ns)", "ns"),
@@ -96,6 +104,10 @@ def ranks_findings(job: dict[str, Any]) -> list[str]:
             if c.get("busbw_gbps") is not None:
                 least = "" if c.get("bandwidth_paired") else "at least "
                 moved += f", bus bandwidth {least}{c['busbw_gbps']:.1f} GB/s"
+                largest = (c.get("by_size") or [{}])[-1]
+                if len(c.get("by_size") or []) > 1 and largest.get("busbw_gbps") is not None:
+                    moved += (f" ({largest['busbw_gbps']:.1f} GB/s for the largest, "
+                              f"{size(largest['msg_bytes_min'])}{'' if largest['exact'] else ' and up'})")
         items.append(f"{c['collective']}: {c['count']:,} kernels, {duration(c['total_ns'])} in all; per-rank "
                      f"total from {duration(c['min_rank_total_ns'])} to {duration(c['max_rank_total_ns'])}{moved}.")
     for f in job["failed"]:
@@ -166,9 +178,17 @@ def _collectives_section(job: dict[str, Any], summaries: list[dict[str, Any]]) -
     for c in job["collectives"]:
         unsized = c.get("unsized_ranks") or []
         from_nsys = bool(unsized) and all(source.get(r) == "nsys" for r in unsized)
-        rows.append({**c, "message_size": message_size(c, " in this nsys export" if from_nsys else "")})
+        rows.append({**{k: v for k, v in c.items() if k != "by_size"},
+                     "message_size": message_size(c, " in this nsys export" if from_nsys else "")})
     section.tables.append(Table("collectives", "By collective type", COLLECTIVE_COLUMNS, rows,
                                 label_key="collective"))
+    sizes = [{"collective": c["collective"], **b,
+              "message_size": size(b["msg_bytes_min"]) if b["exact"] else
+              f"{size(b['msg_bytes_min'])} to {size(b['msg_bytes_max'])}"}
+             for c in job["collectives"] for b in c.get("by_size") or []]
+    if sizes:
+        section.tables.append(Table("collective_sizes", "By message size (small messages are latency-bound)",
+                                    SIZE_COLUMNS, sizes, label_key="collective"))
     for c in job["collectives"]:
         if c.get("bandwidth_paired") is False:
             section.notes.append(f"{c['collective']}: bandwidth from {c['bandwidth_basis']}: a lower bound")
