@@ -45,3 +45,37 @@ def gpu_step_durations(export: Path, text: str = "step") -> list[int]:
 def steady_median(durations: list[int], warmup: int) -> float:
     """The median over the steps after the first ``warmup`` ones."""
     return statistics.median(durations[warmup:])
+
+
+def kineto_step_spans(trace: Path, text: str = "step") -> list[tuple[int, int]]:
+    """``gpu_step_spans`` for a torch.profiler trace, from its raw JSON: the CPU-side
+    ``record_function(text)`` ranges (cat ``user_annotation``), the CUDA runtime/driver
+    calls that began inside each (same process), and the GPU work (kernel, memcpy,
+    memset) of their correlation ids.  Times in ns as the trace model has them:
+    ``round(ts * 1000)``, ends ``start + round(dur * 1000)``."""
+    import gzip
+    import json
+
+    opener = gzip.open if trace.suffix == ".gz" else open
+    with opener(trace, "rt") as f:
+        events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+
+    def ns(us: float) -> int:
+        return round(us * 1000)
+
+    ranges = sorted((ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]), e["pid"]) for e in events
+                    if e.get("cat") == "user_annotation" and e.get("name") == text)
+    launches = [(ns(e["ts"]), e["pid"], e["args"]["correlation"]) for e in events
+                if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})]
+    gpu: dict[int, list[tuple[int, int]]] = {}
+    for e in events:
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "correlation" in e.get("args", {}):
+            gpu.setdefault(e["args"]["correlation"], []).append((ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])))
+    rows = []
+    for start, end, pid in ranges:
+        ops = [op for t, p, corr in launches if p == pid and start <= t <= end for op in gpu.get(corr, ())]
+        if ops:
+            rows.append((start, end, min(s for s, _ in ops), max(e for _, e in ops)))
+    starts = [r[2] for r in rows]
+    ends = starts[1:] + [max(rows[-1][1], rows[-1][3])] if rows else []
+    return list(zip(starts, ends))

@@ -12,9 +12,11 @@ import sqlite3
 from collections import defaultdict
 
 import pytest
+from click.testing import CliRunner
 
 from profkit.analysis.breakdown import rank_breakdown
 from profkit.analysis.breakdown.idle import TOP_PER_KIND
+from profkit.cli import cli
 from profkit.readers import open_trace
 from profkit.report.build import build_report
 from profkit.report.json_report import report_dict
@@ -109,3 +111,23 @@ def test_report_gap_table_says_what_the_launching_thread_did(name: str) -> None:
     longest = max(rows, key=lambda r: r["duration_ns"])
     finding = next(f for f in report["findings"] if f.startswith("The longest idle stretch"))
     assert longest["cpu"] and longest["cpu"] in finding
+
+
+def test_a_host_that_sleeps_each_step_is_named_in_the_steady_idle_stretches() -> None:
+    """nsys2025_mlp_sleep: train_slow_loader.py --sleep-ms 5 sleeps on the launching thread every
+    step (time.sleep -> clock_nanosleep), so the GPU waits.  Over the steady-state steps, every one
+    of the longest idle stretches has that thread in clock_nanosleep for the 5 ms, and the table
+    of `profkit breakdown --steady` says so."""
+    name = "nsys2025_mlp_sleep"
+    with open_trace(nsys_fixture(name)) as trace:
+        gaps = rank_breakdown(trace, steady=True)["longest_idle"]
+    assert len(gaps) == 5
+    with sql(name) as conn:
+        for gap in gaps:
+            expected = oracle_osrt(conn, gap["pid"], gap["tid"], gap["start_ns"], gap["end_ns"])
+            assert as_tuples(gap["osrt"]) == expected
+            call, count, ns = expected[0]
+            assert (call, count) == ("clock_nanosleep", 1) and 5_000_000 <= ns < 6_000_000
+    out = CliRunner().invoke(cli, ["breakdown", "--steady", "--format", "md", str(nsys_fixture(name))])
+    assert out.exit_code == 0, out.output
+    assert "OS: clock_nanosleep 5.0" in out.output
