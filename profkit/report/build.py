@@ -131,13 +131,14 @@ INTERACTIVE = "interactive_timeline"  # report.html's canvas timeline: built her
 # The CPU side of the longest idle stretches (fills the utilization section's table):
 # after the CUDA API section, whose columns it reads.
 IDLE_CPU = "idle_cpu"
-BUILD_ORDER = ("timeline", "utilization", "kernels", "occupancy", "api", IDLE_CPU, "steps", "nvtx", "capture",
+# The steps come before the timeline, whose zoom shows a few steady-state steps.
+BUILD_ORDER = ("kernels", "occupancy", "api", "steps", "timeline", "utilization", IDLE_CPU, "nvtx", "capture",
                "nvtx_kernels", INTERACTIVE, "memory", "stalls", "ncu")
 # Columns read in one scan of their table before the section that first needs them:
 # a scan of a million rows costs about as much as three more columns in it, so every
 # column the report will want from the two big tables is read at once.
 PREFETCH: dict[str, dict[str, tuple[str, ...]]] = {
-    "timeline": {"kernels": ("start", "end", DURATION, "device", "stream", "pid", "correlation", "name",
+    "kernels": {"kernels": ("start", "end", DURATION, "device", "stream", "pid", "correlation", "name",
                              "short_name", *CONFIG_COLUMNS)},
     "api": {"api": ("start", "end", DURATION, "pid", "tid", "correlation", "name")},
 }

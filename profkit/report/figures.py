@@ -102,8 +102,10 @@ def _nvtx_color(text: str | None) -> tuple:
     return NVTX_PALETTE[zlib.crc32((text or "").encode()) % len(NVTX_PALETTE)]
 
 
-def timeline_png(bins: TimeBins, lanes: Sequence[StreamActivity], bars: Sequence[NvtxBar], title: str) -> bytes:
-    """Streams as rows (kernel, memcpy, memset busy share per bin), NVTX ranges above them.
+def timeline_png(bins: TimeBins, lanes: Sequence[StreamActivity], bars: Sequence[NvtxBar], title: str,
+                 boundaries: Sequence[int] = ()) -> bytes:
+    """Streams as rows (kernel, memcpy, memset busy share per bin), NVTX ranges above them,
+    and ``boundaries`` (ns, e.g. where steps start and end) as dashed vertical lines.
 
     A light column marks a bin with any activity (so a 2 µs kernel in a
     5 ms bin still shows); the solid fill is the share of the bin that was
@@ -164,6 +166,9 @@ def timeline_png(bins: TimeBins, lanes: Sequence[StreamActivity], bars: Sequence
             top = base + n_nvtx * 0.6
         else:
             top = n_streams
+        for at in sorted(set(boundaries)):
+            if bins.start_ns <= at <= bins.end_ns:
+                ax.axvline((at - bins.start_ns) / divisor, color="#444444", linestyle="--", linewidth=0.8)
         ax.set_yticks(ticks, labels)
         ax.set_ylim(0, top)
         ax.set_xlim(x[0], x[-1])

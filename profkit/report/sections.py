@@ -26,6 +26,7 @@ from profkit.report.text import cpu_activity, duration
 TIMELINE_BINS = 1000  # about one bin per pixel of the figure
 ZOOM_SHARE = 0.9  # the zoomed timeline shows the shortest window with this share of the busy time...
 ZOOM_MAX_FRACTION = 0.3  # ...when that window is at most this fraction of the whole
+ZOOM_STEPS = 3  # with steady-state steps, the zoom shows this many around the median one instead
 NO_RANGE = "(outside any range)"
 
 # -- columns ----------------------------------------------------------------------------
@@ -189,24 +190,51 @@ def fill_timeline(section: Section, trace: Trace, bins: int, found: dict[str, An
                      f"the share of the bin that was busy, white is idle. {_ranges_word(trace, capital=True)} are "
                      "drawn above, one row per nesting level and thread.")
     section.figures.append(_timeline_figure("timeline", "Whole capture", trace, whole))
-    if utilization:
+    zoom, title, steps = _steady_zoom(found.get("steps"))
+    if zoom is None and utilization:
+        # no steps to show: the shortest stretch holding most of the GPU's work
         total = sum(u.busy_per_bin for u in utilization)
         zoom = timeline.busiest_window(total, whole, ZOOM_SHARE)
-        if zoom and zoom[1] - zoom[0] <= ZOOM_MAX_FRACTION * whole.width_ns * whole.count:
-            margin = max((zoom[1] - zoom[0]) // 50, 1)
-            zoom_bins = timeline.make_bins(max(zoom[0] - margin, whole.start_ns),
-                                           min(zoom[1] + margin, whole.end_ns), bins, origin_ns=whole.origin_ns)
-            title = (f"Zoom: the busiest {duration(zoom_bins.width_ns * zoom_bins.count)} "
-                     f"({ZOOM_SHARE:.0%} of the GPU's busy time)")
-            section.figures.append(_timeline_figure("timeline_zoom", title, trace, zoom_bins))
-            views.append((zoom_bins, timeline.gpu_utilization(trace, zoom_bins), title))
+        if zoom and zoom[1] - zoom[0] > ZOOM_MAX_FRACTION * whole.width_ns * whole.count:
+            zoom = None
+        title = "Zoom: the busiest {} " + f"({ZOOM_SHARE:.0%} of the GPU's busy time)"
+    if zoom is not None:
+        margin = max((zoom[1] - zoom[0]) // 50, 1)
+        zoom_bins = timeline.make_bins(max(zoom[0] - margin, whole.start_ns),
+                                       min(zoom[1] + margin, whole.end_ns), bins, origin_ns=whole.origin_ns)
+        title = title.format(duration(zoom_bins.width_ns * zoom_bins.count))
+        figure = _timeline_figure("timeline_zoom", title, trace, zoom_bins,
+                                  [b for s in steps for b in (s["start_ns"], s["end_ns"])])
+        if steps:
+            figure.data["steps"] = steps
+            figure.caption += " Dashed lines: where each step starts and ends (from its first GPU operation)."
+        section.figures.append(figure)
+        views.append((zoom_bins, timeline.gpu_utilization(trace, zoom_bins), title))
     found["utilization"], found["utilization_views"] = utilization, views
 
 
-def _timeline_figure(key: str, title: str, trace: Trace, bins: timeline.TimeBins) -> Figure:
+def _steady_zoom(result: Any) -> tuple[tuple[int, int] | None, str, list[dict[str, Any]]]:
+    """The zoomed timeline's window over a few typical steady-state steps (those around the
+    median step), its title ("{}" for the window's length) and the steps; (None, "", []) without steps."""
+    if result is None or not result.found:
+        return None, "", []
+    chosen = result.steps_around_median(ZOOM_STEPS)
+    if chosen.empty:
+        return None, "", []
+    steps = [{"index": int(i), "start_ns": int(a), "end_ns": int(b)}
+             for i, a, b in zip(chosen["index"], chosen["start_ns"], chosen["end_ns"])]
+    first, last = steps[0]["index"], steps[-1]["index"]
+    which = f"step {first}" if first == last else f"steps {first}-{last}"
+    title = (f"Zoom: {which} of {len(result.steps)}, steady state around the median step "
+             f"({duration(result.summary['median_ns'])}); {{}} shown")
+    return (steps[0]["start_ns"], steps[-1]["end_ns"]), title, steps
+
+
+def _timeline_figure(key: str, title: str, trace: Trace, bins: timeline.TimeBins,
+                     boundaries: list[int] | None = None) -> Figure:
     lanes = timeline.stream_busy(trace, bins)
     bars, ranges = timeline.nvtx_bars(trace, bins.start_ns, bins.end_ns, min_duration_ns=bins.width_ns // 2)
-    png = _figures().timeline_png(bins, lanes, bars, title)
+    png = _figures().timeline_png(bins, lanes, bars, title, boundaries or ())
     caption = f"{duration(bins.width_ns * bins.count)} in {bins.count} bins of {duration(bins.width_ns)}."
     if ranges:
         caption += (f" {len(bars):,} of {ranges:,} {_ranges_word(trace)} drawn (the longest; shorter than "
@@ -235,7 +263,7 @@ def fill_utilization(section: Section, found: dict[str, Any]) -> None:
     section.figures.append(Figure(
         "utilization", "GPU busy % over time",
         f"{whole.count} bins of {duration(whole.width_ns)} over the whole capture"
-        + (", then the busiest part" if len(views) > 1 else "")
+        + (", then the zoomed window of the timeline" if len(views) > 1 else "")
         + "; busy time summed over the whole capture's bins equals the GPU busy time of the capture section.",
         _figures().utilization_png(views),
         {"views": [{"title": title,

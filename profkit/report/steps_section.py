@@ -159,12 +159,10 @@ def _table_rows(result: StepResult, parts: pd.DataFrame) -> list[dict[str, Any]]
 
 
 def zoom_window(trace: Trace, result: StepResult, n: int = ZOOM_STEPS) -> dict[str, Any] | None:
-    """A few steady-state steps (the second steady one on, when there are enough) and the GPU work in them."""
-    steady = result.steady
-    if steady.empty:
+    """A few steady-state steps (around the median one, as the Timeline section's zoom) and the GPU work in them."""
+    chosen = result.steps_around_median(n)
+    if chosen.empty:
         return None
-    first = 1 if len(steady) > n else 0
-    chosen = steady.iloc[first:first + n]
     lo, hi = int(chosen["start_ns"].iloc[0]), int(chosen["end_ns"].iloc[-1])
     events = []
     for table, kind in (("kernels", "kernel"), ("memcpy", "memcpy"), ("memset", "memset")):

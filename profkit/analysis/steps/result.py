@@ -87,6 +87,17 @@ class StepResult:
             return None
         return int(warm["start_ns"].iloc[0]), int(warm["end_ns"].iloc[-1])
 
+    def steps_around_median(self, n: int = 3) -> pd.DataFrame:
+        """``n`` consecutive steady-state steps centred on the one whose time is closest to the
+        steady median (the earliest such): typical steps to show, not the warm-up's or an outlier's."""
+        steady = self.steady
+        if steady.empty:
+            return steady
+        duration = steady["duration_ns"].to_numpy()
+        middle = int(np.argmin(np.abs(duration - np.median(duration))))
+        first = min(max(middle - (n - 1) // 2, 0), max(len(steady) - n, 0))
+        return steady.iloc[first:first + n]
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON form: ``summary`` and ``steps`` (as the issue specifies), plus phases and the message."""
         steps = [{k: (v if isinstance(v, str) else int(v)) for k, v in row.items()}
