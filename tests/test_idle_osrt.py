@@ -131,3 +131,21 @@ def test_a_host_that_sleeps_each_step_is_named_in_the_steady_idle_stretches() ->
     out = CliRunner().invoke(cli, ["breakdown", "--steady", "--format", "md", str(nsys_fixture(name))])
     assert out.exit_code == 0, out.output
     assert "OS: clock_nanosleep 5.0" in out.output
+
+
+@pytest.mark.parametrize(("name", "bound"), [("nsys2025_mlp_sleep", False), ("nsys2025_mlp_plain", True)])
+def test_a_sleeping_host_is_not_called_launch_bound(name: str, bound: bool) -> None:
+    """Both loops run short kernels and leave the GPU idle >90% of the steady state, waiting on the
+    host.  The small MLP's idle time is gaps of tens of µs between launches (launch-bound); the
+    sleeping loop's is one ~24 ms stretch a step (the sleep and building the batch on the CPU),
+    which no kernel fusion or CUDA graph would remove."""
+    with open_trace(nsys_fixture(name)) as trace:
+        row = rank_breakdown(trace, steady=True)
+    launch = row["launch"]
+    assert row["idle_pct"] > 90 and launch["short_kernel_pct"] > 50
+    assert launch["launch_bound"] is bound
+    if bound:
+        assert launch["long_gap_pct"] < 10 and "CUDA graph" in launch["verdict"]
+    else:
+        assert launch["long_gap_pct"] > 80 and "not launch-bound" in launch["verdict"]
+        assert all(gap["duration_ns"] > 20_000_000 for gap in row["longest_idle"])

@@ -18,6 +18,7 @@ from typing import Any
 
 from profkit.analysis.breakdown import events as _events
 from profkit.analysis.breakdown import idle as _idle
+from profkit.analysis.breakdown import intervals
 from profkit.analysis.breakdown import launch as _launch
 from profkit.analysis.breakdown import temporal as _temporal
 from profkit.errors import ProfkitError
@@ -82,7 +83,9 @@ def rank_breakdown(trace: Trace, steady: bool = False, top_idle: int = 5) -> dic
     stream_idle = sum(totals.values())
     launches = _launch.launches(events)
     launch = _launch.launch_summary(launches, row["idle_pct"],
-                                    totals["host_wait_ns"] / stream_idle if stream_idle else None)
+                                    totals["host_wait_ns"] / stream_idle if stream_idle else None,
+                                    _launch.long_gap_share(*intervals.gaps(events["start"].to_numpy(),
+                                                                           events["end"].to_numpy())))
     launch["delay_outliers"] = _launch.launch_delay_outliers(launches)
     row.update(
         window=window_info,

@@ -32,6 +32,20 @@ LAUNCH_DELAY_OUTLIER_NS = 100_000
 # their launch call takes on the CPU, and the GPU idles for lack of work.
 LAUNCH_BOUND_SHORT_SHARE = 0.5
 LAUNCH_BOUND_MIN_IDLE_PCT = 10.0
+# ...and the idle time is made of short gaps.  A launch costs 5-20 µs; a gap of
+# 1 ms or more is the host doing something else (start-up, loading data, sleeping,
+# a sync).  Measured over the steady state of the committed traces: launch-bound
+# loops have 0-18% of their idle time in such gaps, a loop whose host sleeps 5 ms
+# a step (nsys2025_mlp_sleep) 89%.
+LONG_GAP_NS = 1_000_000
+LAUNCH_BOUND_MAX_LONG_GAP_SHARE = 0.5
+
+
+def long_gap_share(gap_start: np.ndarray, gap_end: np.ndarray) -> float | None:
+    """The share (0..1) of GPU idle time in gaps of at least LONG_GAP_NS; None without idle time."""
+    length = gap_end - gap_start
+    total = int(length.sum())
+    return float(length[length >= LONG_GAP_NS].sum()) / total if total > 0 else None
 
 
 def launches(events: pd.DataFrame, include_memory: bool = True) -> pd.DataFrame:
@@ -51,10 +65,12 @@ def launches(events: pd.DataFrame, include_memory: bool = True) -> pd.DataFrame:
     })
 
 
-def launch_summary(rows: pd.DataFrame, idle_pct: float | None, host_wait_share: float | None) -> dict[str, Any]:
+def launch_summary(rows: pd.DataFrame, idle_pct: float | None, host_wait_share: float | None,
+                   long_gaps: float | None = None) -> dict[str, Any]:
     """Totals, medians, outlier counts and a launch-bound verdict in words.
 
-    ``host_wait_share``: the share of idle time that is host wait (0..1)."""
+    ``host_wait_share``: the share of idle time that is host wait (0..1);
+    ``long_gaps``: the share of idle time in gaps of LONG_GAP_NS or more (``long_gap_share``)."""
     n = len(rows)
     if n == 0:
         return {"launches": 0, "launch_bound": False, "verdict": "no kernel launches in the trace"}
@@ -65,12 +81,18 @@ def launch_summary(rows: pd.DataFrame, idle_pct: float | None, host_wait_share: 
     short_share = float(short.mean())
     idle_enough = idle_pct is not None and idle_pct >= LAUNCH_BOUND_MIN_IDLE_PCT
     host_waits = host_wait_share is not None and host_wait_share >= 0.5
-    bound = short_share >= LAUNCH_BOUND_SHORT_SHARE and idle_enough and host_waits
+    elsewhere = long_gaps is not None and long_gaps >= LAUNCH_BOUND_MAX_LONG_GAP_SHARE
+    bound = short_share >= LAUNCH_BOUND_SHORT_SHARE and idle_enough and host_waits and not elsewhere
     if bound:
         verdict = (f"launch-bound: {short_share:.0%} of kernels run shorter on the GPU than their launch takes "
                    f"on the CPU (median launch {np.median(cpu) / 1000:.1f} µs, median kernel "
                    f"{np.median(gpu) / 1000:.1f} µs) and the GPU is idle {idle_pct:.0f}% of the time, "
                    "mostly waiting for the host: fuse kernels or capture a CUDA graph")
+    elif short_share >= LAUNCH_BOUND_SHORT_SHARE and idle_enough and host_waits:
+        verdict = (f"not launch-bound: the GPU is idle {idle_pct:.0f}% of the time, but {long_gaps:.0%} of that "
+                   f"in stretches of {LONG_GAP_NS / 1e6:.0f} ms or more, far longer than a launch: the host was busy "
+                   "with something else then (start-up, loading data, sleeping, a sync); the longest idle "
+                   "stretches say what the launching thread did")
     elif short_share >= LAUNCH_BOUND_SHORT_SHARE:
         verdict = (f"not launch-bound: {short_share:.0%} of kernels are shorter than their launch, "
                    "but the CPU keeps enough work queued")
@@ -85,6 +107,7 @@ def launch_summary(rows: pd.DataFrame, idle_pct: float | None, host_wait_share: 
         "short_kernels": int(short.sum()), "short_kernel_pct": 100.0 * short_share,
         "runtime_outliers": int((cpu > RUNTIME_OUTLIER_NS).sum()),
         "launch_delay_outliers": int((delay > LAUNCH_DELAY_OUTLIER_NS).sum()),
+        "long_gap_pct": None if long_gaps is None else 100.0 * long_gaps,
         "launch_bound": bool(bound), "verdict": verdict,
     }
 
