@@ -20,6 +20,7 @@ from profkit.cli import cli
 from profkit.readers import open_trace
 from profkit.report.build import build_report
 from profkit.report.json_report import report_dict
+from profkit.report.text import duration
 from tests.conftest import DATA, nsys_fixture
 
 MASK = 0xFFFFFF
@@ -149,3 +150,43 @@ def test_a_sleeping_host_is_not_called_launch_bound(name: str, bound: bool) -> N
     else:
         assert launch["long_gap_pct"] > 80 and "not launch-bound" in launch["verdict"]
         assert all(gap["duration_ns"] > 20_000_000 for gap in row["longest_idle"])
+
+
+def _longest_gap_sql(conn: sqlite3.Connection, lo: int, hi: int) -> tuple[int, int, int]:
+    """The longest stretch in [lo, hi) with no GPU operation on a device, swept over the raw rows."""
+    best = (0, 0, -1)
+    devices = [d for (d,) in conn.execute("SELECT DISTINCT deviceId FROM CUPTI_ACTIVITY_KIND_KERNEL")]
+    for device in devices:
+        rows = sorted(r for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
+                      for r in conn.execute(f'SELECT max(start, ?), min("end", ?) FROM {t} '
+                                            f'WHERE deviceId = ? AND "end" > ? AND start < ?', (lo, hi, device, lo, hi)))
+        reach = None
+        for start, end in rows:
+            if reach is not None and start > reach and start - reach > best[1] - best[0]:
+                best = (reach, start, device)
+            reach = end if reach is None else max(reach, end)
+    return best
+
+
+def test_the_report_names_what_the_host_did_in_the_steady_states_longest_idle() -> None:
+    """The whole capture's longest idle stretch is start-up; the report also gives the steady
+    state's, with the launching thread's calls: on the slow-loader loop, its 5 ms sleep."""
+    from profkit.analysis.steps import find_steps
+    from profkit.report import sections
+
+    name = "nsys2025_mlp_sleep"
+    with open_trace(nsys_fixture(name)) as trace:
+        result = find_steps(trace)
+        found = {"steps": result}
+        sections.describe_idle_cpu(trace, found)
+        report = report_dict(build_report(trace))
+    gap = found["steady_longest_idle"]
+    with sql(name) as conn:
+        assert (gap["start_ns"], gap["end_ns"], gap["device"]) == _longest_gap_sql(conn, *result.steady_window)
+        pid, tid = launching_thread(conn, gap["device"], gap["end_ns"])
+        expected = oracle_osrt(conn, pid, tid, gap["start_ns"], gap["end_ns"])
+    assert (gap["pid"], gap["tid"]) == (pid, tid) and as_tuples(gap["osrt"]) == expected
+    assert expected[0][0] == "clock_nanosleep"
+    finding = next(f for f in report["findings"] if f.startswith("In the steady state the longest GPU idle"))
+    assert report["findings"].index(finding) == 1  # right after the steady-state headline
+    assert f"OS: clock_nanosleep {duration(expected[0][2])}" in finding

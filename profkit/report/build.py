@@ -98,6 +98,7 @@ def build_report(trace: Trace, *, ncu_csv: Path | None = None, partial: bool = F
 
     # The steady state leads: a headline over the whole capture is made by start-up.
     items = steps_section.findings_for(trace, found)
+    items[1:1] = fill.steady_idle_finding(found)  # right after the steady-state headline
     items += list(found.get("stall_findings", []))
     gap = longest_gap(found.get("utilization"))
     gap_ranges = timeline.enclosing_ranges(trace, gap[0], gap[1]) if gap else []

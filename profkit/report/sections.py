@@ -290,15 +290,35 @@ def describe_idle_cpu(trace: Trace, found: dict[str, Any]) -> None:
 
     It runs after the CUDA API section (``build.BUILD_ORDER``), whose columns it
     reuses, and fills the rows the utilization section's table already holds."""
-    from profkit.analysis.breakdown.idle import CPU_KINDS, cpu_in_gaps
+    from profkit.analysis.breakdown.idle import CPU_KINDS, cpu_in_gaps, longest_gap_within
 
     gaps = found.get("idle_gaps") or []
-    if not gaps:
-        return
     for gap, cpu in zip(gaps, cpu_in_gaps(trace, [(g["start_ns"], g["end_ns"], g["device"]) for g in gaps])):
         gap["cpu"] = cpu_activity(cpu)
         gap.update(pid=cpu["pid"], tid=cpu["tid"], next_op=cpu["next_op"],
                    launched_ns_into_gap=cpu["launched_ns_into_gap"], **{k: cpu[k] for k in CPU_KINDS})
+    # The whole capture's longest stretches are usually start-up; the steady state's own says
+    # what the loop waits on (a sleeping data loader, a sync).
+    result = found.get("steps")
+    window = result.steady_window if result is not None and result.found else None
+    gap = longest_gap_within(trace, *window) if window else None
+    if gap is not None:
+        cpu = cpu_in_gaps(trace, [gap])[0]
+        steps = result.steps
+        inside = steps[(steps["start_ns"] <= gap[0]) & (steps["end_ns"] > gap[0])]["index"]
+        found["steady_longest_idle"] = {"start_ns": gap[0], "end_ns": gap[1], "device": gap[2],
+                                        "step": int(inside.iloc[0]) if len(inside) else None,
+                                        "cpu": cpu_activity(cpu), **cpu}
+
+
+def steady_idle_finding(found: dict[str, Any]) -> list[str]:
+    """The steady state's longest GPU idle stretch and what the launching thread did in it."""
+    gap = found.get("steady_longest_idle")
+    if not gap:
+        return []
+    where = f" (in step {gap['step']})" if gap["step"] is not None else ""
+    text = f"In the steady state the longest GPU idle stretch lasted {duration(gap['end_ns'] - gap['start_ns'])}{where}"
+    return [text + (f"; the launching thread meanwhile: {gap['cpu']}." if gap["cpu"] else ".")]
 
 
 def fill_occupancy(section: Section, trace: Trace, ncu_csv: Path | None, top: int, found: dict[str, Any]) -> None:
