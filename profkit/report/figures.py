@@ -40,22 +40,27 @@ def data_uri(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
-def png_bytes(fig: Figure) -> bytes:
-    """A pyplot figure as PNG bytes (no software stamp, so reruns give equal bytes); closes it."""
+def png_bytes(fig: Figure, dpi: float = DPI) -> bytes:
+    """A figure (pyplot's or a bare ``matplotlib.figure.Figure``) as PNG bytes, with no
+    software stamp so that reruns give equal bytes; closes it where pyplot holds it."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
+    fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None})
     plt.close(fig)
     return buf.getvalue()
 
 
-def time_axis(bins: TimeBins) -> tuple[float, str]:
-    """Divisor and unit for times relative to the window start."""
-    span = bins.width_ns * bins.count
-    if span >= 2e9:
+def time_unit(span_ns: float) -> tuple[float, str]:
+    """Divisor and unit for an axis of times over ``span_ns``."""
+    if span_ns >= 2e9:
         return 1e9, "s"
-    if span >= 2e6:
+    if span_ns >= 2e6:
         return 1e6, "ms"
     return 1e3, "µs"
+
+
+def time_axis(bins: TimeBins) -> tuple[float, str]:
+    """Divisor and unit for times relative to the window start."""
+    return time_unit(bins.width_ns * bins.count)
 
 
 def _x(bins: TimeBins, divisor: float) -> np.ndarray:

@@ -14,7 +14,6 @@ Text from the export is drawn with math parsing off ("$" is a character).
 
 from __future__ import annotations
 
-import io
 
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
@@ -30,23 +29,17 @@ CPU_LANE, GPU_LANE, LANE_HEIGHT = 2.0, 0.0, 0.8
 MAX_LABELS = 12  # site labels drawn; more would pile on each other
 
 
-def _unit(span_ns: int) -> tuple[float, str]:
-    if span_ns >= 2e9:
-        return 1e9, "s"
-    if span_ns >= 2e6:
-        return 1e6, "ms"
-    return 1e3, "µs"
-
-
 def stalls_timeline_png(timeline: Timeline, *, width_in: float = 12.0, height_in: float = 3.6,
                         dpi: int = 100) -> bytes:
     """PNG bytes of the timeline (see the module docstring)."""
     import matplotlib
 
+    from profkit.report.figures import png_bytes, time_unit
+
     with matplotlib.rc_context(_RC):
         fig = Figure(figsize=(width_in, height_in), dpi=dpi)
         ax = fig.add_subplot(1, 1, 1)
-        divisor, unit = _unit(timeline.end - timeline.start)
+        divisor, unit = time_unit(timeline.end - timeline.start)
 
         def x(t: int) -> float:
             return (t - timeline.start) / divisor
@@ -100,6 +93,4 @@ def stalls_timeline_png(timeline: Timeline, *, width_in: float = 12.0, height_in
         ax.legend(handles=handles, loc="upper right", fontsize=7, ncols=len(handles), frameon=False,
                   bbox_to_anchor=(1.0, 1.18))
         fig.tight_layout()
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png", metadata={"Software": None})
-    return buf.getvalue()
+        return png_bytes(fig, dpi)

@@ -6,7 +6,6 @@ from ``profkit.analysis.steps``) and return PNG bytes.
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 import numpy as np
@@ -23,20 +22,6 @@ _RC = {"text.parse_math": False, "text.usetex": False, "font.size": 9}
 WIDTH_IN, DPI = 12.0, 100
 
 
-def _unit(span_ns: float) -> tuple[float, str]:
-    if span_ns >= 2e9:
-        return 1e9, "s"
-    if span_ns >= 2e6:
-        return 1e6, "ms"
-    return 1e3, "µs"
-
-
-def _png(fig: Figure) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
-    return buf.getvalue()
-
-
 MAX_BARS = 400  # beyond this many steps a bar per step costs seconds and shows nothing more
 
 
@@ -44,12 +29,14 @@ def step_times_png(parts: pd.DataFrame, median_ns: float | None) -> bytes:
     """Stacked bars per step (compute, communication, memory, other, idle); warm-up hatched."""
     import matplotlib
 
+    from profkit.report.figures import png_bytes, time_unit
+
     with matplotlib.rc_context(_RC):
         fig = Figure(figsize=(WIDTH_IN, 3.4), dpi=DPI)
         ax = fig.add_subplot(1, 1, 1)
         steady = parts[parts["phase"] == "steady"]["duration_ns"]
         scale_ref = float(steady.max()) if len(steady) else float(parts["duration_ns"].max() or 1)
-        divisor, unit = _unit(scale_ref)
+        divisor, unit = time_unit(scale_ref)
         x = parts["index"].to_numpy()
         warm = (parts["phase"] == "warmup").to_numpy()
         bottom = np.zeros(len(parts))
@@ -79,19 +66,21 @@ def step_times_png(parts: pd.DataFrame, median_ns: float | None) -> bytes:
         ax.legend(handles=[Patch(color=c, label=PART_LABELS[p]) for p, c in PART_COLORS.items()],
                   loc="upper right", ncols=5, fontsize=8, frameon=False)
         fig.tight_layout()
-        return _png(fig)
+        return png_bytes(fig, DPI)
 
 
 def steps_zoom_png(zoom: dict[str, Any]) -> bytes:
     """GPU work per stream in a few steps, with the step boundaries."""
     import matplotlib
 
+    from profkit.report.figures import png_bytes, time_unit
+
     with matplotlib.rc_context(_RC):
         lanes = zoom["lanes"] or ["GPU"]
         fig = Figure(figsize=(WIDTH_IN, 1.2 + 0.35 * len(lanes)), dpi=DPI)
         ax = fig.add_subplot(1, 1, 1)
         lo, hi = zoom["start_ns"], zoom["end_ns"]
-        divisor, unit = _unit(hi - lo)
+        divisor, unit = time_unit(hi - lo)
         least = (hi - lo) / divisor / (WIDTH_IN * DPI)  # at least one pixel wide
         events = zoom["events"]
         for row, lane in enumerate(lanes):
@@ -114,4 +103,4 @@ def steps_zoom_png(zoom: dict[str, Any]) -> bytes:
         ax.legend(handles=[Patch(color=c, label=k) for k, c in KIND_COLORS.items()], loc="upper right",
                   ncols=3, fontsize=8, frameon=False, bbox_to_anchor=(1.0, 1.25))
         fig.tight_layout()
-        return _png(fig)
+        return png_bytes(fig, DPI)
