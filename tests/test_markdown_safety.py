@@ -147,3 +147,20 @@ def test_md_escape_leaves_no_autolink(text: str) -> None:
 def test_the_renderer_links_them_unescaped(text: str) -> None:
     """The oracle is live: cmark-gfm with GitHub's autolink extension does link each as written."""
     assert "<a href=" in render_github(f"| {text} |\n| --- |\n")
+
+
+def test_diff_md_names_with_pipes_are_text(tmp_path: Path) -> None:
+    """`profkit diff --format md` puts names in code spans; in its tables a name's "|" used to end
+    the cell and the span, and the rest of the name rendered live (a link here)."""
+    base = tmp_path / "base.sqlite"
+    shutil.copyfile(nsys_fixture("nsys2025_train_print"), base)
+    new, names = real_names_copy(tmp_path)
+    # the renamed GEMM gets a "|", and a backslash before one, first: diff clips names at 90 and 120 characters
+    hostile = "[click](http://e.example) | x@y.example \\| [img](www.e.example) "
+    with sqlite3.connect(new) as conn:
+        conn.execute("UPDATE StringIds SET value = ? WHERE value = ?",
+                     (hostile + names["kernel"].replace(KERNEL_SUFFIX, ""), names["kernel"]))
+    result = CliRunner().invoke(cli, ["diff", str(base), str(new), "--format", "md"])
+    assert result.exit_code == 0, result.output
+    assert "| `[click]" in result.stdout  # the new kernel's table row
+    assert_inert(result.stdout, hostile + "sm80_xmma_gemm")

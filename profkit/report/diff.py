@@ -41,7 +41,7 @@ def top_changes(result: dict[str, Any], n: int = TOP_CHANGES) -> list[str]:
                       f"{duration(k['new_ns_per_step'])} per step"))
     for s in result["syncs"]:
         if s["status"] in ("added", "removed"):
-            lines.append((float("inf"), f"sync site {s['status']}: `{_code(s['source'], 90)}` ({s['api']}, "
+            lines.append((float("inf"), f"sync site {s['status']}: `{_code(s['source'], 90)}` ({md_escape(s['api'])}, "
                                         f"{s['base_count']} → {s['new_count']})"))
     lines.sort(key=lambda x: -x[0])
     return [text for _, text in lines[:n]]
@@ -70,14 +70,14 @@ def _detail_blocks(result: dict[str, Any]) -> list[tuple[str, list[str]]]:
               [k for k in result["kernels"] if k["status"] == "same"]
     kernel_rows = ["| Kernel | Base / step | New / step | Δ / step | Status | Regs | Vectorized |",
                    "| :-- | --: | --: | --: | :-- | --: | :-- |"] + [
-        f"| `{_code(k['name'], 120)}` | {duration(k['base_ns_per_step'])} | {duration(k['new_ns_per_step'])} | "
+        f"| `{_code(k['name'], 120, cell=True)}` | {duration(k['base_ns_per_step'])} | {duration(k['new_ns_per_step'])} | "
         f"{_signed_duration(k['delta_ns_per_step'])} | {k['status']} | {_blank(k.get('registers'))} | "
         f"{_blank(k.get('vectorization'))} |" for k in kernels]
     sync_rows = ["| Source | API | Base | New | Status |", "| :-- | :-- | --: | --: | :-- |"] + [
-        f"| `{_code(s['source'], 120)}` | {md_escape(s['api'])} | {s['base_count']} | {s['new_count']} | {s['status']} |"
+        f"| `{_code(s['source'], 120, cell=True)}` | {md_escape(s['api'])} | {s['base_count']} | {s['new_count']} | {s['status']} |"
         for s in result["syncs"]]
     resource_rows = ["| Kernel | Registers | Shared memory / block |", "| :-- | --: | --: |"] + [
-        f"| `{_code(r['name'], 120)}` | {r['base_registers']} → {r['new_registers']} | "
+        f"| `{_code(r['name'], 120, cell=True)}` | {r['base_registers']} → {r['new_registers']} | "
         f"{r['base_smem_bytes']:,} → {r['new_smem_bytes']:,} B |" for r in result["resources"]]
     shift = result.get("breakdown") or {}
     breakdown_rows = ["| Share of the steady state | Base | New | Δ (points) |", "| :-- | --: | --: | --: |"] + [
@@ -109,9 +109,15 @@ def render_text(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _code(text: Any, limit: int = 200) -> str:
+def _code(text: Any, limit: int = 200, *, cell: bool = False) -> str:
+    """A name from the trace for a code span (GitHub links and marks nothing inside one).
+
+    ``cell``: inside a table row, where GFM splits cells at every unescaped ``|``
+    before reading code spans, so a name's ``|`` would end the span and the
+    rest of the name would render as live Markdown."""
     s = " ".join(str(text).split()).replace("`", "'")
-    return s if len(s) <= limit else s[: limit - 1] + "…"
+    s = s if len(s) <= limit else s[: limit - 1] + "…"
+    return s.replace("|", "\\|") if cell else s
 
 
 def _blank(value: Any) -> str:
