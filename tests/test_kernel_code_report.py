@@ -372,3 +372,26 @@ def test_run_folder_bandwidth_equals_its_ncu_csv(run_report: dict) -> None:
     for row in shown:
         assert cells[row["name"]][gbps] == f"{row['dram_gbps']:,.2f}"
         assert cells[row["name"]][regs] == ("—" if row["registers"] is None else str(row["registers"]))
+
+
+@needs_fixtures
+def test_diff_shows_the_graded_vectorization_with_its_share(inductor_cache: Path) -> None:
+    eager = KINETO / "gpt_eager.json.gz"
+    result = CliRunner().invoke(cli, ["diff", str(eager), str(TRACE), "--inductor", str(inductor_cache),
+                                      "--format", "md"])
+    assert result.exit_code == 0, result.output
+    launches = kineto_kernels()
+    rows = [line for line in result.output.splitlines() if line.startswith("| `triton_")]
+    assert rows
+    compared = 0
+    for line in rows:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        name = cells[0].strip("`").replace("\\_", "_")
+        assert re.fullmatch(r"(full|mostly|partly|none) \(\d+%\)", cells[-1]), line
+        if name not in launches:  # a name cut at 120 characters
+            continue
+        driver = launches[name][0]["registers per thread"]
+        if name not in DRIVER_DIFFERS and driver > DRIVER_MINIMUM_REGISTERS:
+            assert cells[-2] == str(driver), line
+            compared += 1
+    assert compared >= 15

@@ -20,7 +20,7 @@ KERNEL_DIFF_COLUMNS = [
     Column("new_ns_per_step", "New / step (ns)", "ns"),
     Column("delta_ns_per_step", "Δ / step (ns)", "ns"),
     Column("registers", "Regs", "int"),
-    Column("vectorization", "Vectorized"),
+    Column("vector_grade", "Vectorized (128-bit share)"),
     Column("name", "Kernel"),
 ]
 

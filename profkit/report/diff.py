@@ -72,7 +72,7 @@ def _detail_blocks(result: dict[str, Any]) -> list[tuple[str, list[str]]]:
                    "| :-- | --: | --: | --: | :-- | --: | :-- |"] + [
         f"| `{_code(k['name'], 120, cell=True)}` | {duration(k['base_ns_per_step'])} | {duration(k['new_ns_per_step'])} | "
         f"{_signed_duration(k['delta_ns_per_step'])} | {k['status']} | {_blank(k.get('registers'))} | "
-        f"{_blank(k.get('vectorization'))} |" for k in kernels]
+        f"{_blank(k.get('vector_grade') or k.get('vectorization'))} |" for k in kernels]
     sync_rows = ["| Source | API | Base | New | Status |", "| :-- | :-- | --: | --: | :-- |"] + [
         f"| `{_code(s['source'], 120, cell=True)}` | {md_escape(s['api'])} | {s['base_count']} | {s['new_count']} | {s['status']} |"
         for s in result["syncs"]]
