@@ -27,6 +27,7 @@ from profkit import __version__
 from profkit.analysis import summaries, timeline
 from profkit.analysis.capture import capture_info
 from profkit.analysis.occupancy.trace import CONFIG_COLUMNS
+from profkit.analysis.steps.windows import kernels_in_window
 from profkit.errors import ProfkitError
 from profkit.model import NSYS, Trace
 from profkit.model.trace import DURATION
@@ -109,7 +110,8 @@ def build_report(trace: Trace, *, ncu_csv: Path | None = None, partial: bool = F
                            ncu=found.get("ncu"), time_origin_ns=timeline.time_origin(trace),
                            steps_found=bool(found.get("steps") and found["steps"].found),
                            longest_gap_cpu=next((g["cpu"] for g in found.get("idle_gaps") or ()
-                                                 if gap and (g["start_ns"], g["end_ns"], g["device"]) == gap), ""))
+                                                 if gap and (g["start_ns"], g["end_ns"], g["device"]) == gap), ""),
+                           steady_kernels=_steady_kernels(trace, found.get("steps")))
     partial_reason = (run_info or {}).get("partial_reason") if partial else None
     command = (run_info or {}).get("command")
     title = f"profkit report: {' '.join(command) if command else trace.name}"
@@ -120,6 +122,14 @@ def build_report(trace: Trace, *, ncu_csv: Path | None = None, partial: bool = F
         profkit_version=__version__, partial=partial, partial_reason=partial_reason, run_info=run_info,
         findings=items, capture=capture, sections=sections, top=top,
     )
+
+
+def _steady_kernels(trace: Trace, steps: Any) -> list[dict[str, Any]] | None:
+    """Kernel time by name over the steady-state steps, for the kernel findings; None without steps."""
+    window = steps.steady_window if steps is not None and steps.found else None
+    if window is None:
+        return None
+    return kernels_in_window(trace, window[0], window[1], per=int(steps.summary["steady_count"]))
 
 
 # The order sections are computed in (the report shows them in the order they were

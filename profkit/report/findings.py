@@ -41,18 +41,21 @@ def findings(*, capture: Row | None = None, kernels: Sequence[Row] | None = None
              utilization: Sequence[Utilization] | None = None, longest_gap_ranges: Sequence[str] = (),
              occupancy: Sequence[Row] | None = None, nvtx_ranges: Sequence[Row] | None = None,
              ncu: Sequence[Row] | None = None, time_origin_ns: int = 0, steps_found: bool = False,
-             longest_gap_cpu: str = "") -> list[str]:
+             longest_gap_cpu: str = "", steady_kernels: Sequence[Row] | None = None) -> list[str]:
     """Findings in order of weight; empty inputs give none.
 
     ``longest_gap_ranges``: the NVTX ranges enclosing the longest idle gap, innermost first;
     ``longest_gap_cpu``: what its launching thread did meanwhile (``text.cpu_activity``);
     ``time_origin_ns``: the trace time that reads as 0 s of the capture;
     ``steps_found``: the steady-state findings (``steps_section``) lead; the
-    whole-capture busy figure then says it includes start-up and blames nobody.
+    whole-capture busy figure then says it includes start-up and blames nobody;
+    ``steady_kernels``: kernel time by name over the steady-state steps
+    (``steps.windows.kernels_in_window``): the kernel findings then speak of the
+    steady state, not of start-up's kernels (a compile's autotuning, warm-up).
     """
     out: list[str] = []
     out += _busy(capture, utilization, longest_gap_ranges, time_origin_ns, steps_found, longest_gap_cpu)
-    out += _kernels(kernels)
+    out += _kernels(steady_kernels, steady=True) if steady_kernels else _kernels(kernels)
     out += _blocking_calls(api)
     out += _memory(memory, kernels)
     out += _nvtx(nvtx_ranges)
@@ -92,19 +95,22 @@ def _busy(capture: Row | None, utilization: Sequence[Utilization] | None,
     return out
 
 
-def _kernels(kernels: Sequence[Row] | None) -> list[str]:
+def _kernels(kernels: Sequence[Row] | None, steady: bool = False) -> list[str]:
     if not kernels:
         return []
     out = []
     total = sum(k["total_ns"] for k in kernels)
     top = kernels[0]
+    where = "In the steady state, one kernel takes" if steady else "One kernel takes"
+    launches = (f"{top['per_step']:,.4g} launches per step" if steady and "per_step" in top
+                else f"{top['instances']:,} launches")
     if total and 100.0 * top["total_ns"] / total >= DOMINANT_KERNEL_PCT:
-        out.append(f"One kernel takes {100.0 * top['total_ns'] / total:.1f}% of all kernel time: "
-                   f"{short_kernel_name(top['name'])} ({top['instances']:,} launches, "
-                   f"{duration(top['avg_ns'])} on average).")
+        out.append(f"{where} {100.0 * top['total_ns'] / total:.1f}% of all kernel time: "
+                   f"{short_kernel_name(top['name'])} ({launches}, {duration(top['avg_ns'])} on average).")
     elif total and len(kernels) > 3:
         share = 100.0 * sum(k["total_ns"] for k in kernels[:3]) / total
-        out.append(f"Kernel time is spread out: the top 3 of {len(kernels)} kernels take {share:.1f}% of it.")
+        spread = "In the steady state, kernel time" if steady else "Kernel time"
+        out.append(f"{spread} is spread out: the top 3 of {len(kernels)} kernels take {share:.1f}% of it.")
     launches = sum(k["instances"] for k in kernels)
     short = sum(k["instances"] for k in kernels if k["avg_ns"] < SHORT_KERNEL_NS)
     if launches >= MIN_LAUNCHES_FOR_SHORT and short / launches >= SHORT_LAUNCH_SHARE:

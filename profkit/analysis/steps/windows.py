@@ -1,9 +1,14 @@
 """Which step each event falls in: the per-step attribution that diff, history
-and the cross-rank summary share."""
+and the cross-rank summary share; and the kernels of a window of steps."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
+
+if TYPE_CHECKING:
+    from profkit.model import Trace
 
 
 def step_of(times: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -30,3 +35,22 @@ def sum_per_step(step: np.ndarray, values: np.ndarray, steps: int) -> np.ndarray
     out = np.zeros(steps, dtype=np.int64)
     np.add.at(out, step[inside], np.asarray(values, dtype=np.int64)[inside])
     return out
+
+
+def kernels_in_window(trace: Trace, start_ns: int, end_ns: int, per: int = 1) -> list[dict[str, Any]]:
+    """Kernel time by name for the kernels that start in ``[start_ns, end_ns)``, most first:
+    rows of ``name``, ``total_ns``, ``instances``, ``avg_ns`` and ``per_step`` (instances / ``per``).
+
+    The report's steady-state kernel finding: the whole capture's top kernel is
+    often start-up's (a compile's autotuning launches thousands of cache flushes)."""
+    starts = trace.array("kernels", "start")
+    durations = trace.array("kernels", "end") - starts
+    names = trace.codes("kernels", "name")
+    inside = (starts >= start_ns) & (starts < end_ns)
+    codes = names.codes[inside]
+    totals = np.bincount(codes, weights=durations[inside], minlength=len(names.categories)).astype(np.int64)
+    counts = np.bincount(codes, minlength=len(names.categories))
+    order = np.argsort(-totals, kind="stable")
+    return [{"name": names.categories[i], "total_ns": int(totals[i]), "instances": int(counts[i]),
+             "avg_ns": totals[i] / counts[i], "per_step": counts[i] / max(per, 1)}
+            for i in order if counts[i]]
