@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from dataclasses import dataclass
 from collections.abc import Sequence
@@ -64,6 +65,9 @@ def write_report(export_path: str | os.PathLike[str], out_dir: str | os.PathLike
         dirs += run_folder_caches(export_path / RUN_JSON)
         if ncu_csv is None and (export_path / NCU_CSV).is_file():
             ncu_csv = export_path / NCU_CSV
+        if run_info is None:  # a re-made report says what the run was, as the one `profkit trace` wrote
+            run_info = run_folder_info(export_path / RUN_JSON)
+            partial = partial or run_info.get("partial") is True
     with contextlib.ExitStack() as stack:
         trace = stack.enter_context(open_trace(export_path))
         base = stack.enter_context(open_trace(Path(baseline))) if baseline is not None else None
@@ -83,3 +87,27 @@ def write_report(export_path: str | os.PathLike[str], out_dir: str | os.PathLike
 
 
 __all__ = ["ReportPaths", "write_report"]
+
+
+def run_folder_info(run_json: Path) -> dict[str, Any]:
+    """What a ``profkit trace`` run folder's run.json says about the run, as
+    ``write_report(run_info=...)`` takes it; fields of the wrong type are left out
+    (run.json is input like any other)."""
+    try:
+        record = json.loads(Path(run_json).read_text())
+    except (OSError, ValueError) as exc:
+        raise ProfkitError(f"{run_json}: unreadable ({exc})") from None
+    if not isinstance(record, dict):
+        return {}
+    kinds = {"command": list, "backend": str, "exit_code": int, "partial_reason": str, "tools": dict,
+             "started": str, "host": str, "nsys_command": list}
+    info = {key: record[key] for key, kind in kinds.items() if isinstance(record.get(key), kind)}
+    for key in ("command", "nsys_command"):
+        if key in info and not all(isinstance(part, str) for part in info[key]):
+            del info[key]
+    if isinstance(info.get("exit_code"), bool):
+        del info["exit_code"]
+    info["partial"] = record.get("partial") is True
+    if not info["partial"]:
+        info.pop("partial_reason", None)
+    return info
