@@ -172,15 +172,13 @@ def test_the_report_names_what_the_host_did_in_the_steady_states_longest_idle() 
     """The whole capture's longest idle stretch is start-up; the report also gives the steady
     state's, with the launching thread's calls: on the slow-loader loop, its 5 ms sleep."""
     from profkit.analysis.steps import find_steps
-    from profkit.report import sections
 
     name = "nsys2025_mlp_sleep"
     with open_trace(nsys_fixture(name)) as trace:
         result = find_steps(trace)
-        found = {"steps": result}
-        sections.describe_idle_cpu(trace, found)
         report = report_dict(build_report(trace))
-    gap = found["steady_longest_idle"]
+    rows = report["sections"]["utilization"]["tables"]["steady_idle_gaps"]["rows"]
+    gap = rows[0]
     with sql(name) as conn:
         assert (gap["start_ns"], gap["end_ns"], gap["device"]) == _longest_gap_sql(conn, *result.steady_window)
         pid, tid = launching_thread(conn, gap["device"], gap["end_ns"])
@@ -189,4 +187,9 @@ def test_the_report_names_what_the_host_did_in_the_steady_states_longest_idle() 
     assert expected[0][0] == "clock_nanosleep"
     finding = next(f for f in report["findings"] if f.startswith("In the steady state the longest GPU idle"))
     assert report["findings"].index(finding) == 1  # right after the steady-state headline
-    assert f"OS: clock_nanosleep {duration(expected[0][2])}" in finding
+    assert f"OS: clock_nanosleep {duration(expected[0][2])}" in finding and f"(in step {gap['step']})" in finding
+    steps = result.steps.set_index("index")
+    for row in rows:  # every steady stretch: in its step, the host asleep for the loader's 5 ms
+        assert steps.loc[row["step"], "start_ns"] <= row["start_ns"] < steps.loc[row["step"], "end_ns"]
+        assert row["osrt"][0]["name"] == "clock_nanosleep" and "OS: clock_nanosleep 5." in row["cpu"]
+    assert [r["duration_ns"] for r in rows] == sorted((r["duration_ns"] for r in rows), reverse=True)

@@ -33,7 +33,7 @@ from profkit.model import NSYS, Trace
 from profkit.model.trace import DURATION
 from profkit.output import API_COLUMNS, NVTX_COLUMNS
 from profkit.report import sections as fill
-from profkit.report import kernel_table, steps_section
+from profkit.report import idle_section, kernel_table, steps_section
 from profkit.report.findings import findings as make_findings
 from profkit.report.findings import longest_gap
 from profkit.report.model import Figure, Report, Section, Table
@@ -71,7 +71,7 @@ def build_report(trace: Trace, *, ncu_csv: Path | None = None, partial: bool = F
     add("capture", "Capture", capture_section)
     add("steps", "Steps", lambda s: steps_section.fill_steps(s, trace, found))
     add("timeline", "Timeline", lambda s: fill.fill_timeline(s, trace, bins, found))
-    add("utilization", "GPU utilization", lambda s: fill.fill_utilization(s, found))
+    add("utilization", "GPU utilization", lambda s: fill.fill_utilization(s, trace, found))
     nsys = trace.meta.source == NSYS
     add("kernels", "CUDA kernels", lambda s: kernel_table.fill_kernels(
         s, trace, top, found,
@@ -94,12 +94,12 @@ def build_report(trace: Trace, *, ncu_csv: Path | None = None, partial: bool = F
     if ncu_csv is not None:
         add("ncu", "Nsight Compute (ncu)", lambda s: fill.fill_ncu(s, Path(ncu_csv), top, found))
     add(INTERACTIVE, "", lambda s: found.update(interactive_timeline=_interactive_timeline(trace)))
-    add(IDLE_CPU, "", lambda s: fill.describe_idle_cpu(trace, found))
+    add(IDLE_CPU, "", lambda s: idle_section.describe_idle_cpu(trace, found))
     sections = [s for s in _build_sections(plan, trace) if s.key not in (INTERACTIVE, IDLE_CPU)]
 
     # The steady state leads: a headline over the whole capture is made by start-up.
     items = steps_section.findings_for(trace, found)
-    items[1:1] = fill.steady_idle_finding(found)  # right after the steady-state headline
+    items[1:1] = idle_section.steady_idle_finding(found)  # right after the steady-state headline
     items += list(found.get("stall_findings", []))
     gap = longest_gap(found.get("utilization"))
     gap_ranges = timeline.enclosing_ranges(trace, gap[0], gap[1]) if gap else []

@@ -21,7 +21,8 @@ from profkit.errors import ProfkitError
 from profkit.model import Trace
 from profkit.output import Column
 from profkit.report.model import Figure, Row, Section, Table
-from profkit.report.text import cpu_activity, duration
+from profkit.report import idle_section
+from profkit.report.text import duration
 
 TIMELINE_BINS = 1000  # about one bin per pixel of the figure
 ZOOM_SHARE = 0.9  # the zoomed timeline shows the shortest window with this share of the busy time...
@@ -58,13 +59,6 @@ MEMORY_COLUMNS = [
     Column("min_ns", "Min (ns)", "ns"),
     Column("max_ns", "Max (ns)", "ns"),
     Column("name", "Operation"),
-]
-GAP_COLUMNS = [
-    Column("device", "GPU", "int"),
-    Column("duration", "Idle for"),
-    Column("start_s", "From (s of the capture)"),
-    Column("end_s", "To (s)"),
-    Column("cpu", "Launching thread meanwhile"),
 ]
 OCCUPANCY_COLUMNS = [
     Column("time_pct", "Time %", "pct"),
@@ -252,13 +246,14 @@ def _timeline_figure(key: str, title: str, trace: Trace, bins: timeline.TimeBins
     return Figure(key, title, caption, png, data)
 
 
-def fill_utilization(section: Section, found: dict[str, Any]) -> None:
+def fill_utilization(section: Section, trace: Trace, found: dict[str, Any]) -> None:
     views: list[tuple[timeline.TimeBins, list[timeline.Utilization], str]] | None = found.get("utilization_views")
     if not views:
         section.notes.append("No GPU operations to draw.")
         return
     section.intro = ("Share of each bin in which the GPU ran at least one kernel, memcpy or memset (concurrent "
-                     "work counts once). Shaded: the longest idle stretches.")
+                     "work counts once). Shaded: the longest idle stretches; the tables say what the thread that "
+                     "launched the work ending each one did meanwhile.")
     whole = views[0][0]
     section.figures.append(Figure(
         "utilization", "GPU busy % over time",
@@ -273,52 +268,8 @@ def fill_utilization(section: Section, found: dict[str, Any]) -> None:
                                  "busy_ns_per_bin": u.busy_per_bin.tolist(),
                                  "gaps": [{"start_ns": a, "end_ns": b} for a, b in u.gaps]} for u in utils]}
                    for bins, utils, title in views]}))
-    gaps = [{"device": u.device_id, "duration": duration(b - a), "duration_ns": b - a, "start_ns": a, "end_ns": b,
-             "start_s": f"{(a - whole.origin_ns) / 1e9:.6f}", "end_s": f"{(b - whole.origin_ns) / 1e9:.6f}"}
-            for u in views[0][1] for a, b in u.gaps]
-    if gaps:
-        gaps.sort(key=lambda g: -g["duration_ns"])
-        for gap in gaps:
-            gap["cpu"] = ""  # filled by describe_idle_cpu once the CUDA calls are read
-        found["idle_gaps"] = gaps
-        section.tables.append(Table("idle_gaps", "Longest idle stretches", GAP_COLUMNS, gaps))
-
-
-def describe_idle_cpu(trace: Trace, found: dict[str, Any]) -> None:
-    """What the launching thread did in each of the utilization section's longest idle
-    stretches (ranges, CUDA calls, OS runtime calls, each with its time in the stretch).
-
-    It runs after the CUDA API section (``build.BUILD_ORDER``), whose columns it
-    reuses, and fills the rows the utilization section's table already holds."""
-    from profkit.analysis.breakdown.idle import CPU_KINDS, cpu_in_gaps, longest_gap_within
-
-    gaps = found.get("idle_gaps") or []
-    for gap, cpu in zip(gaps, cpu_in_gaps(trace, [(g["start_ns"], g["end_ns"], g["device"]) for g in gaps])):
-        gap["cpu"] = cpu_activity(cpu)
-        gap.update(pid=cpu["pid"], tid=cpu["tid"], next_op=cpu["next_op"],
-                   launched_ns_into_gap=cpu["launched_ns_into_gap"], **{k: cpu[k] for k in CPU_KINDS})
-    # The whole capture's longest stretches are usually start-up; the steady state's own says
-    # what the loop waits on (a sleeping data loader, a sync).
-    result = found.get("steps")
-    window = result.steady_window if result is not None and result.found else None
-    gap = longest_gap_within(trace, *window) if window else None
-    if gap is not None:
-        cpu = cpu_in_gaps(trace, [gap])[0]
-        steps = result.steps
-        inside = steps[(steps["start_ns"] <= gap[0]) & (steps["end_ns"] > gap[0])]["index"]
-        found["steady_longest_idle"] = {"start_ns": gap[0], "end_ns": gap[1], "device": gap[2],
-                                        "step": int(inside.iloc[0]) if len(inside) else None,
-                                        "cpu": cpu_activity(cpu), **cpu}
-
-
-def steady_idle_finding(found: dict[str, Any]) -> list[str]:
-    """The steady state's longest GPU idle stretch and what the launching thread did in it."""
-    gap = found.get("steady_longest_idle")
-    if not gap:
-        return []
-    where = f" (in step {gap['step']})" if gap["step"] is not None else ""
-    text = f"In the steady state the longest GPU idle stretch lasted {duration(gap['end_ns'] - gap['start_ns'])}{where}"
-    return [text + (f"; the launching thread meanwhile: {gap['cpu']}." if gap["cpu"] else ".")]
+    idle_section.add_gap_tables(section, trace, [(a, b, u.device_id) for u in views[0][1] for a, b in u.gaps],
+                                whole.origin_ns, found)
 
 
 def fill_occupancy(section: Section, trace: Trace, ncu_csv: Path | None, top: int, found: dict[str, Any]) -> None:

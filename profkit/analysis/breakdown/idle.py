@@ -96,22 +96,21 @@ def cpu_in_gaps(trace: Trace, gaps: Sequence[tuple[int, int, int]]) -> list[dict
     return out
 
 
-def longest_gap_within(trace: Trace, lo: int, hi: int) -> tuple[int, int, int] | None:
-    """(start_ns, end_ns, device) of the longest stretch inside ``[lo, hi)`` with no kernel, memcpy
-    or memset on a device, between two of its operations; None when there is none."""
+def longest_gaps_within(trace: Trace, lo: int, hi: int, top: int = 5) -> list[tuple[int, int, int]]:
+    """The ``top`` longest stretches ``(start_ns, end_ns, device)`` inside ``[lo, hi)`` with no
+    kernel, memcpy or memset on a device, between two of its operations; longest first."""
     frames = [trace.table(t, ["start", "end", "device"]) for t in _GPU_TABLES]
     start = np.concatenate([f["start"].to_numpy() for f in frames])
     end = np.concatenate([f["end"].to_numpy() for f in frames])
     device = np.concatenate([f["device"].to_numpy() for f in frames])
-    best: tuple[int, int, int] | None = None
+    found: list[tuple[int, int, int]] = []
     for d in np.unique(device):
         s, e, _ = intervals.clip(start[device == d], end[device == d], lo, hi)
         g0, g1 = intervals.gaps(s, e)
-        if g0.size:
-            i = int(np.argmax(g1 - g0))
-            if best is None or g1[i] - g0[i] > best[1] - best[0]:
-                best = (int(g0[i]), int(g1[i]), int(d))
-    return best
+        for i in np.argsort(-(g1 - g0), kind="stable")[:top]:
+            found.append((int(g0[i]), int(g1[i]), int(d)))
+    found.sort(key=lambda g: (g[0] - g[1], g[0]))
+    return found[:top]
 
 
 def _cpu_tables(trace: Trace) -> dict[str, pd.DataFrame]:
