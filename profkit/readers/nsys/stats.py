@@ -88,7 +88,9 @@ def collect_columns(export: NsysExport, query: ColumnsQuery,
     on several read-only connections at once: sqlite3 releases the GIL while
     SQLite steps, so the chunks really run in parallel.
     """
-    bounds = export.rows(f'SELECT min(rowid), max(rowid) FROM "{query.table}"')
+    # Two subqueries: SQLite answers a lone min(rowid) or max(rowid) from the b-tree's
+    # ends, but both in one SELECT scan the table (0.6 s on 2.5M rows).
+    bounds = export.rows(f'SELECT (SELECT min(rowid) FROM "{query.table}"), (SELECT max(rowid) FROM "{query.table}")')
     lo, hi = bounds[0] if bounds else (None, None)
     texts: list[list[Any]] = [[] for _ in query.text_columns]
     if lo is None:
@@ -124,25 +126,35 @@ def collect_columns(export: NsysExport, query: ColumnsQuery,
             columns = [c[mask] for c in columns]
         return columns
 
+    # Each chunk's values go straight into the columns, in chunk order, and the chunk is
+    # dropped: the peak is the columns plus the chunks in flight, not twice the data.
+    # np.empty maps pages lazily, so rows a WHERE or ``keep`` leaves out cost nothing.
+    capacity = hi - lo + 1
+    columns = [np.empty(capacity, dtype=np.int64) for _ in range(n_ints)]
+    filled = 0
+
+    def put(part: list[np.ndarray]) -> None:
+        nonlocal filled
+        n = len(part[0]) if part else 0
+        if any(len(values) != n for values in part):
+            raise RuntimeError(f"misaligned columns reading {query.table}")  # a bug, not a user error
+        for column, values in zip(columns, part):
+            column[filled:filled + n] = values
+        filled += n
+
     if workers > 1:
-        parts = _parallel_chunks(export, sql, chunks, workers, parse)
+        _parallel_chunks(export, sql, chunks, workers, parse, put)
     else:
         for name, target in zip(sink_names, texts):
             export.conn.create_aggregate(name, 1, _list_sink(target))
         try:
-            parts = [parse(export.rows(sql, chunk)[0]) for chunk in chunks]
+            for chunk in chunks:
+                put(parse(export.rows(sql, chunk)[0]))
         finally:
             for name in sink_names:
                 export.conn.create_aggregate(name, 1, None)
-    # Join column by column, dropping each column's chunks as soon as it is
-    # joined, so the peak is the chunks plus one column, not twice the data.
-    columns = []
-    for i in range(n_ints):
-        columns.append(np.concatenate([p[i] for p in parts]) if parts else _EMPTY)
-        for p in parts:
-            p[i] = _EMPTY
-    del parts
-    if len({len(c) for c in columns} | {len(t) for t in texts}) > 1:
+    columns = [c[:filled] for c in columns]
+    if any(len(t) != filled for t in texts) and n_ints:
         raise RuntimeError(f"misaligned columns reading {query.table}")  # a bug, not a user error
     return columns, texts
 
@@ -157,8 +169,8 @@ def _workers(rows: int) -> int:
 
 
 def _parallel_chunks(export: NsysExport, sql: str, chunks: list[tuple[int, int]], workers: int,
-                     parse: Any) -> list[list[np.ndarray]]:
-    """Run ``sql`` once per rowid chunk on ``workers`` connections; results in chunk order."""
+                     parse: Any, put: Callable[[list[np.ndarray]], None]) -> None:
+    """Run ``sql`` once per rowid chunk on ``workers`` connections; ``put`` each parsed chunk, in chunk order."""
     local = threading.local()
     opened: list[Any] = []
     lock = threading.Lock()
@@ -179,7 +191,8 @@ def _parallel_chunks(export: NsysExport, sql: str, chunks: list[tuple[int, int]]
 
     try:
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            return list(pool.map(run, chunks))
+            for part in pool.map(run, chunks):
+                put(part)
     finally:
         for conn in opened:
             conn.close()
