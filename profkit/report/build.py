@@ -153,8 +153,7 @@ PREFETCH: dict[str, dict[str, tuple[str, ...]]] = {
                              "short_name", *CONFIG_COLUMNS)},
     "api": {"api": ("start", "end", DURATION, "pid", "tid", "correlation", "name")},
 }
-RELEASE = {"utilization": {"kernels": ("stream",), "memcpy": ("stream", "pid"), "memset": ("stream", "pid")},
-           IDLE_CPU: {"osrt": None}, "stalls": {"api": None, "syncs": None}}
+RELEASE = {IDLE_CPU: {"osrt": None}, "stalls": {"api": None, "syncs": None}}
 
 
 def _build_sections(plan: list[tuple[str, str, Callable[[Section], Section | None]]], trace: Trace) -> list[Section]:

@@ -102,8 +102,13 @@ def fill_steps(section: Section, trace: Trace, found: dict[str, Any]) -> None:
         section.notes.append(result.message or "No steps found.")
         section.data = result.to_dict()
         return
-    parts = per_step_breakdown(trace, result)
+    # One frame of the GPU work for the per-step parts and the idle causes (a million
+    # kernels joined to their launches once), made while the API columns are loaded.
+    events = _gpu_work(trace)
+    parts = per_step_breakdown(trace, result, events)
     found["step_parts"] = parts
+    found["steady_idle_causes"] = _steady_idle_causes(result, events)
+    del events
     s = result.summary
     section.facts = [
         ("Steps from", source_words(result)),
@@ -125,21 +130,19 @@ def fill_steps(section: Section, trace: Trace, found: dict[str, Any]) -> None:
         "step_times", "Step time and where it goes",
         "Each bar is one step, split into compute, communication (not under compute), memory (under neither), "
         "other GPU work and idle; warm-up steps are hatched; the line is the steady-state median.",
-        step_times_png(parts, s["median_ns"]), {"steps": parts.to_dict(orient="list")}))
+        step_times_png(parts, s["median_ns"]), {"steps": {c: parts[c].tolist() for c in parts.columns}}))
     zoom = zoom_window(trace, result)
     if zoom is not None:
         section.figures.append(Figure(
             "steps_zoom", f"{len(zoom['steps'])} steady-state steps",
             f"GPU work per stream over {duration(zoom['end_ns'] - zoom['start_ns'])}; the vertical lines are step "
             "boundaries.", steps_zoom_png(zoom), {k: v for k, v in zoom.items() if k != "events"}))
-    rows = _table_rows(result, parts)
-    section.tables.append(Table("steps", "Steps", STEP_COLUMNS, rows[:MAX_TABLE_STEPS], None, label_key="index"))
-    if len(rows) > MAX_TABLE_STEPS:
-        section.notes.append(f"The table shows the first {MAX_TABLE_STEPS} of {len(rows):,} steps "
+    rows = _table_rows(result, parts, MAX_TABLE_STEPS)
+    section.tables.append(Table("steps", "Steps", STEP_COLUMNS, rows, None, label_key="index"))
+    if len(result.steps) > MAX_TABLE_STEPS:
+        section.notes.append(f"The table shows the first {MAX_TABLE_STEPS} of {len(result.steps):,} steps "
                              "(profkit steps TRACE --format csv lists them all).")
-    data = result.to_dict()
-    data.pop("steps")
-    section.data = data
+    section.data = result.to_dict(with_steps=False)
 
 
 def _site_label(name: str) -> str:
@@ -147,10 +150,12 @@ def _site_label(name: str) -> str:
     return f"{fields[2].rpartition('/')[2]} {fields[3]}" if len(fields) >= 4 else name
 
 
-def _table_rows(result: StepResult, parts: pd.DataFrame) -> list[dict[str, Any]]:
+def _table_rows(result: StepResult, parts: pd.DataFrame, limit: int) -> list[dict[str, Any]]:
+    """The first ``limit`` steps' table rows."""
     origin = result.startup[0] if result.startup else 0
     rows = []
-    for step, part in zip(result.steps.to_dict(orient="records"), parts.to_dict(orient="records")):
+    for step, part in zip(result.steps.head(limit).to_dict(orient="records"),
+                          parts.head(limit).to_dict(orient="records")):
         d = step["duration_ns"] or 1
         rows.append({**step, "start_ms": (step["start_ns"] - origin) / 1e6,
                      "gpu_busy_pct": 100.0 * step["gpu_busy_ns"] / d,
@@ -184,22 +189,31 @@ def findings_for(trace: Trace, found: dict[str, Any]) -> list[str]:
     result: StepResult | None = found.get("steps")
     if result is None:
         return []
-    return steps_findings(trace, result, found.get("step_parts"), _steady_idle_causes(trace, result))
+    return steps_findings(trace, result, found.get("step_parts"), found.get("steady_idle_causes"))
 
 
-def _steady_idle_causes(trace: Trace, result: StepResult) -> dict[str, int] | None:
-    """Idle time in the steady state by HTA's causes (host wait, kernel wait, other), where available."""
-    window = result.steady_window
-    if window is None:
-        return None
+def _gpu_work(trace: Trace) -> pd.DataFrame | None:
+    """Kernels, memcpy and memset with their kernel type and launch (``breakdown.events``), where available."""
     try:
         from profkit.analysis.breakdown import events as breakdown_events
-        from profkit.analysis.breakdown import temporal
     except ModuleNotFoundError as exc:
         if not (exc.name or "").startswith("profkit"):
             raise
         return None
-    events, _ = breakdown_events.gpu_events(trace, hta_filter=False)
+    return breakdown_events.gpu_events(trace, include_syncs=False, hta_filter=False)[0]
+
+
+def _steady_idle_causes(result: StepResult, events: pd.DataFrame | None) -> dict[str, int] | None:
+    """Idle time in the steady state by HTA's causes (host wait, kernel wait, other), where available.
+
+    Idle time per stream is between kernels, copies and sets: CUPTI's sync
+    records are not in ``events`` (``idle_by_stream`` would leave them out)."""
+    window = result.steady_window
+    if window is None or events is None:
+        return None
+    from profkit.analysis.breakdown import events as breakdown_events
+    from profkit.analysis.breakdown import temporal
+
     totals = temporal.idle_totals(temporal.idle_by_stream(breakdown_events.clip_events(events, *window)))
     return {"host_wait": totals["host_wait_ns"], "kernel_wait": totals["kernel_wait_ns"],
             "other_wait": totals["other_ns"]}

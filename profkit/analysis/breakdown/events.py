@@ -125,18 +125,30 @@ def _launches(trace: Trace, pid: np.ndarray, correlation: np.ndarray) -> dict[st
     """For each GPU event, the CUDA call with its correlation id (the earliest
     such call, should a correlation id repeat): launch_start, launch_end,
     launch_pid, launch_tid (-1 none) and launch_api ('' none)."""
-    api = trace.table("api", ["start", "end", "pid", "tid", "correlation", "name"])
-    corr = api["correlation"].to_numpy()
-    usable = corr >= 0
-    api_pid = api["pid"].to_numpy()[usable]
+    # plain arrays: the 2.5M-row API table is not copied into a frame
+    api = {c: trace.array("api", c) for c in ("start", "end", "pid", "tid", "correlation")}
+    names = trace.codes("api", "name")
+    corr = api["correlation"]
+    usable = np.flatnonzero(corr >= 0)
+    api_pid = api["pid"][usable]
     # Correlation ids are per process: with several processes the key is (pid, correlation).
-    single_process = np.unique(api_pid).size <= 1
+    single_process = not api_pid.size or int(api_pid.min()) == int(api_pid.max())
     api_key = _key(api_pid, corr[usable], single_process)
-    order = np.lexsort((api["start"].to_numpy()[usable], api_key))
+    # Stable sort by key (API rows come nearly in correlation order, so this is fast); where a
+    # key repeats, the earliest call comes first (ties in row order), as a (key, start) lexsort.
+    order = np.argsort(api_key, kind="stable")
     sorted_key = api_key[order]
+    repeats = sorted_key[1:] == sorted_key[:-1]
+    if repeats.any():
+        in_group = np.zeros(sorted_key.size, dtype=bool)
+        in_group[1:] |= repeats
+        in_group[:-1] |= repeats
+        at = np.flatnonzero(in_group)
+        block = order[at]
+        order[at] = block[np.lexsort((api["start"][usable][block], api_key[block]))]
     first = np.ones(sorted_key.size, dtype=bool)
-    first[1:] = sorted_key[1:] != sorted_key[:-1]
-    sorted_key, rows = sorted_key[first], np.flatnonzero(usable)[order[first]]
+    first[1:] = ~repeats
+    sorted_key, rows = sorted_key[first], usable[order[first]]
 
     event_key = _key(pid, correlation, single_process)
     found = correlation >= 0
@@ -150,11 +162,10 @@ def _launches(trace: Trace, pid: np.ndarray, correlation: np.ndarray) -> dict[st
     out: dict[str, Any] = {}
     for column, source in (("launch_start", "start"), ("launch_end", "end"), ("launch_pid", "pid"),
                            ("launch_tid", "tid")):
-        values = api[source].to_numpy()
+        values = api[source]
         out[column] = np.where(found, values[row] if values.size else -1, -1).astype(np.int64)
-    names = api["name"].array
     categories = list(names.categories) + ([""] if "" not in names.categories else [])
-    codes = np.where(found, names.codes[row] if len(names) else -1, categories.index(""))
+    codes = np.where(found, names.codes[row] if len(names.codes) else -1, categories.index(""))
     out["launch_api"] = pd.Categorical.from_codes(codes, categories=categories)
     return out
 

@@ -20,11 +20,15 @@ from profkit.model import Trace
 PARTS = ("compute_ns", "communication_ns", "memory_ns", "other_ns", "idle_ns")
 
 
-def per_step_breakdown(trace: Trace, result: StepResult) -> pd.DataFrame:
+def per_step_breakdown(trace: Trace, result: StepResult, events: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per step: ``index``, ``phase``, ``duration_ns`` and ``PARTS`` (they sum to the duration).
 
-    Without the kernel-type classifier (``profkit.analysis.breakdown``), all
-    GPU work counts as ``other_ns``."""
+    ``events``: the trace's kernels, memcpy and memset as
+    ``breakdown.events.gpu_events(trace, include_syncs=False, hta_filter=False)``
+    gives them, when the caller has them already (the report shares one
+    frame between this and the idle causes).  Without the kernel-type
+    classifier (``profkit.analysis.breakdown``), all GPU work counts as
+    ``other_ns``."""
     steps = result.steps
     out = steps[["index", "phase", "duration_ns"]].copy()
     if steps.empty:
@@ -32,11 +36,15 @@ def per_step_breakdown(trace: Trace, result: StepResult) -> pd.DataFrame:
             out[part] = np.empty(0, dtype=np.int64)
         return out
     lo, hi = steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64)
-    start, end, kind = _typed_gpu_work(trace)
+    start, end, kind = _typed_gpu_work(trace) if events is None else _typed(events)
     layers = []  # cumulative unions: compute, +communication, +memory, +everything
     mask = np.zeros(len(start), dtype=bool)
     for kinds in (("computation",), ("communication",), ("memory",), None):
-        mask = mask | (np.isin(kind, kinds) if kinds is not None else np.ones(len(start), dtype=bool))
+        if kinds is None:
+            mask[:] = True
+        else:  # compare the categorical's codes, not a million strings
+            wanted = [i for i, c in enumerate(kind.categories) if c in kinds]
+            mask |= np.isin(kind.codes, wanted)
         layers.append(busy_in_windows(start[mask], end[mask], lo, hi))
     previous = np.zeros(len(steps), dtype=np.int64)
     for part, layer in zip(PARTS[:4], layers):
@@ -46,7 +54,15 @@ def per_step_breakdown(trace: Trace, result: StepResult) -> pd.DataFrame:
     return out
 
 
-def _typed_gpu_work(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _typed(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, pd.Categorical]:
+    work = (events["source"] != "sync").to_numpy()
+    kind = events["kernel_type"].array
+    if not work.all():
+        events, kind = events[work], kind[work]
+    return events["start"].to_numpy(np.int64), events["end"].to_numpy(np.int64), pd.Categorical(kind)
+
+
+def _typed_gpu_work(trace: Trace) -> tuple[np.ndarray, np.ndarray, pd.Categorical]:
     try:
         from profkit.analysis.breakdown.events import gpu_events
     except ModuleNotFoundError as exc:
@@ -55,7 +71,7 @@ def _typed_gpu_work(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         from profkit.analysis.steps.activity import load_activity
 
         act = load_activity(trace)
-        return act.all_start, act.all_end, np.full(len(act.all_start), "other", dtype=object)
+        return (act.all_start, act.all_end,
+                pd.Categorical.from_codes(np.zeros(len(act.all_start), dtype=np.int8), ["other"]))
     events, _ = gpu_events(trace, include_syncs=False, hta_filter=False)
-    return (events["start"].to_numpy(np.int64), events["end"].to_numpy(np.int64),
-            events["kernel_type"].to_numpy(dtype=object))
+    return _typed(events)

@@ -98,13 +98,15 @@ class StepResult:
         first = min(max(middle - (n - 1) // 2, 0), max(len(steady) - n, 0))
         return steady.iloc[first:first + n]
 
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON form: ``summary`` and ``steps`` (as the issue specifies), plus phases and the message."""
-        steps = [{k: (v if isinstance(v, str) else int(v)) for k, v in row.items()}
-                 for row in self.steps.to_dict(orient="records")]
+    def to_dict(self, with_steps: bool = True) -> dict[str, Any]:
+        """The JSON form: ``summary`` and ``steps`` (as the issue specifies), plus phases and the message;
+        ``with_steps=False`` leaves the steps out (the report's JSON sums them up)."""
+        out: dict[str, Any] = {"summary": self.summary}
+        if with_steps:
+            out["steps"] = [{k: (v if isinstance(v, str) else int(v)) for k, v in row.items()}
+                            for row in self.steps.to_dict(orient="records")]
         return {
-            "summary": self.summary,
-            "steps": steps,
+            **out,
             "startup": _span(self.startup),
             "teardown": _span(self.teardown),
             "evidence": self.evidence,
