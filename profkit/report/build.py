@@ -153,7 +153,7 @@ PREFETCH: dict[str, dict[str, tuple[str, ...]]] = {
                              "short_name", *CONFIG_COLUMNS)},
     "api": {"api": ("start", "end", DURATION, "pid", "tid", "correlation", "name")},
 }
-RELEASE = {IDLE_CPU: {"osrt": None}, "stalls": {"api": None, "syncs": None}}
+RELEASE = {"api": {"api": (DURATION,)}, IDLE_CPU: {"osrt": None}, "stalls": {"api": None, "syncs": None}}
 
 
 def _build_sections(plan: list[tuple[str, str, Callable[[Section], Section | None]]], trace: Trace) -> list[Section]:

@@ -58,8 +58,10 @@ def steady_shares(parts: pd.DataFrame) -> dict[str, float] | None:
 
 
 def steps_findings(trace: Trace, result: StepResult, parts: pd.DataFrame | None,
-                   idle_causes: dict[str, int] | None = None) -> list[str]:
-    """The steady-state headline, then the start-up line (empty without steps)."""
+                   idle_causes: dict[str, int] | None = None, startup_busy_ns: int | None = None) -> list[str]:
+    """The steady-state headline, then the start-up line (empty without steps).
+
+    ``startup_busy_ns``: the GPU busy time before the first step, where the caller has it."""
     if not result.found:
         return [f"No steps found: {result.message}." if result.message else "No steps found."]
     s = result.summary
@@ -79,14 +81,15 @@ def steps_findings(trace: Trace, result: StepResult, parts: pd.DataFrame | None,
             text += f" ({cause.replace('_ns', '').replace('_', ' ')})"
     out = [text + "."]
     if result.startup and result.startup[1] > result.startup[0]:
-        out.append(_startup_line(trace, result))
+        out.append(_startup_line(trace, result, startup_busy_ns))
     return out
 
 
-def _startup_line(trace: Trace, result: StepResult) -> str:
+def _startup_line(trace: Trace, result: StepResult, busy: int | None = None) -> str:
     lo, hi = result.startup
-    act = load_activity(trace)
-    busy = int(busy_in_windows(act.all_start, act.all_end, np.array([lo]), np.array([hi]))[0])
+    if busy is None:
+        act = load_activity(trace)
+        busy = _busy_between(act.all_start, act.all_end, lo, hi)
     return (f"Start-up (before the first step) took {duration(hi - lo)}, the GPU busy "
             f"{100.0 * busy / (hi - lo):.1f}% of it; it is left out of the step figures.")
 
@@ -108,6 +111,9 @@ def fill_steps(section: Section, trace: Trace, found: dict[str, Any]) -> None:
     parts = per_step_breakdown(trace, result, events)
     found["step_parts"] = parts
     found["steady_idle_causes"] = _steady_idle_causes(result, events)
+    if events is not None and result.startup:
+        found["startup_busy_ns"] = _busy_between(events["start"].to_numpy(), events["end"].to_numpy(),
+                                                 *result.startup)
     del events
     s = result.summary
     section.facts = [
@@ -189,7 +195,12 @@ def findings_for(trace: Trace, found: dict[str, Any]) -> list[str]:
     result: StepResult | None = found.get("steps")
     if result is None:
         return []
-    return steps_findings(trace, result, found.get("step_parts"), found.get("steady_idle_causes"))
+    return steps_findings(trace, result, found.get("step_parts"), found.get("steady_idle_causes"),
+                          found.get("startup_busy_ns"))
+
+
+def _busy_between(start: np.ndarray, end: np.ndarray, lo: int, hi: int) -> int:
+    return int(busy_in_windows(start, end, np.array([lo]), np.array([hi]))[0])
 
 
 def _gpu_work(trace: Trace) -> pd.DataFrame | None:
@@ -200,7 +211,8 @@ def _gpu_work(trace: Trace) -> pd.DataFrame | None:
         if not (exc.name or "").startswith("profkit"):
             raise
         return None
-    return breakdown_events.gpu_events(trace, include_syncs=False, hta_filter=False)[0]
+    return breakdown_events.gpu_events(trace, include_syncs=False, hta_filter=False,
+                                       launch_columns=("launch_start",))[0]
 
 
 def _steady_idle_causes(result: StepResult, events: pd.DataFrame | None) -> dict[str, int] | None:
@@ -214,6 +226,8 @@ def _steady_idle_causes(result: StepResult, events: pd.DataFrame | None) -> dict
     from profkit.analysis.breakdown import events as breakdown_events
     from profkit.analysis.breakdown import temporal
 
-    totals = temporal.idle_totals(temporal.idle_by_stream(breakdown_events.clip_events(events, *window)))
+    # only the columns idle_by_stream reads: clipping copies what it is given
+    needed = events[["start", "end", "stream", "launch_start", "source"]]
+    totals = temporal.idle_totals(temporal.idle_by_stream(breakdown_events.clip_events(needed, *window)))
     return {"host_wait": totals["host_wait_ns"], "kernel_wait": totals["kernel_wait_ns"],
             "other_wait": totals["other_ns"]}

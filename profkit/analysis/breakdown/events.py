@@ -45,14 +45,20 @@ class EventWindow:
     end_ns: int | None
 
 
-def gpu_events(trace: Trace, include_syncs: bool = True, hta_filter: bool = True) -> tuple[pd.DataFrame, EventWindow]:
+LAUNCH_COLUMNS = ("launch_start", "launch_end", "launch_pid", "launch_tid", "launch_api")
+
+
+def gpu_events(trace: Trace, include_syncs: bool = True, hta_filter: bool = True,
+               launch_columns: tuple[str, ...] = LAUNCH_COLUMNS) -> tuple[pd.DataFrame, EventWindow]:
     """Every GPU event HTA's breakdowns count, with kernel type and launch.
 
     ``include_syncs``: add CUPTI synchronization records that sit on a stream
     and have a correlation id, as HTA does (they count as kernel time of type
     'other').  ``hta_filter``: leave out the last ProfilerStep's GPU work when
     the trace has two or more ProfilerStep ranges, as HTA's ``load_traces``
-    does by default."""
+    does by default.  ``launch_columns``: which of the launch columns to add
+    (a 1M-event frame costs 8 MB per column; the report's Steps section needs
+    only ``launch_start``); the HTA filter needs ``launch_start``."""
     parts: list[dict[str, Any]] = []
     kernels = trace.table("kernels", [*_EVENT_COLUMNS, "name"])
     if len(kernels):
@@ -75,7 +81,8 @@ def gpu_events(trace: Trace, include_syncs: bool = True, hta_filter: bool = True
             parts.append({**{c: syncs[c].to_numpy()[on_stream] for c in _EVENT_COLUMNS}, "source": "sync",
                           "name": syncs["sync_type"].array[on_stream], "kernel_type": kernel_origin.OTHER})
     columns = _concat(parts)
-    columns.update(_launches(trace, columns["pid"], columns["correlation"]))
+    wanted = set(launch_columns) | ({"launch_start"} if hta_filter else set())
+    columns.update(_launches(trace, columns["pid"], columns["correlation"], wanted))
     window = EventWindow(False, None, None, None)
     keep = None
     if hta_filter:
@@ -84,12 +91,15 @@ def gpu_events(trace: Trace, include_syncs: bool = True, hta_filter: bool = True
             launch = columns["launch_start"]
             keep = np.flatnonzero((launch >= 0) & (launch < last_step))
             window = EventWindow(True, last_step, None, None)
+        if "launch_start" not in launch_columns:
+            del columns["launch_start"]
     # one reorder (filter + sort by start) for every column: a 1M-event frame is copied once
     starts = columns["start"] if keep is None else columns["start"][keep]
     order = np.argsort(starts, kind="stable")
     if keep is not None:
         order = keep[order]
-    events = pd.DataFrame({name: values[order] for name, values in columns.items()}, copy=False)
+    # column by column, each unordered column dropped once reordered: one column's copy at a time
+    events = pd.DataFrame({name: columns.pop(name)[order] for name in list(columns)}, copy=False)
     return events, window
 
 
@@ -121,13 +131,13 @@ def _last_profiler_step_start(trace: Trace) -> int | None:
     return int(ranges["start"].to_numpy()[is_step].max())
 
 
-def _launches(trace: Trace, pid: np.ndarray, correlation: np.ndarray) -> dict[str, Any]:
+def _launches(trace: Trace, pid: np.ndarray, correlation: np.ndarray,
+              wanted: set[str] | frozenset[str] = frozenset(LAUNCH_COLUMNS)) -> dict[str, Any]:
     """For each GPU event, the CUDA call with its correlation id (the earliest
     such call, should a correlation id repeat): launch_start, launch_end,
-    launch_pid, launch_tid (-1 none) and launch_api ('' none)."""
+    launch_pid, launch_tid (-1 none) and launch_api ('' none), those of them in ``wanted``."""
     # plain arrays: the 2.5M-row API table is not copied into a frame
-    api = {c: trace.array("api", c) for c in ("start", "end", "pid", "tid", "correlation")}
-    names = trace.codes("api", "name")
+    api = {c: trace.array("api", c) for c in ("start", "pid", "correlation")}
     corr = api["correlation"]
     usable = np.flatnonzero(corr >= 0)
     api_pid = api["pid"][usable]
@@ -145,7 +155,7 @@ def _launches(trace: Trace, pid: np.ndarray, correlation: np.ndarray) -> dict[st
         in_group[:-1] |= repeats
         at = np.flatnonzero(in_group)
         block = order[at]
-        order[at] = block[np.lexsort((api["start"][usable][block], api_key[block]))]
+        order[at] = block[np.lexsort((api["start"][usable[block]], api_key[block]))]
     first = np.ones(sorted_key.size, dtype=bool)
     first[1:] = ~repeats
     sorted_key, rows = sorted_key[first], usable[order[first]]
@@ -159,14 +169,21 @@ def _launches(trace: Trace, pid: np.ndarray, correlation: np.ndarray) -> dict[st
     else:
         found &= False
         row = np.zeros(correlation.size, dtype=np.int64)
+    missing = ~found
     out: dict[str, Any] = {}
     for column, source in (("launch_start", "start"), ("launch_end", "end"), ("launch_pid", "pid"),
                            ("launch_tid", "tid")):
-        values = api[source]
-        out[column] = np.where(found, values[row] if values.size else -1, -1).astype(np.int64)
-    categories = list(names.categories) + ([""] if "" not in names.categories else [])
-    codes = np.where(found, names.codes[row] if len(names.codes) else -1, categories.index(""))
-    out["launch_api"] = pd.Categorical.from_codes(codes, categories=categories)
+        if column in wanted:
+            values = trace.array("api", source)
+            out[column] = values[row].astype(np.int64, copy=False) if values.size else \
+                np.full(row.size, -1, dtype=np.int64)
+            out[column][missing] = -1
+    if "launch_api" in wanted:
+        names = trace.codes("api", "name")
+        categories = list(names.categories) + ([""] if "" not in names.categories else [])
+        codes = names.codes[row] if len(names.codes) else np.zeros(row.size, dtype=np.int64)
+        codes[missing] = categories.index("")
+        out["launch_api"] = pd.Categorical.from_codes(codes, categories=categories)
     return out
 
 

@@ -426,8 +426,9 @@ def _categorical(ids: np.ndarray, lookup: Callable[[list[int]], dict[int, str]],
 def _categorical_from_labels(codes: np.ndarray, labels: list[str]) -> Coded:
     """Codes into ``labels`` (which may repeat a string) as codes into distinct strings."""
     categories: dict[str, int] = {}
-    remap = np.array([categories.setdefault(label, len(categories)) for label in labels], dtype=np.int64)
-    new_codes = remap[codes] if len(codes) else np.zeros(0, dtype=np.int64)
+    # int32 codes: 4 bytes a row instead of 8 (a 2.5M-row name column is 10 MB, not 20)
+    remap = np.array([categories.setdefault(label, len(categories)) for label in labels], dtype=np.int32)
+    new_codes = remap[codes] if len(codes) else np.zeros(0, dtype=np.int32)
     return Coded(new_codes, list(categories))
 
 
