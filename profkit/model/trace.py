@@ -31,6 +31,8 @@ read through ``array``/``codes`` and a source may implement ``load_arrays``
 
 from __future__ import annotations
 
+import threading
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,6 +95,8 @@ class TraceSource(Protocol):
     # - ``load_arrays(table, columns) -> dict``: like ``load``, numpy arrays
     #   and ``Coded`` text columns, no pandas;
     # - ``computes_duration: bool``: ``load`` accepts the column "duration";
+    # - ``concurrent_loads: bool``: ``load``/``load_arrays`` of one table may run on a
+    #   background thread while other tables load (``Trace.prefetch``);
     # - ``require(table, what)``: raise the source's own ProfkitError for a
     #   table it did not record (naming its table and the option that records it);
 
@@ -122,6 +126,9 @@ class Trace:
         self.native = native
         self._columns: dict[str, dict[str, Any]] = {}
         self._lengths: dict[str, int] = {}
+        # one lock per table: a background prefetch of one table never blocks reads of another
+        self._locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
+        self._prefetching: list[threading.Thread] = []
 
     # -- tables -------------------------------------------------------------
     def has(self, table: str) -> bool:
@@ -165,6 +172,25 @@ class Trace:
             raise TypeError(f"{name}.{column} is not a text column: use array()")
         return Coded(np.asarray(value.codes), [str(c) for c in value.categories])
 
+    def prefetch(self, name: str, columns: Sequence[str]) -> bool:
+        """Start loading columns on a background thread, where the source allows it
+        (``concurrent_loads``); a read of the same table waits for it.  SQLite scans
+        release the GIL, so a big table loads while analyses of another one run.
+        Returns whether a load was started."""
+        if not getattr(self.source, "concurrent_loads", False) or not self.has(name):
+            return False
+
+        def load() -> None:
+            try:
+                self._load(name, columns)
+            except Exception:  # noqa: BLE001 - the foreground read of the table raises it again, where it belongs
+                pass
+
+        thread = threading.Thread(target=load, name=f"profkit-prefetch-{name}", daemon=True)
+        self._prefetching.append(thread)
+        thread.start()
+        return True
+
     def _load(self, name: str, columns: Sequence[str] | None) -> list[str]:
         """Make sure the columns are cached; the list of wanted column names."""
         if name not in schema.TABLES:
@@ -173,6 +199,10 @@ class Trace:
         for column in wanted:
             if column != DURATION:
                 schema.column_kind(name, column)  # raises KeyError on a typo
+        with self._locks[name]:
+            return self._load_locked(name, wanted)
+
+    def _load_locked(self, name: str, wanted: list[str]) -> list[str]:
         cached = self._columns.setdefault(name, {})
         missing = [c for c in wanted if c not in cached]
         # end - start where both are (or are about to be) loaded: one column fewer to read
@@ -227,11 +257,12 @@ class Trace:
     def forget(self, name: str, columns: Sequence[str] | None = None) -> None:
         """Drop a table's loaded columns, or only ``columns`` of it (to bound memory
         between report sections); a later read loads them again."""
-        if columns is None:
-            self._columns.pop(name, None)
-        else:
-            for column in columns:
-                self._columns.get(name, {}).pop(column, None)
+        with self._locks[name]:
+            if columns is None:
+                self._columns.pop(name, None)
+            else:
+                for column in columns:
+                    self._columns.get(name, {}).pop(column, None)
 
     @property
     def devices(self) -> pd.DataFrame:
@@ -275,6 +306,8 @@ class Trace:
         return self.meta.path.name
 
     def close(self) -> None:
+        for thread in self._prefetching:  # never close the source under a running load
+            thread.join()
         self.source.close()
 
     def __enter__(self) -> Trace:

@@ -153,6 +153,10 @@ PREFETCH: dict[str, dict[str, tuple[str, ...]]] = {
                              "short_name", *CONFIG_COLUMNS)},
     "api": {"api": ("start", "end", DURATION, "pid", "tid", "correlation", "name")},
 }
+# Started on a background thread once the section's own prefetch is done: the API calls
+# (the biggest table) load while the kernel-only sections (timeline, utilization, kernel
+# summary, occupancy) run; the API section's PREFETCH then waits for them.
+BACKGROUND: dict[str, dict[str, tuple[str, ...]]] = {"timeline": PREFETCH["api"]}
 RELEASE = {"api": {"api": (DURATION,)}, IDLE_CPU: {"osrt": None}, "stalls": {"api": None, "syncs": None}}
 
 
@@ -165,6 +169,8 @@ def _build_sections(plan: list[tuple[str, str, Callable[[Section], Section | Non
         for table, columns in PREFETCH.get(key, {}).items():
             if trace.has(table):
                 trace.table(table, list(columns))
+        for table, columns in BACKGROUND.get(key, {}).items():
+            trace.prefetch(table, list(columns))
         section = Section(key, title)
         try:
             section = build(section) or section

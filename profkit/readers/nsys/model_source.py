@@ -257,6 +257,9 @@ class NsysSource:
     # "duration" is computed in SQL ("end" - start): one narrow integer column
     # leaves SQLite instead of two wide ones (the summaries need only it).
     computes_duration = True
+    # Scans run on their own connections (collect_columns); the few small queries on the
+    # export's connection are serialized by SQLite (opened with check_same_thread=False).
+    concurrent_loads = True
 
     def __init__(self, export: NsysExport) -> None:
         self.export = export
