@@ -187,3 +187,25 @@ def test_columns_load_separately_and_line_up():
         both = trace.table("kernels", ["name", "start"])
         assert list(both.name) == list(names.name) and list(both.start) == list(times.start)
         assert trace.count("kernels") == len(names) == 792
+
+
+def test_prefetched_columns_equal_the_export():
+    """Trace.prefetch loads on a background thread through its own connection; the
+    columns it leaves equal the export's rows, while the foreground reads other tables."""
+    name = "nsys2025_train_print"
+    with open_trace(nsys_fixture(name)) as trace:
+        assert trace.prefetch("api", ["start", "end", "pid", "tid", "correlation", "name"])
+        kernels = trace.table("kernels", ["start", "correlation"])  # meanwhile, on the reader's connection
+        api = trace.table("api", ["start", "tid", "correlation", "name", "duration"])
+        with sql(name) as conn:
+            rows = conn.execute("""SELECT r.start, r."end", r.globalTid & 16777215, r.correlationId, s.value
+                FROM CUPTI_ACTIVITY_KIND_RUNTIME AS r JOIN StringIds AS s ON s.id = r.nameId
+                ORDER BY r.rowid""").fetchall()
+            kernel_rows = conn.execute("SELECT start, correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL "
+                                       "ORDER BY rowid").fetchall()
+    assert list(api.start) == [r[0] for r in rows]
+    assert list(api.duration) == [r[1] - r[0] for r in rows]
+    assert list(api.tid) == [r[2] for r in rows]
+    assert list(api.correlation) == [r[3] for r in rows]
+    assert list(api.name) == [r[4][:-6] if r[4][-6:-4] == "_v" else r[4] for r in rows]
+    assert list(zip(kernels.start, kernels.correlation)) == kernel_rows

@@ -36,12 +36,19 @@ class BusyBins:
 
 
 def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Disjoint, sorted intervals covering exactly the union of ``[start, end)``."""
+    """Disjoint, sorted intervals covering exactly the union of ``[start, end)``.
+
+    The one busy-interval union of profkit (the timeline's busy segments and gaps,
+    the step finder's busy time and these bins use it).  Intervals that touch
+    merge; an end before its start counts as the start (zero length)."""
     if len(starts) == 0:
         return np.empty(0, np.int64), np.empty(0, np.int64)
     order = np.argsort(starts, kind="stable")
-    s, e = starts[order], np.maximum(ends[order], starts[order])
-    reach = np.maximum.accumulate(e)
+    s = starts[order].astype(np.int64, copy=False)
+    reach = ends[order].astype(np.int64, copy=False)
+    del order
+    np.maximum(reach, s, out=reach)
+    np.maximum.accumulate(reach, out=reach)  # the furthest end so far
     # A new merged interval begins where a start lies beyond everything before it.
     begins = np.ones(len(s), dtype=bool)
     begins[1:] = s[1:] > reach[:-1]

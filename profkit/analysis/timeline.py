@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from profkit.analysis.busy_bins import merge_intervals
 from profkit.analysis.grouping import factorize_rows
 from profkit.analysis.ranges import cpu_ranges
 from profkit.model import NSYS, Trace
@@ -246,21 +247,10 @@ def gpu_busy_segments(trace: Trace) -> dict[int, BusySegments]:
 
 
 def _union(device: int, s: np.ndarray, e: np.ndarray) -> BusySegments:
-    order = np.argsort(s, kind="stable")
-    s, e = s[order], e[order]
-    del order
-    # The furthest end reached before each operation: the part of an
-    # operation past it is new busy time (those parts are disjoint); a start
-    # beyond it opens an idle gap.
-    before = np.empty_like(e)
-    before[0] = s[0]
-    np.maximum.accumulate(e[:-1], out=before[1:])
-    np.maximum(before, s[0], out=before)
-    a = np.maximum(s, before)
-    new = e > a
-    idle = s > before
-    return BusySegments(device, a[new], e[new], before[idle], s[idle], operations=len(s),
-                        first_ns=int(s[0]), last_ns=int(max(before[-1], e[-1])))
+    """The merged busy intervals; the gaps are what lies between consecutive ones."""
+    starts, ends = merge_intervals(s, e)
+    return BusySegments(device, starts, ends, ends[:-1], starts[1:], operations=len(s),
+                        first_ns=int(starts[0]), last_ns=int(ends[-1]))
 
 
 def union_length(starts: np.ndarray, ends: np.ndarray) -> int:

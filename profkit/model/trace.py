@@ -95,8 +95,9 @@ class TraceSource(Protocol):
     # - ``load_arrays(table, columns) -> dict``: like ``load``, numpy arrays
     #   and ``Coded`` text columns, no pandas;
     # - ``computes_duration: bool``: ``load`` accepts the column "duration";
-    # - ``concurrent_loads: bool``: ``load``/``load_arrays`` of one table may run on a
-    #   background thread while other tables load (``Trace.prefetch``);
+    # - ``background_source() -> TraceSource``: another source over the same trace with
+    #   its own handles (an nsys export: its own SQLite connection), for ``Trace.prefetch``
+    #   to load a table on a background thread without sharing the reader's handles;
     # - ``require(table, what)``: raise the source's own ProfkitError for a
     #   table it did not record (naming its table and the option that records it);
 
@@ -173,22 +174,42 @@ class Trace:
         return Coded(np.asarray(value.codes), [str(c) for c in value.categories])
 
     def prefetch(self, name: str, columns: Sequence[str]) -> bool:
-        """Start loading columns on a background thread, where the source allows it
-        (``concurrent_loads``); a read of the same table waits for it.  SQLite scans
-        release the GIL, so a big table loads while analyses of another one run.
-        Returns whether a load was started."""
-        if not getattr(self.source, "concurrent_loads", False) or not self.has(name):
+        """Start loading columns on a background thread, where the source can open a
+        second handle on the trace (``background_source``); a read of the same table
+        waits for it.  SQLite scans release the GIL, so a big table loads while
+        analyses of other tables run.  Returns whether a load was started."""
+        opener = getattr(self.source, "background_source", None)
+        if opener is None or not self.has(name):
             return False
+        wanted = list(columns)
+        lock = self._locks[name]
+        lock.acquire()  # taken here, so no read of the table can slip in before the thread starts
 
         def load() -> None:
             try:
-                self._load(name, columns)
+                source = opener()
+                try:
+                    helper = Trace(source)
+                    helper._load(name, wanted)
+                    n = helper._lengths.get(name)
+                    if self._lengths.setdefault(name, n) == n:
+                        cached = self._columns.setdefault(name, {})
+                        for column, values in helper._columns.get(name, {}).items():
+                            cached.setdefault(column, values)
+                finally:
+                    source.close()
             except Exception:  # noqa: BLE001 - the foreground read of the table raises it again, where it belongs
                 pass
+            finally:
+                lock.release()
 
         thread = threading.Thread(target=load, name=f"profkit-prefetch-{name}", daemon=True)
+        try:
+            thread.start()
+        except BaseException:
+            lock.release()
+            raise
         self._prefetching.append(thread)
-        thread.start()
         return True
 
     def _load(self, name: str, columns: Sequence[str] | None) -> list[str]:

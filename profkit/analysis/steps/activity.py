@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from profkit.analysis.busy_bins import busy_until, merge_intervals
 from profkit.model import Trace
 
 ACTIVITY_TABLES = ("kernels", "memcpy", "memset")
@@ -116,32 +117,11 @@ def _launch_times(trace: Trace, gpu_start: np.ndarray, corr: np.ndarray, pid: in
 
 
 def merged_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The union of [start, end) intervals as sorted, disjoint intervals."""
-    if len(starts) == 0:
-        return starts.astype(np.int64), ends.astype(np.int64)
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order].astype(np.int64), ends[order].astype(np.int64)
-    reach = np.maximum.accumulate(e)
-    new = np.ones(len(s), dtype=bool)
-    new[1:] = s[1:] > reach[:-1]
-    group = np.cumsum(new) - 1
-    out_s = s[new]
-    out_e = np.zeros(len(out_s), dtype=np.int64)
-    np.maximum.at(out_e, group, reach)
-    return out_s, out_e
+    """The union of [start, end) intervals as sorted, disjoint intervals (``busy_bins.merge_intervals``)."""
+    return merge_intervals(np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64))
 
 
 def busy_in_windows(starts: np.ndarray, ends: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """Time covered by at least one interval inside each window [lo, hi) (ns, int64)."""
     ms, me = merged_intervals(starts, ends)
-    if len(ms) == 0:
-        return np.zeros(len(lo), dtype=np.int64)
-    before = np.concatenate(([0], np.cumsum(me - ms)))  # busy time before each merged interval
-
-    def covered_until(x: np.ndarray) -> np.ndarray:
-        j = np.searchsorted(ms, x, side="right") - 1
-        inside = np.clip(x - ms[np.maximum(j, 0)], 0, (me - ms)[np.maximum(j, 0)])
-        return np.where(j >= 0, before[np.maximum(j, 0)] + inside, 0)
-
-    return (covered_until(np.asarray(hi, dtype=np.int64)) - covered_until(np.asarray(lo, dtype=np.int64))).astype(
-        np.int64)
+    return (busy_until(ms, me, hi) - busy_until(ms, me, lo)).astype(np.int64)

@@ -257,15 +257,19 @@ class NsysSource:
     # "duration" is computed in SQL ("end" - start): one narrow integer column
     # leaves SQLite instead of two wide ones (the summaries need only it).
     computes_duration = True
-    # Scans run on their own connections (collect_columns); the few small queries on the
-    # export's connection are serialized by SQLite (opened with check_same_thread=False).
-    concurrent_loads = True
 
     def __init__(self, export: NsysExport) -> None:
         self.export = export
         self.meta = _meta(export)
         self._specs: dict[str, TableSpec] = {}
         self._labels: dict[int, dict[int, str]] = {}
+
+    def background_source(self) -> NsysSource:
+        """The same export on its own connection (``Trace.prefetch`` loads through it on
+        another thread: a connection is never shared between threads here)."""
+        export = open_export(self.export.path)
+        export.scan_mmap_bytes = self.export.scan_mmap_bytes
+        return NsysSource(export)
 
     def has(self, table: str) -> bool:
         nsys_table = _NSYS_TABLES.get(table)
