@@ -135,8 +135,8 @@ def _steady_kernels(trace: Trace, steps: Any) -> list[dict[str, Any]] | None:
 # The order sections are computed in (the report shows them in the order they were
 # added).  Sections that read the same columns run next to each other and the columns
 # are dropped once no later section needs them (RELEASE), which bounds the peak
-# memory on big traces: the kernels' launch configurations (occupancy) are read and
-# dropped before the CUDA API calls (the biggest table) are read.  The capture runs
+# memory on big traces: the kernels' launch configurations are dropped after occupancy,
+# the API durations after the API summary.  The capture runs
 # after the API summary so that its row counts come from columns already read.
 INTERACTIVE = "interactive_timeline"  # report.html's canvas timeline: built here, not a section
 # The CPU side of the longest idle stretches (fills the utilization section's table):
