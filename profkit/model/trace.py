@@ -181,9 +181,13 @@ class Trace:
         opener = getattr(self.source, "background_source", None)
         if opener is None or not self.has(name):
             return False
-        wanted = list(columns)
         lock = self._locks[name]
         lock.acquire()  # taken here, so no read of the table can slip in before the thread starts
+        cached = self._columns.get(name, {})
+        wanted = [c for c in columns if c not in cached]
+        if not wanted:
+            lock.release()
+            return False
 
         def load() -> None:
             try:

@@ -154,9 +154,9 @@ PREFETCH: dict[str, dict[str, tuple[str, ...]]] = {
     "api": {"api": ("start", "end", DURATION, "pid", "tid", "correlation", "name")},
 }
 # Started on a background thread once the section's own prefetch is done: the API calls
-# (the biggest table) load while the kernel-only sections (timeline, utilization, kernel
-# summary, occupancy) run; the API section's PREFETCH then waits for them.
-BACKGROUND: dict[str, dict[str, tuple[str, ...]]] = {"timeline": PREFETCH["api"]}
+# (the biggest table) load while the kernel-only sections (kernel summary, occupancy)
+# run; the API section's PREFETCH then waits for them.
+BACKGROUND: dict[str, dict[str, tuple[str, ...]]] = {"kernels": PREFETCH["api"]}
 RELEASE = {"api": {"api": (DURATION,)}, IDLE_CPU: {"osrt": None}, "stalls": {"api": None, "syncs": None}}
 
 
