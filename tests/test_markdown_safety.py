@@ -24,7 +24,7 @@ from click.testing import CliRunner
 
 from profkit.cli import cli
 from profkit.report import write_report
-from tests.conftest import nsys_fixture
+from tests.conftest import DATA, nsys_fixture
 
 cmarkgfm = pytest.importorskip("cmarkgfm")
 
@@ -164,3 +164,22 @@ def test_diff_md_names_with_pipes_are_text(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "| `[click]" in result.stdout  # the new kernel's table row
     assert_inert(result.stdout, hostile + "sm80_xmma_gemm")
+
+
+def test_report_md_record_function_names_are_text(tmp_path: Path) -> None:
+    """A real torch.profiler trace whose record_function ranges carry addresses, URLs and
+    Markdown (the Kineto reader's names, the same renderer)."""
+    import gzip
+    import json
+
+    doc = json.loads(gzip.decompress((DATA / "kineto" / "mlp_annotated.json.gz").read_bytes()))
+    step = "step" + STEP_SUFFIX
+    warmup = "warmup" + NVTX_SUFFIX
+    renamed = {"step": step, "warmup": warmup}
+    for event in doc["traceEvents"]:
+        if event.get("cat") == "user_annotation" and event.get("name") in renamed:
+            event["name"] = renamed[event["name"]]
+    trace = tmp_path / "hostile_mlp_annotated.json.gz"
+    trace.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    markdown = Path(write_report(trace, tmp_path / "out").md).read_text()
+    assert_inert(markdown, step, warmup)
