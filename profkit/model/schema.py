@@ -99,8 +99,9 @@ KERNELS = _cols(
     # nelems', ..., else those of the record_param_comms cpu_op with the same
     # 'External id'); NCCL kernels only.  nsys exports do not: NCCL's NVTX
     # ranges (ncclAllReduce ...) declare a 'Message size [bytes]' payload in
-    # NVTX_PAYLOAD_SCHEMAS, but NVTX_EVENTS.binaryData is NULL (nsys 2025.3),
-    # so from nsys these are unknown (-1, ''), never 0.
+    # NVTX_PAYLOAD_SCHEMAS, but NVTX_EVENTS.binaryData is NULL (nsys 2025.3
+    # exports payloads only with `nsys export --include-blobs=true`), so from
+    # nsys these are unknown (-1, ''), never 0.
     ("collective", CATEGORY, "torch's collective name: 'allreduce', 'allgather', 'reduce_scatter', "
                              "'broadcast', ... ('' not a collective, or not recorded)"),
     ("msg_in_nelems", INT, "elements of the call's input (Kineto 'In msg nelems'), -1 unknown"),

@@ -200,7 +200,8 @@ def _collectives_section(job: dict[str, Any], summaries: list[dict[str, Any]]) -
         if nsys:
             section.notes.append(f"message sizes: not recorded in the nsys exports of rank {_listed(nsys)} "
                                  "(an nsys export declares NCCL's 'Message size' NVTX payload but holds none of its data: "
-                                 "NVTX_EVENTS.binaryData is empty); "
+                                 "NVTX_EVENTS.binaryData is empty; nsys export writes payloads only with "
+                                 "--include-blobs=true, which profkit does not read yet); "
                                  "use torch.profiler traces for sizes and bandwidth")
         if other:
             section.notes.append(f"message sizes: not recorded in the traces of rank {_listed(other)} "
