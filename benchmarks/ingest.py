@@ -101,8 +101,8 @@ def build_export(source: Path, out: Path, kernels: int, api_rows: int) -> dict[s
 
 
 # -- measuring -----------------------------------------------------------------------
-# Runs one command and reports its wall time and the peak RSS of its process
-# tree.  It runs in a small fresh interpreter: a child forked straight from
+# Runs one command and reports its wall time and the CPU time and peak RSS of
+# its process tree.  It runs in a small fresh interpreter: a child forked straight from
 # this process (which just built a big database) would inherit this
 # process's peak RSS into its own ru_maxrss across exec.
 _TIMER = r"""
@@ -115,26 +115,34 @@ with open(stdout, "wb") as out:
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
 with open(report, "w") as fh:
-    fh.write(f"{wall} {usage.ru_maxrss} {os.waitstatus_to_exitcode(status)}\n")
+    fh.write(f"{wall} {usage.ru_utime + usage.ru_stime} {usage.ru_maxrss} {os.waitstatus_to_exitcode(status)}\n")
 sys.stderr.buffer.write(err[-2000:])
 """
+
+
+def run_once(argv: list[str], stdout: Path | None = None) -> tuple[float, float, float, int, str]:
+    """One run: (wall s, CPU s and peak RSS MB of the process tree, exit status, stderr's tail)."""
+    fd, name = tempfile.mkstemp(suffix=".timing")
+    os.close(fd)
+    report = Path(name)
+    try:
+        proc = subprocess.run([sys.executable, "-c", _TIMER, str(report), str(stdout or os.devnull), *argv],
+                              capture_output=True, text=True)
+        wall_s, cpu_s, rss_kb, code = report.read_text().split()
+    finally:
+        report.unlink(missing_ok=True)
+    return float(wall_s), float(cpu_s), int(rss_kb) / 1024, int(code), proc.stderr.strip()[-400:]
 
 
 def measure(argv: list[str], stdout: Path | None = None, repeat: int = 3) -> tuple[float, float, int]:
     """(best wall seconds of ``repeat`` runs, peak RSS in MB of the process tree, exit status)."""
     best, peak, status = math.inf, 0.0, 0
-    report = Path(tempfile.mkstemp(suffix=".timing")[1])
-    try:
-        for _ in range(repeat):
-            proc = subprocess.run([sys.executable, "-c", _TIMER, str(report), str(stdout or os.devnull), *argv],
-                                  capture_output=True, text=True)
-            wall_s, rss_kb, code = report.read_text().split()
-            best, peak, status = min(best, float(wall_s)), max(peak, int(rss_kb) / 1024), int(code)
-            if status != 0:
-                print(f"  ! {' '.join(argv[:4])} ... exited {status}: {proc.stderr.strip()[-400:]}")
-                break
-    finally:
-        report.unlink(missing_ok=True)
+    for _ in range(repeat):
+        wall_s, _, rss_mb, status, err = run_once(argv, stdout)
+        best, peak = min(best, wall_s), max(peak, rss_mb)
+        if status != 0:
+            print(f"  ! {' '.join(argv[:4])} ... exited {status}: {err}")
+            break
     return best, peak, status
 
 

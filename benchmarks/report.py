@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,39 +31,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.ingest import DEFAULT_SOURCE, build_export, find_nsys  # noqa: E402
+from benchmarks.ingest import run_once as ingest_run_once  # noqa: E402
 from tests.conftest import nsys_fixture  # noqa: E402
 
 TARGET_WALL_S, TARGET_PEAK_MB = 5.0, 400.0
 
-# One command in a small fresh interpreter (a child forked from a big process would
-# inherit its peak RSS): wall time, and CPU time and peak RSS of the process tree from wait4.
-_TIMER = r"""
-import os, subprocess, sys, time
-report, argv = sys.argv[1], sys.argv[2:]
-start = time.perf_counter()
-proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-err = proc.stderr.read()
-_, status, usage = os.wait4(proc.pid, 0)
-wall = time.perf_counter() - start
-with open(report, "w") as fh:
-    fh.write(f"{wall} {usage.ru_utime + usage.ru_stime} {usage.ru_maxrss} {os.waitstatus_to_exitcode(status)}\n")
-sys.stderr.buffer.write(err[-2000:])
-"""
-
-
 def run_once(argv: list[str]) -> tuple[float, float, float]:
     """(wall s, CPU s, peak RSS MB) of one run; raises on a non-zero exit."""
-    fd, name = tempfile.mkstemp(suffix=".timing")
-    os.close(fd)
-    report = Path(name)
-    try:
-        proc = subprocess.run([sys.executable, "-c", _TIMER, str(report), *argv], capture_output=True, text=True)
-        wall, cpu, rss_kb, status = report.read_text().split()
-    finally:
-        report.unlink(missing_ok=True)
-    if int(status) != 0:
-        raise SystemExit(f"{' '.join(argv[:4])} ... exited {status}: {proc.stderr.strip()[-400:]}")
-    return float(wall), float(cpu), int(rss_kb) / 1024
+    wall, cpu, peak, status, err = ingest_run_once(argv)
+    if status != 0:
+        raise SystemExit(f"{' '.join(argv[:4])} ... exited {status}: {err}")
+    return wall, cpu, peak
 
 
 def main() -> int:
