@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from profkit.analysis.kernel_names import function_name
-from profkit.errors import ProfkitError
 from profkit.model import Trace
 
 # The keys every row gets from ``attach_code`` (None where the code is unknown).
@@ -144,13 +143,10 @@ def attach_code(rows: Sequence[dict[str, Any]], code: dict[str, list[Variant]],
     return out
 
 
-def run_folder_caches(run_json: Path) -> list[Path]:
-    """The kernel caches a ``profkit trace`` run recorded in its run.json."""
-    try:
-        info = json.loads(run_json.read_text())
-    except (OSError, ValueError) as exc:
-        raise ProfkitError(f"{run_json}: unreadable ({exc})") from None
-    caches = (info.get("kernel_caches") or {}) if isinstance(info, dict) else {}
+def run_folder_caches(record: Any) -> list[Path]:
+    """The kernel caches a ``profkit trace`` run recorded in its run.json
+    (``capture.run.read_run_record``'s value)."""
+    caches = (record.get("kernel_caches") or {}) if isinstance(record, dict) else {}
     return [Path(p) for p in caches.values() if isinstance(p, str)]
 
 

@@ -30,6 +30,7 @@ from typing import Any
 
 from profkit import __version__
 from profkit.atomic import write_text
+from profkit.errors import ProfkitError
 
 DEFAULT_RUNS_DIR = Path("profkit-runs")
 
@@ -138,8 +139,14 @@ class RunRecord:
         }
 
 
-def read_run_record(run_dir: Path) -> dict[str, Any]:
-    return json.loads((run_dir / RUN_JSON).read_text())
+def read_run_record(run_dir: Path) -> Any:
+    """A run folder's run.json as parsed (run.json is input like any other: the
+    caller checks what it holds); ProfkitError when it cannot be read or parsed."""
+    path = Path(run_dir) / RUN_JSON
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ProfkitError(f"{path}: unreadable ({exc})") from None
 
 
 class Stopwatch:

@@ -83,14 +83,11 @@ def show(metric: str, window: int, plot_path: Path | None, fmt: str, db_path: Pa
 
 def _resolve_run(run: Path) -> tuple[Path, dict | None]:
     """A run folder's trace and run.json, or the trace itself."""
-    from profkit.errors import ProfkitError
+    from profkit.capture.run import read_run_record
     from profkit.readers import run_folder_trace
 
     trace = run_folder_trace(run) if run.is_dir() else None
     if trace is None:
         return run, None
-    try:
-        info = json.loads((run / "run.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise ProfkitError(f"{run / 'run.json'}: unreadable ({exc})") from None
+    info = read_run_record(run)
     return trace, info if isinstance(info, dict) else None

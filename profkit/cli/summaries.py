@@ -19,7 +19,7 @@ from profkit.analysis.capture import capture_info
 from profkit.model import Trace
 from profkit.readers import open_trace
 from profkit.readers.nsys import NsysExport
-from profkit.capture.run import NCU_CSV, RUN_JSON
+from profkit.capture.run import NCU_CSV, RUN_JSON, read_run_record
 from profkit.output import (
     API_COLUMNS,
     KERNEL_BANDWIDTH_COLUMNS,
@@ -115,7 +115,7 @@ def _print_kernels_with_code(export: Path, top: int | None, fmt: str, wide: bool
 
     dirs = list(code_dirs)
     if export.is_dir() and (export / RUN_JSON).is_file():
-        dirs += run_folder_caches(export / RUN_JSON)
+        dirs += run_folder_caches(read_run_record(export))
         if ncu_csv is None and (export / NCU_CSV).is_file():
             ncu_csv = export / NCU_CSV
     launches = read_ncu_csv(ncu_csv) if ncu_csv is not None else None

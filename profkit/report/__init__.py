@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from dataclasses import dataclass
 from collections.abc import Sequence
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from profkit.atomic import write_files
-from profkit.capture.run import NCU_CSV, RUN_JSON
+from profkit.capture.run import NCU_CSV, RUN_JSON, read_run_record
 from profkit.errors import ProfkitError
 
 HTML_NAME, MD_NAME, JSON_NAME = "report.html", "report.md", "report.json"
@@ -62,11 +61,12 @@ def write_report(export_path: str | os.PathLike[str], out_dir: str | os.PathLike
     if export_path.is_dir() and (export_path / RUN_JSON).is_file():
         from profkit.analysis.kernel_code import run_folder_caches
 
-        dirs += run_folder_caches(export_path / RUN_JSON)
+        record = read_run_record(export_path)
+        dirs += run_folder_caches(record)
         if ncu_csv is None and (export_path / NCU_CSV).is_file():
             ncu_csv = export_path / NCU_CSV
         if run_info is None:  # a re-made report says what the run was, as the one `profkit trace` wrote
-            run_info = run_folder_info(export_path / RUN_JSON)
+            run_info = run_folder_info(record)
             partial = partial or run_info.get("partial") is True
     with contextlib.ExitStack() as stack:
         trace = stack.enter_context(open_trace(export_path))
@@ -89,14 +89,10 @@ def write_report(export_path: str | os.PathLike[str], out_dir: str | os.PathLike
 __all__ = ["ReportPaths", "write_report"]
 
 
-def run_folder_info(run_json: Path) -> dict[str, Any]:
-    """What a ``profkit trace`` run folder's run.json says about the run, as
-    ``write_report(run_info=...)`` takes it; fields of the wrong type are left out
-    (run.json is input like any other)."""
-    try:
-        record = json.loads(Path(run_json).read_text())
-    except (OSError, ValueError) as exc:
-        raise ProfkitError(f"{run_json}: unreadable ({exc})") from None
+def run_folder_info(record: Any) -> dict[str, Any]:
+    """What a ``profkit trace`` run folder's run.json (``read_run_record``'s value) says
+    about the run, as ``write_report(run_info=...)`` takes it; fields of the wrong
+    type are left out (run.json is input like any other)."""
     if not isinstance(record, dict):
         return {}
     kinds = {"command": list, "backend": str, "exit_code": int, "partial_reason": str, "tools": dict,
