@@ -1,5 +1,6 @@
 # Shell functions shared by the fixture scripts (make_fixtures.sh,
-# make_training_fixtures.sh); source it from the capture's working folder.
+# make_training_fixtures.sh, make_steady_fixtures.sh); source it from the
+# capture's working folder with ROOT set to the repository root.
 
 NSYS_FLAGS=(-t cuda,nvtx,osrt --sample=none --cpuctxsw=none --export sqlite --force-overwrite true)
 
@@ -18,4 +19,14 @@ stats() {  # nsys binary, export -> <export>_<report>.csv ; runs on a copy (stat
     --report cuda_gpu_mem_time_sum --report cuda_gpu_mem_size_sum \
     -o "/tmp/stats-copy" /tmp/stats-copy.sqlite > /dev/null 2>&1
   for f in /tmp/stats-copy_*.csv; do mv "$f" "${base}__$(basename "$f" | sed 's/^stats-copy_//')"; done
+}
+
+finish_nsys() {  # folder: scrub, nsys stats oracles of the scrubbed file, xz every export in it
+  local db
+  for db in "$1"/*.sqlite; do
+    python3 "$ROOT/scripts/scrub_export.py" "$db" || echo "  LEAK: $db"
+    (cd "$1" && stats nsys "$(basename "$db")")
+    xz -T0 -9 -f "$db"
+  done
+  rm -f "$1"/*.nsys-rep
 }

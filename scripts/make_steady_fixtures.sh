@@ -27,7 +27,7 @@ export PYTHONPATH=$ROOT:$PYTHONPATH PYTHONUNBUFFERED=1 TORCHINDUCTOR_COMPILE_THR
 WORK=/tmp/steady-fixtures
 rm -rf "$WORK" && mkdir -p "$WORK/nsys" "$WORK/kineto/review"
 cd "$WORK/nsys"
-source "$ROOT/scripts/fixture_lib.sh"  # NSYS_FLAGS, nsys25, stats
+source "$ROOT/scripts/fixture_lib.sh"  # NSYS_FLAGS, nsys25, stats, finish_nsys
 MLP=$ROOT/sample_kernels/train_mlp.py
 SIZE=(--dim 2048 --batch 2048 --layers 4 --steps 30)
 LIMIT=180
@@ -36,12 +36,7 @@ if [ "$PART" = all ]; then
 nsys25 nsys2025_mlp_gpu_nvtx python3 "$MLP" "${SIZE[@]}" --nvtx-steps
 nsys25 nsys2025_mlp_gpu_plain python3 "$MLP" "${SIZE[@]}" --no-nvtx-steps
 nsys25 nsys2025_mlp_sleep python3 "$ROOT/sample_kernels/train_slow_loader.py" --steps 20 --sleep-ms 5
-for db in ./*.sqlite; do
-  python3 "$ROOT/scripts/scrub_export.py" "$db" || echo "  LEAK: $db"
-  stats nsys "$(basename "$db")"
-  xz -T0 -9 -f "$db"
-done
-rm -f ./*.nsys-rep
+finish_nsys .
 
 cd "$WORK/kineto/review"
 for run in "mlp_gpu_annotated --annotate-steps" "mlp_gpu_plain"; do

@@ -25,7 +25,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 WORK=/tmp/fixtures/$PART
 rm -rf "$WORK" && mkdir -p "$WORK"
 cd "$WORK"
-source "$ROOT/scripts/fixture_lib.sh"  # NSYS_FLAGS, nsys25, stats
+source "$ROOT/scripts/fixture_lib.sh"  # NSYS_FLAGS, nsys25, stats, finish_nsys
 GPT=$ROOT/sample_kernels/gpt.py
 GPT_DDP=$ROOT/sample_kernels/gpt_ddp.py
 MLP=$ROOT/sample_kernels/train_mlp.py
@@ -37,16 +37,6 @@ kineto() {  # name, script and its arguments -> kineto/<name>.json.gz (torch.pro
   timeout $LIMIT python3 "$@" --trace-out "$WORK/kineto/$name.json" > "kineto/$name.stdout" 2>&1 \
     || echo "  exit $? (see kineto/$name.stdout)"
   gzip -9 -f "kineto/$name.json"
-}
-
-finish_nsys() {  # folder: scrub, check, nsys stats oracles, xz every export in it
-  local db
-  for db in "$1"/*.sqlite; do
-    python3 "$ROOT/scripts/scrub_export.py" "$db" || echo "  LEAK: $db"
-    (cd "$1" && stats nsys "$(basename "$db")")
-    xz -T0 -9 -f "$db"
-  done
-  rm -f "$1"/*.nsys-rep
 }
 
 versions() {
