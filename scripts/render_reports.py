@@ -30,7 +30,8 @@ from profkit.report import write_report  # noqa: E402
 
 # reports/<name>: (trace run, baseline run) rendered as one comparison report
 COMPARISONS = {"train_print_vs_noprint": ("train_print", "train_noprint")}
-KEPT = {"trace.sqlite.xz", "trace.sqlite", "trace.json.gz", "run.json", "ncu.csv", "inductor_cache.tar.xz"}
+# what a report reads from a run folder; its inductor_cache.tar.xz is unpacked beside it
+KEPT = {"trace.sqlite.xz", "trace.sqlite", "trace.json.gz", "run.json", "ncu.csv"}
 
 
 def unpacked_run(run: Path, work: Path) -> tuple[Path, list[Path]]:
@@ -39,7 +40,7 @@ def unpacked_run(run: Path, work: Path) -> tuple[Path, list[Path]]:
     folder = work / run.name
     folder.mkdir()
     for item in run.iterdir():
-        if item.name in KEPT and item.name != "inductor_cache.tar.xz":
+        if item.name in KEPT:
             shutil.copy2(item, folder / item.name)
     packed = folder / "trace.sqlite.xz"
     if packed.exists():
