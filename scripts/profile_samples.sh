@@ -57,7 +57,14 @@ profile() {  # name, ncu-top N, script and its arguments
   local name=$1 top=$2; shift 2
   # SAMPLES="gelu softmax" profiles only those (device time is scarce)
   if [ -n "${SAMPLES:-}" ] && [[ " $SAMPLES " != *" $name "* ]]; then return; fi
-  local run="$WORK/$name" dest="$OUT/$name"
+  local run="$WORK/$name" dest="$OUT/$name" caches="$WORK/caches/$name"
+  # Each sample compiles into caches of its own, warmed by one run of the same
+  # command (so the trace holds kernels, not compiles) and kept beside its report:
+  # the report's kernel table reads the Triton and inductor kernels' machine code there.
+  rm -rf "$caches" && mkdir -p "$caches"
+  export TRITON_CACHE_DIR="$caches/triton" TORCHINDUCTOR_CACHE_DIR="$caches/inductor"
+  echo "== $name: warming its kernel caches"
+  timeout --kill-after=15 600 $PY "$@" > /dev/null 2>&1 || echo "  warm-up exit $?"
   echo "== $name: profkit trace --ncu-top $top $*"
   timeout --kill-after=15 "$PROFILE_TIMEOUT" $PY -m profkit trace -o "$run" --tmp-dir "$WORK" --ncu-top "$top" "$@"
   local status=$?
@@ -72,6 +79,12 @@ profile() {  # name, ncu-top N, script and its arguments
       -exec cp --parents {} "$dest/" \;)
   cp "$run/trace.sqlite" "$dest/trace.sqlite" && scrub "$dest/trace.sqlite"
   find "$dest" -type f -size +1M ! -name '*.xz' -exec xz -T0 -9 -f {} \;
+  local cache
+  for cache in triton inductor; do  # scripts/render_reports.py unpacks them
+    if [ -n "$(ls -A "$caches/$cache" 2>/dev/null)" ]; then
+      tar -C "$caches" -cJf "$dest/${cache}_cache.tar.xz" "$cache"
+    fi
+  done
   ls -la "$dest"
 }
 

@@ -5,7 +5,8 @@ the real GPU runs show what profkit now says about those runs.
 Each reports/<run>/ is a `profkit trace` run folder whose export is committed
 xz-compressed (trace.sqlite.xz) or as the kept PyTorch profiler trace
 (trace.json.gz). The folder is copied to a temporary place, its export
-unpacked, an `inductor_cache.tar.xz` unpacked and passed as a kernel cache,
+unpacked, its `inductor_cache.tar.xz` and `triton_cache.tar.xz` unpacked and passed as
+kernel caches,
 and report.html/md/json are written back into reports/<run>/.
 reports/train_print_vs_noprint compares train_print with train_noprint.
 
@@ -30,7 +31,7 @@ from profkit.report import write_report  # noqa: E402
 
 # reports/<name>: (trace run, baseline run) rendered as one comparison report
 COMPARISONS = {"train_print_vs_noprint": ("train_print", "train_noprint")}
-# what a report reads from a run folder; its inductor_cache.tar.xz is unpacked beside it
+# what a report reads from a run folder; its *_cache.tar.xz are unpacked beside it
 KEPT = {"trace.sqlite.xz", "trace.sqlite", "trace.json.gz", "run.json", "ncu.csv"}
 
 
@@ -48,11 +49,13 @@ def unpacked_run(run: Path, work: Path) -> tuple[Path, list[Path]]:
             shutil.copyfileobj(src, dst)
         packed.unlink()
     caches = []
-    if (run / "inductor_cache.tar.xz").exists():
-        cache = Path(f"{run.name}-inductor_cache")
-        with tarfile.open(run / "inductor_cache.tar.xz") as tar:
-            tar.extractall(work / cache, filter="data")
-        caches.append(cache)
+    for kind in ("inductor", "triton"):  # the kernel caches the run compiled into (profile_samples.sh)
+        packed_cache = run / f"{kind}_cache.tar.xz"
+        if packed_cache.exists():
+            cache = Path(f"{run.name}-{kind}_cache")
+            with tarfile.open(packed_cache) as tar:
+                tar.extractall(work / cache, filter="data")
+            caches.append(cache)
     return folder, caches
 
 
