@@ -395,3 +395,46 @@ def test_diff_shows_the_graded_vectorization_with_its_share(inductor_cache: Path
             assert cells[-2] == str(driver), line
             compared += 1
     assert compared >= 15
+
+
+# -- reports/gelu: a Triton kernel and a CUDA C++ kernel with one function name ----------
+GELU_RUN = Path(__file__).parent.parent / "reports" / "gelu"
+needs_gelu_run = pytest.mark.skipif(not (GELU_RUN / "triton_cache.tar.xz").exists(), reason="reports/gelu missing")
+
+
+@needs_gelu_run
+def test_a_triton_and_a_cuda_kernel_of_one_name_keep_their_own_code_and_ncu_figures(tmp_path: Path) -> None:
+    """sample_kernels/gelu.py runs the Triton ``gelu_kernel`` and the CUDA C++ ``gelu_kernel(const
+    float *, float *, int)``; ncu profiled only the CUDA one.  The Triton cache the run kept
+    holds only the Triton one's code.  Each row gets what is its own: the Triton row its
+    registers (= CUPTI's in the export) and no ncu figures; the CUDA row ncu's bandwidth
+    (= the CSV's bytes over duration) and no Triton code."""
+    import lzma
+
+    run = tmp_path / "run"
+    run.mkdir()
+    with lzma.open(GELU_RUN / "trace.sqlite.xz") as src, open(run / "trace.sqlite", "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    shutil.copyfile(GELU_RUN / "ncu.csv", run / "ncu.csv")
+    with tarfile.open(GELU_RUN / "triton_cache.tar.xz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    record = json.loads((GELU_RUN / "run.json").read_text())
+    assert Path(record["kernel_caches"]["triton"]).name == "triton"
+    record["kernel_caches"] = {"triton": str(tmp_path / "triton")}
+    (run / "run.json").write_text(json.dumps(record))
+    result = CliRunner().invoke(cli, ["report", str(run), "-o", str(tmp_path / "out"), "--top", "50"])
+    assert result.exit_code == 0, result.output
+    rows = {r["name"]: r for r in
+            json.loads((tmp_path / "out" / "report.json").read_text())["sections"]["kernels"]["tables"]["kernels"]["rows"]}
+    recorded = nsys_registers(run / "trace.sqlite")
+    oracle = ncu_oracle(GELU_RUN / "ncu.csv")
+
+    triton, cuda = rows["gelu_kernel"], rows["gelu_kernel(const float *, float *, int)"]
+    assert triton["registers"] == recorded["gelu_kernel"] == 30
+    assert triton["vector_grade"] == "full (100%)"
+    assert triton["dram_gbps"] is None and triton["ncu_launches"] is None
+    assert cuda["registers"] is None and cuda["vector_grade"] is None and cuda["code_variants"] is None
+    expected = oracle["gelu_kernel(const float *, float *, int)"]
+    assert cuda["dram_gbps"] == pytest.approx(expected["bytes"] / expected["ns"], rel=1e-9)
+    compiled = rows["triton_poi_fused_add_mul_pow_tanh_0"]  # torch.compile's kernel, in the same Triton cache
+    assert compiled["registers"] == recorded["triton_poi_fused_add_mul_pow_tanh_0"]

@@ -45,3 +45,14 @@ def test_spellings_of_one_kernel():
         canonical_kernel_name("fmha_cutlassB_f32(K<float, true, 64>::Params)")
     assert function_name(nsys) == "vectorized_elementwise_kernel"
     assert function_name("triton_poi_fused_gelu_0") == "triton_poi_fused_gelu_0"
+
+
+def test_code_key_keeps_a_cpp_kernel_apart_from_a_triton_kernel_of_its_name() -> None:
+    from profkit.analysis.kernel_names import code_key
+
+    # nsys, Kineto and ncu spell the CUDA C++ kernel of sample_kernels/csrc/gelu.cu each their way
+    cpp = {code_key(n) for n in ("gelu_kernel(const float *, float *, int)", "gelu_kernel(float const*, float*, int)",
+                                 " gelu_kernel(const float *, float *, int) ")}
+    assert cpp == {"gelu_kernel()"}
+    assert code_key("gelu_kernel") == "gelu_kernel"  # the Triton kernel: a plain C symbol
+    assert code_key("void at::native::f<(int)4>(int, T2, T3)") == "f()"

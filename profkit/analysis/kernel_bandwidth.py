@@ -23,7 +23,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from profkit.analysis.kernel_names import canonical_kernel_name, function_name
+from profkit.analysis.kernel_names import canonical_kernel_name, code_key, has_parameter_list
 from profkit.model import Trace
 
 # The keys every row gets from ``attach_bandwidth`` (None where ncu did not profile the kernel).
@@ -34,7 +34,9 @@ _QUALIFIER = re.compile(r"(?:\(anonymous namespace\)|<unnamed>|unnamed>|[A-Za-z_
 
 def join_key(name: str) -> str:
     """The key a kernel name of nsys, Kineto or ncu is joined on."""
-    return canonical_kernel_name(_QUALIFIER.sub("", str(name)))
+    name = _QUALIFIER.sub("", str(name))
+    # "()" keeps a C++ kernel apart from a Triton kernel of the same name (kernel_names.code_key)
+    return canonical_kernel_name(name) + ("()" if has_parameter_list(name) else "")
 
 
 def ncu_bandwidth(launches: Sequence[Any]) -> dict[str, dict[str, Any]]:
@@ -70,14 +72,14 @@ def attach_bandwidth(rows: Sequence[dict[str, Any]], launches: Sequence[Any], pe
     by_function = _unique_functions(measured)
     row_functions: dict[str, int] = {}
     for row in rows:
-        f = function_name(str(row.get(name_key, "")))
+        f = code_key(str(row.get(name_key, "")))
         row_functions[f] = row_functions.get(f, 0) + 1
     only_peak = next(iter(peaks.values())) if len(peaks) == 1 else None
     out = []
     for row, key in zip(rows, keys):
         entry = measured.get(key)
         if entry is None:
-            f = function_name(str(row.get(name_key, "")))
+            f = code_key(str(row.get(name_key, "")))
             entry = by_function.get(f) if row_functions.get(f) == 1 else None
         new = dict(row, **{k: None for k in BANDWIDTH_KEYS})
         if entry is not None:
@@ -96,7 +98,7 @@ def _unique_functions(measured: dict[str, dict[str, Any]]) -> dict[str, dict[str
     """Bare function name -> ncu's entry, for the names that only one profiled kernel has."""
     seen: dict[str, list[dict[str, Any]]] = {}
     for entry in measured.values():
-        seen.setdefault(function_name(entry["name"]), []).append(entry)
+        seen.setdefault(code_key(entry["name"]), []).append(entry)
     return {f: entries[0] for f, entries in seen.items() if len(entries) == 1}
 
 

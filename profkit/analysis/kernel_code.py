@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from profkit.analysis.kernel_names import function_name
+from profkit.analysis.kernel_names import code_key
 from profkit.model import Trace
 
 # The keys every row gets from ``attach_code`` (None where the code is unknown).
@@ -37,7 +37,7 @@ _SHOWN_KEYS = ("registers", "spills", "global_loads", "global_stores", "vector_g
 
 
 def code_by_kernel(directories: Iterable[Path], names: Iterable[str] | None = None) -> dict[str, list[Variant]]:
-    """Kernel function name -> the machine-code facts of each of its compiled variants under the
+    """Kernel ``code_key`` (its function name) -> the machine-code facts of each of its compiled variants under the
     folders (``names``: only these kernels; folders that do not exist are skipped).
 
     A variant's keys: CODE_KEYS but code_variants, plus ``arch``, ``code_source``,
@@ -48,7 +48,7 @@ def code_by_kernel(directories: Iterable[Path], names: Iterable[str] | None = No
     from profkit.ptx.kernel import kernels_of
     from profkit.ptx.summary import summarize, width_map
 
-    wanted = None if names is None else {function_name(str(n)) for n in names}
+    wanted = None if names is None else {code_key(str(n)) for n in names}
     cache = Cache()
     found: dict[str, list[Variant]] = {}
     for directory in dict.fromkeys(Path(d) for d in directories):
@@ -58,7 +58,7 @@ def code_by_kernel(directories: Iterable[Path], names: Iterable[str] | None = No
             warps = build.params.get("num_warps")
             for code in kernels_of(build, cache, every=True):
                 s = summarize(code)
-                found.setdefault(code.name, []).append({
+                found.setdefault(code_key(code.name), []).append({
                     "registers": s.registers,
                     "spills": None if s.spill_stores_bytes is None else s.spill_stores_bytes + s.spill_loads_bytes,
                     "global_loads": width_map(s.mix.global_loads),
@@ -98,7 +98,7 @@ def launch_shapes(trace: Trace) -> dict[str, tuple[int, int | None]]:
     frame.loc[unknown_smem, "smem"] = -1
     counts = frame.groupby(["name", "threads", "smem"], observed=True).size().reset_index(name="launches")
     counts = counts.sort_values("launches", ascending=False, kind="stable").drop_duplicates("name")
-    return {function_name(str(r.name)): (int(r.threads), None if r.smem < 0 else int(r.smem))
+    return {code_key(str(r.name)): (int(r.threads), None if r.smem < 0 else int(r.smem))
             for r in counts.itertuples(index=False)}
 
 
@@ -130,7 +130,7 @@ def attach_code(rows: Sequence[dict[str, Any]], code: dict[str, list[Variant]],
     as a diff row's registers from the trace, stays)."""
     out = []
     for row in rows:
-        name = function_name(str(row.get(name_key, "")))
+        name = code_key(str(row.get(name_key, "")))
         variants = code.get(name) or []
         new = dict(row)
         if variants:

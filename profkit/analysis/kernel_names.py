@@ -76,6 +76,20 @@ def function_name(kernel_name: str) -> str:
     return name.split()[-1] if name.split() else name
 
 
+def has_parameter_list(kernel_name: str) -> bool:
+    """Whether the name is a demangled C++ function's, with its parameter list.  Triton
+    kernels (and ``extern "C"`` CUDA kernels) are plain C symbols: ``gelu_kernel``."""
+    name = kernel_name.strip()
+    return _strip_parameters(name) != name
+
+
+def code_key(kernel_name: str) -> str:
+    """The key a traced kernel and its machine code are joined on: the bare function name,
+    and ``()`` after it for a C++ kernel.  A program can run a Triton ``gelu_kernel`` and a
+    CUDA C++ ``gelu_kernel(const float *, float *, int)``: one function name, two kernels."""
+    return function_name(kernel_name) + ("()" if has_parameter_list(kernel_name) else "")
+
+
 def canonical_column(names) -> tuple["np.ndarray", dict[str, str]]:  # noqa: F821 - numpy imported lazily
     """Per row, the canonical name (worked out once per distinct name of a categorical
     column), and for each canonical name the first original spelling, for display."""
