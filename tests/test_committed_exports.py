@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SUFFIXES = (".sqlite", ".sqlite.xz", ".sqlite.gz", ".json", ".json.gz", ".json.xz", ".nsys-rep")
+SUFFIXES = (".sqlite", ".sqlite.xz", ".sqlite.gz", ".json", ".json.gz", ".json.xz", ".nsys-rep", ".tar.xz")
 SKIP_DIRS = {".git", ".venv", ".tools", ".gpu-kit", "node_modules", "__pycache__", ".pytest_cache"}
 
 ENV_PATTERNS = [
