@@ -267,13 +267,16 @@ class StallReport:
             "nvtx": [r.name for r in e.nvtx], "step": e.step,
         } for e in self.events]
 
-    def to_dict(self) -> dict[str, Any]:
+    def summary_dict(self) -> dict[str, Any]:
+        """``to_dict`` without the per-event and per-step lists (they grow with the run)."""
         return {
             "export": self.export, "step_range": self.step_range, "threshold_pct": self.threshold_pct,
             "run_ns": self.run_ns, "findings": self.findings, "sites": self.sites, "by_nvtx": self.by_nvtx,
-            "step_stats": self.step_stats, "steps": [s.to_dict() for s in self.steps],
-            "events": self.event_dicts(),
+            "step_stats": self.step_stats,
         }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.summary_dict(), "steps": [s.to_dict() for s in self.steps], "events": self.event_dicts()}
 
 
 def analyze_stalls(trace: Trace, *, step_range: str | None = None, threshold_pct: float = 5.0,
@@ -334,8 +337,9 @@ def finder_steps(trace: Trace, step_range: str | None = None) -> tuple[str | Non
     thread = thread_key(result.pid or 0, max(result.tid or 0, 0))
     label = step_range if step_range else ("step" if result.source == KERNEL_PATTERN else result.name)
     steps = [Step(int(i), str(name), thread, int(a), int(b), duration=int(d), phase=str(phase))
-             for i, name, a, b, d, phase in zip(frame["index"], frame["name"], cpu_start, cpu_end,
-                                                frame["duration_ns"], frame["phase"])]
+             for i, name, a, b, d, phase in zip(frame["index"].tolist(), frame["name"].tolist(), cpu_start.tolist(),
+                                                cpu_end.tolist(), frame["duration_ns"].tolist(),
+                                                frame["phase"].tolist())]
     return label, steps
 
 

@@ -28,7 +28,10 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, fields
+
+import numpy as np
 
 # base API name -> what it synchronizes
 SYNC_APIS: dict[str, str] = {
@@ -133,6 +136,94 @@ class ApiCall:
         if role == "memset":
             return self.mem_kind in (PINNED, MANAGED)
         return False
+
+
+# role codes of CallColumns.roles
+NO_ROLE, SYNC, COPY, MEMSET = 0, 1, 2, 3
+_ROLE_CODES = {None: NO_ROLE, "sync": SYNC, "copy": COPY, "memset": MEMSET}
+# CallColumns' integer columns, as ApiCall names them (-1: None)
+_INT_FIELDS = ("global_tid", "start", "end", "correlation_id", "device", "stream", "copy_kind", "src_kind",
+               "dst_kind", "bytes", "mem_kind")
+
+
+@dataclass
+class CallColumns:
+    """Candidate calls as columns, one row per call, in the order the event detection walks
+    them (thread, start, correlation).  The same facts as ``ApiCall``, whose properties
+    (role, blocks_cpu, host_copy) have vectorized twins here; -1 stands for None in the
+    integer columns.  Columns, because a big trace has tens of thousands of candidate
+    copies and syncs and only the calls of actual sync events become ``ApiCall`` records
+    (``record``)."""
+
+    names: list[str]  # base names; ``name`` indexes it
+    name: np.ndarray
+    global_tid: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    correlation_id: np.ndarray
+    device: np.ndarray
+    stream: np.ndarray
+    copy_kind: np.ndarray
+    src_kind: np.ndarray
+    dst_kind: np.ndarray
+    bytes: np.ndarray
+    mem_kind: np.ndarray
+    sync_types: list[str]  # labels; ``sync_type`` indexes it
+    sync_type: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    @classmethod
+    def from_records(cls, calls: Iterable[ApiCall]) -> CallColumns:
+        calls = list(calls)
+        names: dict[str, int] = {}
+        sync_types: dict[str, int] = {}
+        columns = {f: np.array([-1 if getattr(c, f) is None else getattr(c, f) for c in calls], dtype=np.int64)
+                   for f in _INT_FIELDS}
+        name = np.array([names.setdefault(c.name, len(names)) for c in calls], dtype=np.int64)
+        sync_type = np.array([-1 if c.sync_type is None else sync_types.setdefault(c.sync_type, len(sync_types))
+                              for c in calls], dtype=np.int64)
+        return cls(names=list(names), name=name, sync_types=list(sync_types), sync_type=sync_type, **columns)
+
+    def take(self, rows: np.ndarray) -> CallColumns:
+        """The given rows, in the given order."""
+        return CallColumns(**{f.name: (getattr(self, f.name) if f.name in ("names", "sync_types")
+                                       else getattr(self, f.name)[rows]) for f in fields(self)})
+
+    def records(self, rows: np.ndarray) -> list[ApiCall]:
+        """The given rows as ``ApiCall`` records (only the calls of sync events become objects)."""
+        values = [[None if v == -1 else v for v in getattr(self, f)[rows].tolist()] for f in _INT_FIELDS[3:]]
+        names = [self.names[c] for c in self.name[rows].tolist()]
+        types = [self.sync_types[c] if c >= 0 else None for c in self.sync_type[rows].tolist()]
+        return [ApiCall(tid, start, end, name, *optional, sync_type=sync_type)
+                for tid, start, end, name, sync_type, *optional in zip(
+                    self.global_tid[rows].tolist(), self.start[rows].tolist(), self.end[rows].tolist(),
+                    names, types, *values)]
+
+    def _per_name(self, values: Sequence[object], dtype: type) -> np.ndarray:
+        return np.asarray(values, dtype=dtype)[self.name] if len(self.names) else np.zeros(len(self), dtype=dtype)
+
+    def roles(self) -> np.ndarray:
+        """``ApiCall.role`` as codes (SYNC, COPY, MEMSET, NO_ROLE)."""
+        role = self._per_name([_ROLE_CODES[api_role(n)] for n in self.names], np.int8)
+        return np.where((role == NO_ROLE) & (self.sync_type >= 0), SYNC, role).astype(np.int8)
+
+    def host_copies(self, roles: np.ndarray) -> np.ndarray:
+        """``ApiCall.host_copy`` of every row."""
+        known = self.copy_kind != -1
+        by_kind = ~np.isin(self.copy_kind, DEVICE_SIDE_COPIES)
+        by_memory = np.isin(self.src_kind, HOST_MEM_KINDS) | np.isin(self.dst_kind, HOST_MEM_KINDS)
+        return (roles == COPY) & np.where(known, by_kind, by_memory)
+
+    def blocks_cpu(self, roles: np.ndarray) -> np.ndarray:
+        """``ApiCall.blocks_cpu`` of every row (see the module docstring)."""
+        stream_wait = self._per_name([SYNC_APIS.get(n) == "stream wait" for n in self.names], bool)
+        is_async = self._per_name(["Async" in n for n in self.names], bool)
+        pageable = (self.src_kind == PAGEABLE) | (self.dst_kind == PAGEABLE)
+        copy_blocks = np.where(is_async, pageable, ~np.isin(self.copy_kind, (DEVICE_TO_DEVICE, PEER_TO_PEER)))
+        return (((roles == SYNC) & ~stream_wait) | ((roles == COPY) & copy_blocks)
+                | ((roles == MEMSET) & np.isin(self.mem_kind, (PINNED, MANAGED))))
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,7 +62,10 @@ from profkit.analysis.sync_calls import (
     PID_MASK,
     SYNC_APIS,
     TO_HOST_COPIES,
+    COPY,
+    SYNC,
     ApiCall,
+    CallColumns,
     NvtxRange,
     decode_thread,
 )
@@ -99,12 +102,13 @@ class SyncEvent:
     source: str | None = None  # "file.py:LINE"
     code: str | None = None
     step: int | None = None
-    cpu_blocked_ns: int = field(init=False, default=0)
+    cpu_blocked_ns: int = -1  # -1: worked out from the calls
 
     def __post_init__(self) -> None:
         if self.device is None:
             self.device = next((c.device for c in self.calls if c.device is not None), None)
-        self.cpu_blocked_ns = sum(c.end - c.start for c in self.calls if c.blocks_cpu)
+        if self.cpu_blocked_ns == -1:
+            self.cpu_blocked_ns = sum(c.end - c.start for c in self.calls if c.blocks_cpu)
 
     @property
     def start(self) -> int:
@@ -143,52 +147,73 @@ class SyncEvent:
 
 
 # -- detection ------------------------------------------------------------------
-def build_events(calls: Iterable[ApiCall], copy_labels: dict[int, str] | None = None,
+def build_events(calls: Iterable[ApiCall] | CallColumns, copy_labels: dict[int, str] | None = None,
                  mem_labels: dict[int, str] | None = None) -> list[SyncEvent]:
     """Sync events from candidate calls ordered by thread, then start.
 
     A host<->device copy directly followed (next candidate call on its
     thread) by a sync call that blocks the CPU joins it as one event; any
     other blocking call or sync is an event alone; copies that do not block
-    and are not followed by a sync are not events.
+    and are not followed by a sync are not events.  Calls that are none of
+    these (a copy between device buffers that does not block, a memset
+    that does not) pass unseen: they neither start nor part a pair.
     """
     copy_labels = copy_labels if copy_labels is not None else COPY_KIND_LABELS
     mem_labels = mem_labels if mem_labels is not None else MEM_KIND_LABELS
-    events: list[SyncEvent] = []
-    held: ApiCall | None = None  # a host copy waiting to see whether a sync follows
-
-    def emit(*group: ApiCall) -> None:
-        copies = [c for c in group if c.role == "copy"]
-        event = SyncEvent(group[0].global_tid, tuple(group))
-        if copies:
-            event.copy = _describe_copy(copies[0], copy_labels, mem_labels, with_size=True)
-            event.copy_pattern = _describe_copy(copies[0], copy_labels, mem_labels, with_size=False)
+    columns = calls if isinstance(calls, CallColumns) else CallColumns.from_records(calls)
+    first, second, blocked = event_calls(columns)
+    if not len(first):
+        return []
+    paired = second >= 0
+    records = columns.records(np.concatenate([first, second[paired]]))
+    heads, tails = records[:len(first)], iter(records[len(first):])
+    devices = np.where(columns.device[first] != -1, columns.device[first],
+                       np.where(paired, columns.device[np.maximum(second, 0)], -1)).tolist()
+    is_copy = (columns.roles()[first] == COPY).tolist()
+    described: dict[tuple, tuple[str, str]] = {}
+    events = []
+    for head, pair, copy, device, cpu in zip(heads, paired.tolist(), is_copy, devices, blocked.tolist()):
+        event = SyncEvent(head.global_tid, (head, next(tails)) if pair else (head,),
+                          device=None if device == -1 else device, cpu_blocked_ns=cpu)
+        if copy:  # a pair's head is its copy; a lone call is a blocking copy or none
+            key = (head.copy_kind, head.src_kind, head.dst_kind, head.bytes)  # what the text says
+            if key not in described:
+                described[key] = (_describe_copy(head, copy_labels, mem_labels, with_size=True),
+                                  _describe_copy(head, copy_labels, mem_labels, with_size=False))
+            event.copy, event.copy_pattern = described[key]
         events.append(event)
-
-    def release() -> None:
-        nonlocal held
-        if held is not None and held.blocks_cpu:
-            emit(held)
-        held = None
-
-    for call in calls:
-        if held is not None and held.global_tid != call.global_tid:
-            release()
-        role = call.role
-        if role == "sync" and held is not None and call.blocks_cpu:
-            emit(held, call)
-            held = None
-        elif role == "sync":
-            release()
-            emit(call)
-        elif role == "copy" and call.host_copy:
-            release()
-            held = call
-        elif call.blocks_cpu:
-            release()
-            emit(call)
-    release()
     return events
+
+
+def event_calls(columns: CallColumns) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(first call, second call or -1, CPU time blocked) of each sync event, in call order.
+
+    The walk of ``build_events``'s docstring, vectorized: each call is a host
+    copy (H), a sync (S), another call that blocks (B) or passes unseen.  An H
+    whose next seen call on its thread is an S that blocks pairs with it; an
+    H that pairs with nothing is an event when it blocks by itself; every
+    unpaired S and every B is an event alone."""
+    empty = np.zeros(0, dtype=np.int64)
+    if not len(columns):
+        return empty, empty, empty
+    roles = columns.roles()
+    blocks = columns.blocks_cpu(roles)
+    host = columns.host_copies(roles)
+    is_sync = roles == SYNC
+    seen = np.flatnonzero(is_sync | host | blocks)
+    # any change of thread between two seen calls parts them (the calls come grouped by thread)
+    run = np.concatenate([[0], np.cumsum(columns.global_tid[1:] != columns.global_tid[:-1])])[seen]
+    h, s, b = host[seen], is_sync[seen], blocks[seen]
+    pair = np.zeros(len(seen), dtype=bool)
+    pair[:-1] = h[:-1] & (run[1:] == run[:-1]) & s[1:] & b[1:]
+    taken = np.zeros(len(seen), dtype=bool)
+    taken[1:] = pair[:-1]
+    heads = np.flatnonzero(pair | (~taken & (s | b)))
+    first = seen[heads]
+    second = np.where(pair[heads], seen[np.minimum(heads + 1, len(seen) - 1)], -1)
+    waited = np.where(blocks, columns.end - columns.start, 0)
+    blocked = waited[first] + np.where(second >= 0, waited[np.maximum(second, 0)], 0)
+    return first, second, blocked
 
 
 def _describe_copy(call: ApiCall, copy_labels: dict[int, str], mem_labels: dict[int, str], with_size: bool) -> str:

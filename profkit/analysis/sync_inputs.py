@@ -24,7 +24,9 @@ import numpy as np
 from profkit.analysis.sync_calls import (
     COPY_KIND_LABELS,
     MEM_KIND_LABELS,
+    TID_BITS,
     ApiCall,
+    CallColumns,
     NvtxRange,
     api_role,
     base_api_name,
@@ -49,84 +51,109 @@ class _Activity:
     Where the table does not know the process (Kineto's GPU events carry the
     device, not the pid) the correlation id alone joins."""
 
-    def __init__(self, trace: Trace, table: str, columns: list[str]) -> None:
+    def __init__(self, trace: Trace, table: str) -> None:
+        self.trace, self.table = trace, table
         self.present = trace.has(table) and trace.count(table) > 0
         if not self.present:
             return
         pid, corr = trace.array(table, "pid"), trace.array(table, "correlation")
         self.by_process = bool((pid != -1).any())
-        keys = _keys(pid, corr) if self.by_process else corr
+        keys = _keys(pid, corr) if self.by_process else corr.astype(np.int64)
         self.order = np.argsort(keys, kind="stable")  # row order among equal keys
         self.sorted = keys[self.order]
-        self.values = {c: _plain(trace, table, c) for c in columns}
 
-    def match(self, pid: np.ndarray, corr: np.ndarray) -> list[list[int]]:
-        """The rows of each (pid, correlation), in row order."""
+    def match(self, pid: np.ndarray, corr: np.ndarray) -> _Matches:
+        """Where each (pid, correlation)'s rows lie in ``order``: [lo, hi)."""
         if not self.present:
-            return [[] for _ in range(len(pid))]
-        keys = _keys(pid, corr) if self.by_process else corr
-        lo = np.searchsorted(self.sorted, keys, side="left").tolist()
-        hi = np.searchsorted(self.sorted, keys, side="right").tolist()
-        return [self.order[a:b].tolist() if b > a else [] for a, b in zip(lo, hi)]
-
-    def get(self, column: str, row: int) -> Any:
-        return self.values[column][row]
+            empty = np.zeros(len(pid), dtype=np.int64)
+            return _Matches(self, empty, empty)
+        keys = _keys(pid, corr) if self.by_process else corr.astype(np.int64)
+        return _Matches(self, np.searchsorted(self.sorted, keys, side="left"),
+                        np.searchsorted(self.sorted, keys, side="right"))
 
 
-def _plain(trace: Trace, table: str, column: str) -> list[Any]:
-    """A column as Python values (text as its labels, -1 / '' as None), for a few lookups per call."""
-    try:
-        values = trace.array(table, column)
-        return [None if v == -1 else v for v in values.tolist()]
-    except TypeError:
-        coded = trace.codes(table, column)
-        labels = [label or None for label in coded.categories]
-        return [labels[c] if c >= 0 else None for c in coded.codes.tolist()]
+class _Matches:
+    """Each candidate call's rows in one activity table, as [lo, hi) into its sorted order."""
+
+    def __init__(self, activity: _Activity, lo: np.ndarray, hi: np.ndarray) -> None:
+        self.activity, self.lo, self.hi = activity, lo, hi
+        self.found = hi > lo
+        self.first = activity.order[np.where(self.found, lo, 0)] if activity.present else lo
+
+    def first_int(self, column: str) -> np.ndarray:
+        """The column at each call's first row (row order); -1 where no row matched."""
+        if not self.activity.present:
+            return np.full(len(self.lo), -1, dtype=np.int64)
+        values = self.activity.trace.array(self.activity.table, column)
+        return np.where(self.found, values[self.first], -1).astype(np.int64)
+
+    def first_label(self, column: str, values: dict[str, int]) -> np.ndarray:
+        """A text column's label at each call's first row, as its value in ``values`` (-1: none, unknown)."""
+        if not self.activity.present:
+            return np.full(len(self.lo), -1, dtype=np.int64)
+        coded = self.activity.trace.codes(self.activity.table, column)
+        lookup = np.array([values.get(label, -1) for label in coded.categories] + [-1], dtype=np.int64)
+        codes = coded.codes[self.first].astype(np.int64)
+        return np.where(self.found & (codes >= 0), lookup[codes], -1)
+
+    def total(self, column: str) -> np.ndarray:
+        """The sum of the column over each call's rows (-1 values count 0)."""
+        if not self.activity.present:
+            return np.zeros(len(self.lo), dtype=np.int64)
+        values = self.activity.trace.array(self.activity.table, column)[self.activity.order]
+        sums = np.concatenate([[0], np.cumsum(np.where(values == -1, 0, values), dtype=np.int64)])
+        return sums[self.hi] - sums[self.lo]
 
 
-def api_calls(trace: Trace) -> list[ApiCall]:
+def _first_known(*columns: np.ndarray) -> np.ndarray:
+    """Per row, the first column's value that is not -1."""
+    out = columns[0].copy()
+    for column in columns[1:]:
+        out = np.where(out == -1, column, out)
+    return out
+
+
+def api_calls(trace: Trace) -> CallColumns:
     """The calls that may block, ordered by thread, then start; a call with several
-    activity rows (a copy CUPTI split in two) comes once, its bytes summed."""
+    activity rows (a copy CUPTI split in two) comes once, its bytes summed.
+
+    Only rows whose name has a role (a handful of names: the syncs, copies and
+    blocking memsets) are read; the launches, most of a big trace, are skipped
+    by their name code before any per-row work."""
     names: Coded = trace.codes("api", "name")
     bases = [base_api_name(n) for n in names.categories]
     candidates = [i for i, b in enumerate(bases) if api_role(b) is not None]
-    if not candidates:
-        return []
-    rows = np.flatnonzero(np.isin(names.codes, candidates))
-    pid, tid = trace.array("api", "pid")[rows], trace.array("api", "tid")[rows]
+    lookup = np.full(len(bases) + 1, -1, dtype=np.int64)
+    lookup[candidates] = np.arange(len(candidates))
+    rows = np.flatnonzero(lookup[names.codes] >= 0) if candidates else np.zeros(0, dtype=np.int64)
+    pid = trace.array("api", "pid")[rows].astype(np.int64)
+    tid = trace.array("api", "tid")[rows].astype(np.int64)
     start, end = trace.array("api", "start")[rows], trace.array("api", "end")[rows]
-    corr = trace.array("api", "correlation")[rows]
-    name = names.codes[rows]
-    threads = (pid << 24) | tid
+    corr = trace.array("api", "correlation")[rows].astype(np.int64)
+    threads = (pid << TID_BITS) | tid
     order = np.lexsort((corr, start, threads))
-    memcpy = _Activity(trace, "memcpy", ["device", "stream", "copy_kind", "src_kind", "dst_kind", "bytes"])
-    memset = _Activity(trace, "memset", ["device", "stream", "dst_kind", "bytes"])
-    syncs = _Activity(trace, "syncs", ["device", "stream", "sync_type"])
-    pid, tid, start, end, corr, name = (a[order] for a in (pid, tid, start, end, corr, name))
-    threads = threads[order]
-    matches = zip(memcpy.match(pid, corr), memset.match(pid, corr), syncs.match(pid, corr))
-    out: list[ApiCall] = []
-    for i, (m, ms, s) in enumerate(matches):
-        m0, ms0, s0 = (m[0] if m else None), (ms[0] if ms else None), (s[0] if s else None)
-
-        def first(column: str) -> Any:
-            for table, row in ((memcpy, m0), (memset, ms0), (syncs, s0)):
-                if row is not None and (value := table.get(column, row)) is not None:
-                    return value
-            return None
-
-        byte_rows = [memcpy.get("bytes", r) for r in m] or [memset.get("bytes", r) for r in ms]
-        out.append(ApiCall(
-            global_tid=int(threads[i]), start=int(start[i]), end=int(end[i]), name=bases[name[i]],
-            correlation_id=_or_none(corr[i]), device=first("device"), stream=first("stream"),
-            copy_kind=_COPY_KINDS.get(memcpy.get("copy_kind", m0)) if m0 is not None else None,
-            src_kind=_MEM_KINDS.get(memcpy.get("src_kind", m0)) if m0 is not None else None,
-            dst_kind=_MEM_KINDS.get(memcpy.get("dst_kind", m0)) if m0 is not None else None,
-            bytes=sum(b for b in byte_rows if b is not None) if byte_rows else None,
-            mem_kind=_MEM_KINDS.get(memset.get("dst_kind", ms0)) if ms0 is not None else None,
-            sync_type=syncs.get("sync_type", s0) if s0 is not None else None,
-        ))
-    return out
+    rows, pid, corr = rows[order], pid[order], corr[order]
+    memcpy = _Activity(trace, "memcpy").match(pid, corr)
+    memset = _Activity(trace, "memset").match(pid, corr)
+    syncs = _Activity(trace, "syncs").match(pid, corr)
+    # bytes: the memcpy rows' sum where there are any, else the memset rows'; -1: no row
+    byte_total = np.where(memcpy.found, memcpy.total("bytes"), np.where(memset.found, memset.total("bytes"), -1))
+    if syncs.activity.present:
+        sync_labels = trace.codes("syncs", "sync_type").categories
+        sync_type = syncs.first_label("sync_type", {label: k for k, label in enumerate(sync_labels) if label})
+    else:
+        sync_labels, sync_type = [], np.full(len(rows), -1, dtype=np.int64)
+    return CallColumns(
+        names=[bases[i] for i in candidates], name=lookup[names.codes[rows]],
+        global_tid=threads[order], start=start[order].astype(np.int64), end=end[order].astype(np.int64),
+        correlation_id=corr,
+        device=_first_known(*(m.first_int("device") for m in (memcpy, memset, syncs))),
+        stream=_first_known(*(m.first_int("stream") for m in (memcpy, memset, syncs))),
+        copy_kind=memcpy.first_label("copy_kind", _COPY_KINDS),
+        src_kind=memcpy.first_label("src_kind", _MEM_KINDS),
+        dst_kind=memcpy.first_label("dst_kind", _MEM_KINDS),
+        bytes=byte_total, mem_kind=memset.first_label("dst_kind", _MEM_KINDS),
+        sync_types=list(sync_labels), sync_type=sync_type)
 
 
 def unmatched_syncs(trace: Trace) -> list[ApiCall]:
@@ -137,26 +164,46 @@ def unmatched_syncs(trace: Trace) -> list[ApiCall]:
         return []
     s_pid, s_corr = trace.array("syncs", "pid"), trace.array("syncs", "correlation")
     by_process = bool((s_pid != -1).any())  # else (Kineto) the correlation id alone joins
-    s_keys = _keys(s_pid, s_corr) if by_process else s_corr
+    s_keys = _keys(s_pid, s_corr) if by_process else s_corr.astype(np.int64)
     api_pid, api_corr = trace.array("api", "pid"), trace.array("api", "correlation")
-    # a sort and a binary search: np.unique/np.isin on 2.5M wide int64 keys take seconds (numpy 2.4's hash path)
-    api_keys = np.sort(_keys(api_pid, api_corr) if by_process else api_corr)
-    at = np.minimum(np.searchsorted(api_keys, s_keys), max(len(api_keys) - 1, 0))
-    known = api_keys[at] == s_keys if len(api_keys) else np.zeros(len(s_keys), dtype=bool)
+    api_keys = _keys(api_pid, api_corr) if by_process else api_corr.astype(np.int64)
+    # the few sync keys sorted, every API key looked up among them: no sort of the 2.5M API keys
+    # (and no np.isin: its hash path takes seconds on wide int64 keys in numpy 2.4)
+    s_order = np.argsort(s_keys, kind="stable")
+    s_sorted = s_keys[s_order]
+    at = np.searchsorted(s_sorted, api_keys)
+    inside = at < len(s_sorted)
+    hit = at[inside][s_sorted[at[inside]] == api_keys[inside]]  # the first of each run of equal keys
+    known_sorted = np.zeros(len(s_keys), dtype=bool)
+    known_sorted[hit] = True
+    known = np.empty(len(s_keys), dtype=bool)
+    known[s_order] = known_sorted[np.searchsorted(s_sorted, s_sorted, side="left")]
     alone = np.flatnonzero(~known)
     if not len(alone):
         return []
-    start, end = trace.array("syncs", "start"), trace.array("syncs", "end")
-    pid, corr = trace.array("syncs", "pid"), trace.array("syncs", "correlation")
-    device, stream = _plain(trace, "syncs", "device"), _plain(trace, "syncs", "stream")
-    types = _plain(trace, "syncs", "sync_type")
+    alone = alone[np.argsort(trace.array("syncs", "start")[alone], kind="stable")]
+    start, end = trace.array("syncs", "start")[alone].tolist(), trace.array("syncs", "end")[alone].tolist()
+    pid, corr = s_pid[alone].tolist(), s_corr[alone].tolist()
+    device, stream = (_plain(trace, "syncs", c, alone) for c in ("device", "stream"))
+    types = _plain(trace, "syncs", "sync_type", alone)
     out = []
-    for i in alone[np.argsort(start[alone], kind="stable")].tolist():
+    for i in range(len(alone)):
         label = types[i] or "CUPTI sync"
         out.append(ApiCall(global_tid=thread_key(int(pid[i]), 0), start=int(start[i]), end=int(end[i]),
                            name=f"CUPTI synchronization ({label})", correlation_id=_or_none(corr[i]),
                            device=device[i], stream=stream[i], sync_type=label))
     return out
+
+
+def _plain(trace: Trace, table: str, column: str, rows: np.ndarray) -> list[Any]:
+    """Some rows of a column as Python values (text as its labels, -1 / '' as None)."""
+    try:
+        values = trace.array(table, column)[rows]
+        return [None if v == -1 else v for v in values.tolist()]
+    except TypeError:
+        coded = trace.codes(table, column)
+        labels = [label or None for label in coded.categories]
+        return [labels[c] if c >= 0 else None for c in coded.codes[rows].tolist()]
 
 
 def _or_none(value: Any) -> int | None:

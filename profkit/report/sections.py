@@ -397,7 +397,7 @@ def stalls_section(trace: Trace, top: int, found: dict[str, Any], baseline: Trac
              "gpu_operations": len(window.gpu)}))
     # Every sync event and step would make report.json grow with the run; the sites and
     # step_stats sum them up (`profkit stalls --format json` lists them all).
-    section.data = {key: value for key, value in result.to_dict().items() if key not in ("events", "steps")}
+    section.data = result.summary_dict()
     section.data.update(events_count=len(result.events), steps_count=len(result.steps))
     if sites:
         section.tables.append(Table("stall_sites", "Synchronization sites, by GPU idle time caused",
