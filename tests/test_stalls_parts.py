@@ -123,6 +123,20 @@ def test_copy_and_sync_on_different_threads_stay_apart() -> None:
     assert events[0].global_tid == T2
 
 
+def test_a_device_side_copy_between_a_copy_and_its_sync_does_not_part_them() -> None:
+    # .item() with a device-to-device copy (no host, no wait) queued between the copy and the sync
+    events = build_events([d2h(0, 10), call("cudaMemcpyAsync", 12, 14, copy_kind=D2D, src_kind=DEVICE,
+                                            dst_kind=DEVICE), ssync(20, 30)])
+    assert [(e.api, e.cpu_blocked_ns) for e in events] == [("cudaMemcpyAsync + cudaStreamSynchronize", 10)]
+
+
+def test_a_copy_held_across_another_thread_is_let_go() -> None:
+    # input out of thread order: T1's copy, a T2 call, then T1's sync; the walk lets the copy go
+    # at the change of thread, so the sync stands alone and the pinned copy is no event
+    events = build_events([d2h(0, 10, tid=T1), ssync(12, 14, tid=T2), ssync(20, 30, tid=T1)])
+    assert [(e.api, e.global_tid) for e in events] == [("cudaStreamSynchronize", T2), ("cudaStreamSynchronize", T1)]
+
+
 @pytest.mark.parametrize("kind, cause", [
     ("item", ".item()"), ("cpu", ".cpu()"), ("tolist", ".tolist()"), ("print/format", "print/format"),
     ("truthiness", "truthiness"), ("synchronize", "torch.cuda.synchronize()"), ("future-kind", "future-kind"),
@@ -200,6 +214,13 @@ def test_unknown_device_is_priced_where_the_gpu_was_busy_last() -> None:
     e = SyncEvent(T1, (call("cudaDeviceSynchronize", 200, 300),))
     assert e.device is None
     idle([e], {0: [(0, 100), (900, 950)], 1: [(0, 250), (400, 450)]})
+    assert (e.device, e.idle_start, e.idle_end) == (1, 250, 400)
+
+
+def test_unknown_device_on_a_tie_goes_to_the_larger_device() -> None:
+    # both devices ran until 250 (max over (frontier, device) picks device 1); next work: 400 on device 1
+    e = SyncEvent(T1, (call("cudaDeviceSynchronize", 200, 300),))
+    idle([e], {0: [(0, 250), (900, 950)], 1: [(0, 250), (400, 450)]})
     assert (e.device, e.idle_start, e.idle_end) == (1, 250, 400)
 
 

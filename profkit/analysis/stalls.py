@@ -290,6 +290,9 @@ def analyze_stalls(trace: Trace, *, step_range: str | None = None, threshold_pct
 
     trace = as_trace(trace)
     trace.require("api", "CUDA API trace data")
+    # the kernels (GPU idle, steps) load on a second connection while the API calls load here;
+    # a no-op where the report has them already
+    trace.prefetch("kernels", ["start", "end", "device", "pid", "correlation", "name"])
     events = build_events(sync_inputs.api_calls(trace))
     events += [SyncEvent(c.global_tid, (c,)) for c in sync_inputs.unmatched_syncs(trace)]
     events.sort(key=lambda e: (e.start, e.global_tid))

@@ -234,41 +234,60 @@ def attach_gpu_idle(events: Sequence[SyncEvent], devices: Sequence[int], activit
     """Fill gpu_idle_ns/idle_start/idle_end (see the module docstring).
 
     ``activity(device)`` yields batches of (start, end) of that device's
-    kernels/memcpys/memsets ordered by start; one pass per device.
+    kernels/memcpys/memsets ordered by start; one pass per device.  The
+    events' times go into arrays once; the work per event is numpy's.
     """
-    frontier: dict[tuple[int, int], tuple[int | None, int | None]] = {}  # (event index, device) -> (F, N)
-    for device in devices:
-        wanted = [i for i, e in enumerate(events) if e.device in (device, None)]
-        if wanted:
-            for i, fn in zip(wanted, _frontier_and_next(activity(device), [events[i].end for i in wanted])):
-                frontier[(i, device)] = fn
-    gaps: dict[int, list[tuple[int, int, SyncEvent]]] = defaultdict(list)
-    for i, event in enumerate(events):
-        if event.device is None:  # price it where the GPU was busy last
-            options = [(f, d) for d in devices if (f := frontier.get((i, d), (None, None))[0]) is not None]
-            if not options:
-                continue
-            event.device = max(options)[1]
-        busy_until, next_start = frontier.get((i, event.device), (None, None))
-        if next_start is None:
-            continue
-        gap_start = max(busy_until if busy_until is not None else event.start, event.start)
-        gaps[event.device].append((gap_start, next_start, event))
-    for device_gaps in gaps.values():
-        device_gaps.sort(key=lambda g: (g[0], g[2].start))
-        for k, (gap_start, gap_end, event) in enumerate(device_gaps):
-            if k + 1 < len(device_gaps):
-                gap_end = min(gap_end, max(device_gaps[k + 1][0], gap_start))
-            event.idle_start, event.idle_end = gap_start, max(gap_end, gap_start)
-            event.gpu_idle_ns = event.idle_end - event.idle_start
+    if not events or not devices:
+        return
+    device = np.array([-1 if e.device is None else e.device for e in events], dtype=np.int64)
+    start = np.array([e.start for e in events], dtype=np.int64)
+    end = np.array([e.end for e in events], dtype=np.int64)
+    # busy frontier F and next start N of each event on each device (known: *_known)
+    shape = (len(events), len(devices))
+    busy, busy_known = np.zeros(shape, dtype=np.int64), np.zeros(shape, dtype=bool)
+    nxt, nxt_known = np.zeros(shape, dtype=np.int64), np.zeros(shape, dtype=bool)
+    for j, d in enumerate(devices):
+        wanted = np.flatnonzero((device == d) | (device == -1))
+        if len(wanted):
+            f, fk, n, nk = _frontier_and_next(activity(d), end[wanted])
+            busy[wanted, j], busy_known[wanted, j], nxt[wanted, j], nxt_known[wanted, j] = f, fk, n, nk
+    column = {d: j for j, d in enumerate(devices)}
+    col = np.array([column.get(d, -1) for d in device.tolist()], dtype=np.int64)
+    # an event of no known device is priced where the GPU was busy last (the larger device on ties)
+    unknown = np.flatnonzero((device == -1) & busy_known.any(axis=1))
+    if len(unknown):
+        masked = np.where(busy_known[unknown], busy[unknown], np.iinfo(np.int64).min)
+        latest = masked == masked.max(axis=1)[:, None]
+        col[unknown] = np.argmax(np.where(latest, np.asarray(devices, dtype=np.int64), np.iinfo(np.int64).min), axis=1)
+        for i, j in zip(unknown.tolist(), col[unknown].tolist()):
+            events[i].device = devices[j]
+    rows = np.flatnonzero(col >= 0)
+    rows = rows[nxt_known[rows, col[rows]]]
+    gap_start = np.maximum(np.where(busy_known[rows, col[rows]], busy[rows, col[rows]], start[rows]), start[rows])
+    gap_end = nxt[rows, col[rows]]
+    # per device, by gap start: a gap ends where the next one begins (no nanosecond counted twice)
+    order = np.lexsort((rows, start[rows], gap_start, col[rows]))
+    rows, gap_start, gap_end, dev = rows[order], gap_start[order], gap_end[order], col[rows][order]
+    same = np.zeros(len(rows), dtype=bool)
+    same[:-1] = dev[1:] == dev[:-1]
+    following = np.zeros(len(rows), dtype=np.int64)
+    following[:-1] = gap_start[1:]
+    gap_end = np.where(same, np.minimum(gap_end, np.maximum(following, gap_start)), gap_end)
+    gap_end = np.maximum(gap_end, gap_start)
+    for i, a, b in zip(rows.tolist(), gap_start.tolist(), gap_end.tolist()):
+        event = events[i]
+        event.idle_start, event.idle_end, event.gpu_idle_ns = a, b, b - a
 
 
-def _frontier_and_next(batches: Iterable[Sequence[tuple[int, int]]],
-                       returns: Sequence[int]) -> list[tuple[int | None, int | None]]:
-    """For each return time R: (latest end of activity started before R, first start at or after R)."""
-    order = np.argsort(np.asarray(returns, dtype=np.int64), kind="stable")
-    r_sorted = np.asarray(returns, dtype=np.int64)[order]
-    out: list[tuple[int | None, int | None]] = [(None, None)] * len(returns)
+def _frontier_and_next(batches: Iterable[Sequence[tuple[int, int]]], returns: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """For each return time R: the latest end of activity started before R, the first
+    start at or after R, and whether each is known: (F, F known, N, N known)."""
+    order = np.argsort(returns, kind="stable")
+    r_sorted = returns[order]
+    n = len(returns)
+    busy_out, busy_known = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
+    next_out, next_known = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
     carry: int | None = None
     k = 0
     for batch in batches:
@@ -280,15 +299,18 @@ def _frontier_and_next(batches: Iterable[Sequence[tuple[int, int]]],
             busy = np.maximum(busy, carry)
         upto = int(np.searchsorted(r_sorted, starts[-1], side="right"))
         if upto > k:
-            idx = np.searchsorted(starts, r_sorted[k:upto], side="left")
-            for j, at in zip(range(k, upto), idx):
-                before = int(busy[at - 1]) if at > 0 else carry
-                out[order[j]] = (before, int(starts[at]))
+            at = np.searchsorted(starts, r_sorted[k:upto], side="left")
+            chosen = order[k:upto]
+            inside = at > 0
+            busy_out[chosen[inside]], busy_known[chosen[inside]] = busy[at[inside] - 1], True
+            if carry is not None:
+                busy_out[chosen[~inside]], busy_known[chosen[~inside]] = carry, True
+            next_out[chosen], next_known[chosen] = starts[at], True
             k = upto
         carry = int(busy[-1])
-    for j in range(k, len(r_sorted)):
-        out[order[j]] = (carry, None)
-    return out
+    if carry is not None:
+        busy_out[order[k:]], busy_known[order[k:]] = carry, True
+    return busy_out, busy_known, next_out, next_known
 
 
 # -- NVTX: Python sites, enclosing ranges, steps -------------------------------
