@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from profkit.analysis.launch_calls import launch_calls
 from profkit.model import Trace
 
 # pid and tid are below 2**24 (nsys packs them so); one int64 names a thread.
@@ -54,19 +55,20 @@ def kernel_range_pairs(trace: Trace) -> KernelRangePairs:
     trace.require("kernels", "CUDA kernel data")
     trace.require("api", "CUDA API trace data")
     trace.require("ranges", "NVTX data")
-    k_corr, k_pid = trace.array("kernels", "correlation"), trace.array("kernels", "pid")
     names = trace.codes("kernels", "name")
 
     # Kernel -> launching API call: LEFT JOIN on correlation and process, so a
     # kernel with two matching calls appears twice, as in nsys.
-    r_pid, r_tid = trace.array("api", "pid"), trace.array("api", "tid")
-    launch_k, launch_call = left_join_calls(k_corr, k_pid, trace.array("api", "correlation"), r_pid)
+    launch_k, launch_call = launch_calls(trace, "kernels").pairs()
     has_call = launch_call >= 0
     call = np.maximum(launch_call, 0)
-    launch_pid = np.where(has_call, r_pid[call] if len(r_pid) else 0, -1)
-    launch_tid = np.where(has_call, r_tid[call] if len(r_tid) else 0, -1)
-    launch_start = np.where(has_call, trace.array("api", "start")[call] if len(r_pid) else 0, 0)
-    launch_end = np.where(has_call, trace.array("api", "end")[call] if len(r_pid) else 0, 0)
+    del launch_call
+    api_rows = len(trace.array("api", "pid"))
+    launch_pid = _at(trace.array("api", "pid"), call, has_call, -1, api_rows)
+    launch_tid = _at(trace.array("api", "tid"), call, has_call, -1, api_rows)
+    launch_start = _at(trace.array("api", "start"), call, has_call, 0, api_rows)
+    launch_end = _at(trace.array("api", "end"), call, has_call, 0, api_rows)
+    del call
     launch_thread = (launch_pid << _TID_BITS) | launch_tid
 
     # nvtx_kern_sum: an open range ends at the last range timestamp; ranges
@@ -114,31 +116,13 @@ def _label_and_style(ranges: Any) -> tuple[np.ndarray, list[tuple[str | None, st
     return codes.astype(np.int64, copy=False), pairs
 
 
-def left_join_calls(k_corr: np.ndarray, k_pid: np.ndarray, r_corr: np.ndarray, r_pid: np.ndarray
-                    ) -> tuple[np.ndarray, np.ndarray]:
-    """Kernel indices and the matching API call index (-1 for none), one row per match.
-
-    ``kernel LEFT JOIN call ON correlation AND process`` with sorted arrays:
-    calls are sorted by correlation, each kernel finds its run of equal ids
-    with searchsorted, and the pairs whose process differs drop out.
-    """
-    order = np.argsort(r_corr, kind="stable")
-    sorted_corr = r_corr[order]
-    lo = np.searchsorted(sorted_corr, k_corr, side="left")
-    hi = np.searchsorted(sorted_corr, k_corr, side="right")
-    counts = hi - lo
-    total = int(counts.sum())
-    pair_kernel = np.repeat(np.arange(len(k_corr), dtype=np.int64), counts)
-    pair_call = order[np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(total)]
-    same_process = r_pid[pair_call] == k_pid[pair_kernel]
-    pair_kernel, pair_call = pair_kernel[same_process], pair_call[same_process]
-    matched = np.zeros(len(k_corr), dtype=bool)
-    matched[pair_kernel] = True
-    alone = np.flatnonzero(~matched)
-    kernels = np.concatenate([pair_kernel, alone])
-    calls = np.concatenate([pair_call, np.full(len(alone), -1, dtype=np.int64)])
-    order = np.argsort(kernels, kind="stable")
-    return kernels[order], calls[order]
+def _at(values: np.ndarray, rows: np.ndarray, valid: np.ndarray, missing: int, n: int) -> np.ndarray:
+    """``values[rows]`` as int64, ``missing`` where not ``valid`` (and everywhere when ``n`` is 0)."""
+    if not n:
+        return np.full(len(rows), missing, dtype=np.int64)
+    out = values[rows].astype(np.int64, copy=False)
+    out[~valid] = missing
+    return out
 
 
 def containment_pairs(l_tid: np.ndarray, l_start: np.ndarray, l_end: np.ndarray, l_valid: np.ndarray,

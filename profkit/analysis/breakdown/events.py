@@ -29,6 +29,7 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from profkit.analysis import kernel_origin
+from profkit.analysis.launch_calls import CallIndex, launch_calls
 from profkit.model import Trace
 
 _EVENT_COLUMNS = ["start", "end", "stream", "device", "pid", "correlation"]
@@ -60,19 +61,23 @@ def gpu_events(trace: Trace, include_syncs: bool = True, hta_filter: bool = True
     (a 1M-event frame costs 8 MB per column; the report's Steps section needs
     only ``launch_start``); the HTA filter needs ``launch_start``."""
     parts: list[dict[str, Any]] = []
+    calls: list[np.ndarray] = []  # each event's launching call (launch_calls), table by table
     kernels = trace.table("kernels", [*_EVENT_COLUMNS, "name"])
     if len(kernels):
         parts.append({**{c: kernels[c].to_numpy() for c in _EVENT_COLUMNS}, "source": "kernel",
                       "name": kernels["name"].array, "kernel_type": kernel_origin.kernel_types(kernels["name"])})
+        calls.append(_earliest_calls(trace, "kernels"))
     memcpy = trace.table("memcpy", [*_EVENT_COLUMNS, "copy_kind"])
     if len(memcpy):
         parts.append({**{c: memcpy[c].to_numpy() for c in _EVENT_COLUMNS}, "source": "memcpy",
                       "name": memcpy["copy_kind"].array.rename_categories(lambda kind: f"Memcpy {kind}"),
                       "kernel_type": kernel_origin.MEMORY})
+        calls.append(_earliest_calls(trace, "memcpy"))
     memset = trace.table("memset", _EVENT_COLUMNS)
     if len(memset):
         parts.append({**{c: memset[c].to_numpy() for c in _EVENT_COLUMNS}, "source": "memset",
                       "name": _constant("Memset", len(memset)), "kernel_type": kernel_origin.MEMORY})
+        calls.append(_earliest_calls(trace, "memset"))
     if include_syncs:
         syncs = trace.table("syncs", [*_EVENT_COLUMNS, "sync_type"])
         on_stream = ((syncs["stream"] >= 0) & (syncs["correlation"] >= 0)).to_numpy()
@@ -80,9 +85,13 @@ def gpu_events(trace: Trace, include_syncs: bool = True, hta_filter: bool = True
             # HTA types every "... Sync" record 'other'; a "Stream Wait Event" too on its main branch.
             parts.append({**{c: syncs[c].to_numpy()[on_stream] for c in _EVENT_COLUMNS}, "source": "sync",
                           "name": syncs["sync_type"].array[on_stream], "kernel_type": kernel_origin.OTHER})
+            calls.append(_earliest_calls(trace, "syncs")[on_stream])
     columns = _concat(parts)
     wanted = set(launch_columns) | ({"launch_start"} if hta_filter else set())
-    columns.update(_launches(trace, columns["pid"], columns["correlation"], wanted))
+    call = np.concatenate(calls) if calls else np.zeros(0, dtype=np.int64)
+    del calls
+    columns.update(_launches(trace, call, columns["pid"], columns["correlation"], wanted))
+    del call
     window = EventWindow(False, None, None, None)
     keep = None
     if hta_filter:
@@ -131,45 +140,28 @@ def _last_profiler_step_start(trace: Trace) -> int | None:
     return int(ranges["start"].to_numpy()[is_step].max())
 
 
-def _launches(trace: Trace, pid: np.ndarray, correlation: np.ndarray,
+def _launches(trace: Trace, calls: np.ndarray, pid: np.ndarray, correlation: np.ndarray,
               wanted: set[str] | frozenset[str] = frozenset(LAUNCH_COLUMNS)) -> dict[str, Any]:
-    """For each GPU event, the CUDA call with its correlation id (the earliest
-    such call, should a correlation id repeat): launch_start, launch_end,
-    launch_pid, launch_tid (-1 none) and launch_api ('' none), those of them in ``wanted``."""
-    # plain arrays: the 2.5M-row API table is not copied into a frame
-    api = {c: trace.array("api", c) for c in ("start", "pid", "correlation")}
-    corr = api["correlation"]
-    usable = np.flatnonzero(corr >= 0)
-    api_pid = api["pid"][usable]
-    # Correlation ids are per process: with several processes the key is (pid, correlation).
-    single_process = not api_pid.size or int(api_pid.min()) == int(api_pid.max())
-    api_key = _key(api_pid, corr[usable], single_process)
-    # Stable sort by key (API rows come nearly in correlation order, so this is fast); where a
-    # key repeats, the earliest call comes first (ties in row order), as a (key, start) lexsort.
-    order = np.argsort(api_key, kind="stable")
-    sorted_key = api_key[order]
-    repeats = sorted_key[1:] == sorted_key[:-1]
-    if repeats.any():
-        in_group = np.zeros(sorted_key.size, dtype=bool)
-        in_group[1:] |= repeats
-        in_group[:-1] |= repeats
-        at = np.flatnonzero(in_group)
-        block = order[at]
-        order[at] = block[np.lexsort((api["start"][usable[block]], api_key[block]))]
-    first = np.ones(sorted_key.size, dtype=bool)
-    first[1:] = ~repeats
-    sorted_key, rows = sorted_key[first], usable[order[first]]
-
-    event_key = _key(pid, correlation, single_process)
-    found = correlation >= 0
-    if sorted_key.size:
-        at = np.minimum(np.searchsorted(sorted_key, event_key), sorted_key.size - 1)
-        found &= sorted_key[at] == event_key
-        row = np.where(found, rows[at], 0)
-    else:
-        found &= False
-        row = np.zeros(correlation.size, dtype=np.int64)
+    """For each GPU event, the CUDA call with its correlation id (the earliest such call,
+    should a correlation id repeat): launch_start, launch_end, launch_pid, launch_tid (-1 none)
+    and launch_api ('' none), those of them in ``wanted``.  ``calls``: each event's call
+    from ``launch_calls`` (same process and correlation id)."""
+    found = (calls >= 0) & (correlation >= 0)
+    foreign = ~found & (correlation >= 0)
+    if foreign.any():
+        # Where every call with a correlation id is one process's, the id alone names the
+        # call, whichever pid the event carries (as HTA matches).
+        api_corr = trace.array("api", "correlation")
+        api_pid = trace.array("api", "pid")[api_corr >= 0]
+        if api_pid.size and int(api_pid.min()) == int(api_pid.max()):
+            foreign &= pid != int(api_pid[0])
+            rows = np.flatnonzero(foreign)
+            by_id = CallIndex(None, api_corr).match(None, correlation[rows]).earliest(trace.array("api", "start"))
+            calls = calls.copy()
+            calls[rows] = by_id
+            found[rows] = by_id >= 0
     missing = ~found
+    row = np.where(found, calls, 0)
     out: dict[str, Any] = {}
     for column, source in (("launch_start", "start"), ("launch_end", "end"), ("launch_pid", "pid"),
                            ("launch_tid", "tid")):
@@ -187,10 +179,9 @@ def _launches(trace: Trace, pid: np.ndarray, correlation: np.ndarray,
     return out
 
 
-def _key(pid: np.ndarray, correlation: np.ndarray, single_process: bool) -> np.ndarray:
-    if single_process:
-        return correlation.astype(np.int64)
-    return (pid.astype(np.int64) << 40) | (correlation.astype(np.int64) & ((1 << 40) - 1))
+def _earliest_calls(trace: Trace, table: str) -> np.ndarray:
+    """Each row's launching call; the one that started first where a correlation id repeats."""
+    return launch_calls(trace, table).earliest(trace.array("api", "start"))
 
 
 def _concat(parts: list[dict[str, Any]]) -> dict[str, Any]:

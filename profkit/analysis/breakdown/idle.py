@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from profkit.analysis.breakdown import intervals
+from profkit.analysis.launch_calls import launch_calls
 from profkit.model import Trace
 
 TOP_PER_KIND = 5
@@ -72,27 +73,33 @@ def cpu_in_gaps(trace: Trace, gaps: Sequence[tuple[int, int, int]]) -> list[dict
     in ``longest_idle``; None unknown) and the CPU_KINDS lists.  For the
     report's gaps, which come from its own utilization bins rather than from
     ``gpu_events``."""
+    if not gaps:
+        return []
     cpu = _cpu_tables(trace)
     api = cpu["api"]
+    # each table by start time once: a gap then reads the rows near it, not millions
+    by_start = {kind: _ByStart(table) for kind, table in cpu.items()}
     gpu = [trace.table(t, ["start", "device", "pid", "correlation"]) for t in _GPU_TABLES]
+    gpu_by_start = [_ByStart(frame) for frame in gpu]
     names = [trace.table("kernels", ["name"])["name"].array, None, None]
     out = []
     for g0, g1, device in gaps:
-        nxt = _first_op_from(gpu, g1, device)
+        nxt = _first_op_from(gpu, gpu_by_start, g1, device)
         pid = tid = -1
         launched: int | None = None
         label = ""
         if nxt is not None:
             table, row = nxt
             label = str(names[table][row]) if names[table] is not None else _GPU_TABLES[table]
-            launch = _launch_row(api, int(gpu[table]["pid"].iat[row]), int(gpu[table]["correlation"].iat[row]))
+            launch = _launch_row(trace, _GPU_TABLES[table], row, api, int(gpu[table]["pid"].iat[row]),
+                                 int(gpu[table]["correlation"].iat[row]))
             if launch is not None:
                 pid, tid = int(api["pid"].iat[launch]), int(api["tid"].iat[launch])
                 launched = int(api["start"].iat[launch]) - g0
         if tid < 0:
-            pid, tid = _busiest_thread(api, g0, g1)
+            pid, tid = _busiest_thread(api, g0, g1, by_start["api"])
         out.append({"pid": pid, "tid": tid, "next_op": label, "launched_ns_into_gap": launched,
-                    **_activity(cpu, pid, tid, g0, g1)})
+                    **_activity(cpu, pid, tid, g0, g1, by_start)})
     return out
 
 
@@ -119,53 +126,98 @@ def _cpu_tables(trace: Trace) -> dict[str, pd.DataFrame]:
     return tables
 
 
-def _activity(cpu: dict[str, pd.DataFrame], pid: int, tid: int, g0: int, g1: int) -> dict[str, Any]:
-    return {kind: _overlapping(cpu[kind], pid, tid, g0, g1) for kind in CPU_KINDS}
+class _ByStart:
+    """A table's rows ordered by start, with the running maximum of their ends: the rows
+    that can overlap a window ``[g0, g1)`` are one slice of that order (binary searches),
+    so each gap reads the rows near it instead of scanning the table."""
+
+    def __init__(self, table: pd.DataFrame) -> None:
+        start = table["start"].to_numpy() if len(table) else np.zeros(0, dtype=np.int64)
+        # rows come (nearly) in start order: usually no sort and no order array
+        self.order = None if not len(start) or bool(np.all(start[1:] >= start[:-1])) else \
+            np.argsort(start, kind="stable")
+        self.start = start if self.order is None else start[self.order]
+        if "end" in table:
+            end = table["end"].to_numpy()
+            ends = np.where(end < 0, np.iinfo(np.int64).max, end)  # a range never closed lasts to the end
+            if self.order is not None:
+                ends = ends[self.order]
+            self.max_end = np.maximum.accumulate(ends, out=ends) if len(ends) else ends
+
+    def overlapping(self, g0: int, g1: int) -> np.ndarray:
+        """Rows (ascending) that may overlap [g0, g1): a superset, filtered exactly by the caller."""
+        hi = int(np.searchsorted(self.start, g1, side="left"))
+        lo = min(int(np.searchsorted(self.max_end, g0, side="right")), hi)
+        return np.arange(lo, hi) if self.order is None else np.sort(self.order[lo:hi])
+
+    def first_from(self, at: int) -> int:
+        """Position (in start order) of the first row starting at or after ``at``."""
+        return int(np.searchsorted(self.start, at, side="left"))
+
+    def row(self, position: np.ndarray) -> np.ndarray:
+        return position if self.order is None else self.order[position]
 
 
-def _first_op_from(gpu: list[pd.DataFrame], at: int, device: int) -> tuple[int, int] | None:
-    """(table index, row) of the earliest GPU operation on ``device`` starting at or after ``at``."""
+def _activity(cpu: dict[str, pd.DataFrame], pid: int, tid: int, g0: int, g1: int,
+              by_start: dict[str, _ByStart] | None = None) -> dict[str, Any]:
+    return {kind: _overlapping(cpu[kind], pid, tid, g0, g1, by_start[kind] if by_start else None)
+            for kind in CPU_KINDS}
+
+
+def _first_op_from(gpu: list[pd.DataFrame], by_start: list[_ByStart], at: int, device: int) -> tuple[int, int] | None:
+    """(table index, row) of the earliest GPU operation on ``device`` starting at or after ``at``
+    (the first in row order among equal starts; the first table among equal starts)."""
     best: tuple[int, int, int] | None = None
-    for index, frame in enumerate(gpu):
+    for index, (frame, ordered) in enumerate(zip(gpu, by_start)):
         if not len(frame):
             continue
-        s = frame["start"].to_numpy()
-        hit = np.flatnonzero((s >= at) & (frame["device"].to_numpy() == device))
-        if hit.size:
-            row = int(hit[np.argmin(s[hit])])
-            if best is None or s[row] < best[0]:
-                best = (int(s[row]), index, row)
+        devices = frame["device"].to_numpy()
+        position = ordered.first_from(at)
+        step = 1024
+        while position < len(ordered.start):  # the next operation is usually within a few rows
+            rows = ordered.row(np.arange(position, min(position + step, len(ordered.start))))
+            hit = np.flatnonzero(devices[rows] == device)
+            if hit.size:
+                row = int(rows[hit[0]])
+                if best is None or ordered.start[position + hit[0]] < best[0]:
+                    best = (int(ordered.start[position + hit[0]]), index, row)
+                break
+            position += step
+            step *= 4
     return None if best is None else (best[1], best[2])
 
 
-def _launch_row(api: pd.DataFrame, pid: int, correlation: int) -> int | None:
+def _launch_row(trace: Trace, table: str, row: int, api: pd.DataFrame, pid: int, correlation: int) -> int | None:
     """The earliest CUDA call with this correlation id (of this process where several share it)."""
     if correlation < 0 or not len(api):
         return None
+    if pid >= 0:
+        same = launch_calls(trace, table).calls_of(row)  # this process's calls with the id
+        if same.size:
+            return int(same[np.argmin(api["start"].to_numpy()[same])])
     hit = np.flatnonzero(api["correlation"].to_numpy() == correlation)
-    if hit.size > 1 and pid >= 0:
-        same = hit[api["pid"].to_numpy()[hit] == pid]
-        hit = same if same.size else hit
     if not hit.size:
         return None
     return int(hit[np.argmin(api["start"].to_numpy()[hit])])
 
 
-def _overlapping(table: pd.DataFrame, pid: int, tid: int, g0: int, g1: int) -> list[dict[str, Any]]:
+def _overlapping(table: pd.DataFrame, pid: int, tid: int, g0: int, g1: int,
+                 by_start: _ByStart | None = None) -> list[dict[str, Any]]:
     """Names of the table's events on (pid, tid) overlapping [g0, g1), with their
     count and the time they cover inside it (ns), most time first."""
     if not len(table) or tid < 0:
         return []
-    s = table["start"].to_numpy()
-    e = table["end"].to_numpy()
+    rows = by_start.overlapping(g0, g1) if by_start is not None else slice(None)
+    s = table["start"].to_numpy()[rows]
+    e = table["end"].to_numpy()[rows]
     e = np.where(e < 0, g1, e)  # a range never closed lasts to the end
-    hit = (table["tid"].to_numpy() == tid) & (e > g0) & (s < g1)
+    hit = (table["tid"].to_numpy()[rows] == tid) & (e > g0) & (s < g1)
     if pid >= 0:
-        hit &= table["pid"].to_numpy() == pid
+        hit &= table["pid"].to_numpy()[rows] == pid
     if not hit.any():
         return []
     lo, hi = np.maximum(s[hit], g0), np.minimum(e[hit], g1)
-    names = np.asarray(table["name"].array[hit].astype(str))
+    names = np.asarray(table["name"].array[rows][hit].astype(str))
     # time covered, not summed: an operator nested in one of the same name (Kineto's
     # aten::mse_loss_backward inside aten::mse_loss_backward) counts its time once
     rows = [(name, int((names == name).sum()), intervals.total(lo[names == name], hi[names == name]))
@@ -174,14 +226,16 @@ def _overlapping(table: pd.DataFrame, pid: int, tid: int, g0: int, g1: int) -> l
     return [{"name": name, "count": n, "overlap_ns": ns} for name, n, ns in rows[:TOP_PER_KIND]]
 
 
-def _busiest_thread(api: pd.DataFrame, g0: int, g1: int) -> tuple[int, int]:
+def _busiest_thread(api: pd.DataFrame, g0: int, g1: int, by_start: _ByStart | None = None) -> tuple[int, int]:
     """The thread with the most CUDA API time in the gap, when the launch is unknown."""
-    s = api["start"].to_numpy()
-    e = api["end"].to_numpy()
+    rows = by_start.overlapping(g0, g1) if by_start is not None else slice(None)
+    s = api["start"].to_numpy()[rows]
+    e = api["end"].to_numpy()[rows]
     hit = (e > g0) & (s < g1)
     if not hit.any():
         return -1, -1
     overlap = np.minimum(e[hit], g1) - np.maximum(s[hit], g0)
-    frame = pd.DataFrame({"pid": api["pid"].to_numpy()[hit], "tid": api["tid"].to_numpy()[hit], "ns": overlap})
+    frame = pd.DataFrame({"pid": api["pid"].to_numpy()[rows][hit], "tid": api["tid"].to_numpy()[rows][hit],
+                          "ns": overlap})
     best = frame.groupby(["pid", "tid"])["ns"].sum().idxmax()
     return int(best[0]), int(best[1])

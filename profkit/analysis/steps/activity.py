@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from profkit.analysis.busy_bins import busy_until, merge_intervals
+from profkit.analysis.launch_calls import CallIndex, launch_calls
 from profkit.model import Trace
 
 ACTIVITY_TABLES = ("kernels", "memcpy", "memset")
@@ -47,72 +48,88 @@ class Activity:
 
 def load_activity(trace: Trace) -> Activity:
     """The launch-ordered GPU activity of the process that ran the most of it."""
-    starts, ends, pids, corrs, tokens, names = [], [], [], [], [], []
+    starts, ends, pids, corrs, tokens, calls, names = [], [], [], [], [], [], []
     for table in ACTIVITY_TABLES:
-        label_column = {"kernels": "name", "memcpy": "copy_kind", "memset": None}[table]
-        frame = trace.table(table, ["start", "end", "pid", "correlation"] + ([label_column] if label_column else []))
-        if frame.empty:
+        start = trace.array(table, "start")
+        if not len(start):
             continue
         # names stay integer codes (a million kernels of a few hundred names): no string per row
+        label_column = {"kernels": "name", "memcpy": "copy_kind", "memset": None}[table]
         if label_column:
-            labels = pd.Categorical(frame[label_column])
-            codes = labels.codes.astype(np.int64)
+            labels = trace.codes(table, label_column)
             prefix = "memcpy " if table == "memcpy" else ""
-            category_names = [prefix + str(c) for c in labels.categories]
+            tokens.append(labels.codes.astype(np.int64) + len(names))
+            names += [prefix + str(c) for c in labels.categories]
         else:
-            codes = np.zeros(len(frame), dtype=np.int64)
-            category_names = ["memset"]
-        tokens.append(codes + len(names))
-        names += category_names
-        starts.append(frame["start"].to_numpy(np.int64))
-        ends.append(frame["end"].to_numpy(np.int64))
-        pids.append(frame["pid"].to_numpy(np.int64))
-        corrs.append(frame["correlation"].to_numpy(np.int64))
+            tokens.append(np.full(len(start), len(names), dtype=np.int64))
+            names.append("memset")
+        starts.append(start)
+        ends.append(trace.array(table, "end"))
+        pids.append(trace.array(table, "pid"))
+        corrs.append(trace.array(table, "correlation"))
+        calls.append(launch_calls(trace, table).call)
     if not starts:
         empty = np.empty(0, dtype=np.int64)
         return Activity(-1, empty, [], empty, empty, empty, empty, empty)
-    start, end, pid_of, corr, token = (np.concatenate(x) for x in (starts, ends, pids, corrs, tokens))
-    busiest = pd.Series(end - start).groupby(pid_of).sum()
-    pid = int(busiest.idxmax())
-    mine = pid_of == pid
-    launch = _launch_times(trace, start[mine], corr[mine], pid)
+    start, end = (np.concatenate(x).astype(np.int64, copy=False) for x in (starts, ends))
+    pid_of = np.concatenate(pids)
+    if pid_of.min() == pid_of.max():  # one process (the usual trace): every row is its
+        pid, mine = int(pid_of[0]), slice(None)
+    else:
+        busiest = pd.Series(end - start).groupby(pid_of).sum()
+        pid = int(busiest.idxmax())
+        mine = pid_of == pid
+    del pid_of, pids
+    token, call, corr = (np.concatenate(x)[mine] for x in (tokens, calls, corrs))
+    del tokens, calls, corrs
+    my_start, my_end = start[mine], end[mine]
+    launch = _launch_times(trace, my_start, corr, call)
+    del corr, call
     # dense tokens over the names this process used, in first-use order (stable across runs)
-    used, dense = np.unique(token[mine], return_inverse=True)
-    order = np.lexsort((start[mine], launch))
+    used, dense = _dense(token)
+    # launch order, GPU start order among equal launches (a (start, launch) lexsort done as two
+    # stable sorts of nearly sorted keys, each a few merges of presorted runs)
+    by_start = np.argsort(my_start, kind="stable")
+    order = by_start[np.argsort(launch[by_start], kind="stable")]
+    del by_start
     return Activity(
-        pid=pid, token=dense[order].astype(np.int64), names=[names[u] for u in used],
-        start=start[mine][order], end=end[mine][order], launch=launch[order], all_start=start, all_end=end)
+        pid=pid, token=dense[order], names=[names[u] for u in used.tolist()],
+        start=my_start[order], end=my_end[order], launch=launch[order], all_start=start, all_end=end)
 
 
-def _launch_times(trace: Trace, gpu_start: np.ndarray, corr: np.ndarray, pid: int) -> np.ndarray:
+def _dense(token: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(token, return_inverse=True)`` for small non-negative codes, without a sort."""
+    if not len(token) or token.min() < 0:
+        used, dense = np.unique(token, return_inverse=True)
+        return used, dense.astype(np.int64)
+    present = np.bincount(token) > 0
+    lookup = np.cumsum(present, dtype=np.int64) - 1
+    return np.flatnonzero(present), lookup[token]
+
+
+def _launch_times(trace: Trace, gpu_start: np.ndarray, corr: np.ndarray, call: np.ndarray) -> np.ndarray:
     """CPU start of each activity's launching call; its GPU start where no call matches.
 
     Correlation ids are per process in nsys and per trace in Kineto; matching
-    on (pid, correlation) first and on the correlation alone as a fallback
-    covers both.  A sorted-key join (searchsorted), not a hash join: a
-    million launches against millions of API rows in well under a second."""
+    on (pid, correlation) first (``call``, from ``launch_calls``) and on the
+    correlation alone as a fallback, when that matches fewer than half,
+    covers both."""
     launch = gpu_start.copy()
     wanted = corr >= 0
-    if not wanted.any():
+    n_wanted = int(wanted.sum())
+    if not n_wanted:
         return launch
-    api = trace.table("api", ["start", "pid", "correlation"])
-    if api.empty:
+    api_start = trace.array("api", "start")
+    if not len(api_start):
         return launch
-    a_corr = api["correlation"].to_numpy(np.int64)
-    a_pid = api["pid"].to_numpy(np.int64)
-    a_start = api["start"].to_numpy(np.int64)
-    has = a_corr >= 0
-    for same_process in (True, False):
-        keep = has & (a_pid == pid) if same_process else has
-        keys, starts = a_corr[keep], a_start[keep]
-        order = np.argsort(keys, kind="stable")  # the first call of a duplicated id wins
-        keys, starts = keys[order], starts[order]
-        j = np.searchsorted(keys, corr)
-        found = wanted & (j < len(keys))
-        found[found] = keys[j[found]] == corr[found]
-        if found.sum() >= 0.5 * wanted.sum():
-            launch[found] = starts[j[found]]
+    found = wanted & (call >= 0)
+    if found.sum() < 0.5 * n_wanted:
+        # the first call of a duplicated id wins, as in the same-process join
+        call = CallIndex(None, trace.array("api", "correlation")).match(None, corr).call
+        found = wanted & (call >= 0)
+        if found.sum() < 0.5 * n_wanted:
             return launch
+    launch[found] = api_start[call[found]]
     return launch
 
 
