@@ -29,8 +29,10 @@ from profkit.analysis.kernel_names import code_key
 from profkit.model import Trace
 
 # The keys every row gets from ``attach_code`` (None where the code is unknown).
+# code_source: "cache" (the code the run left in a Triton/inductor cache) or "compiled"
+# (compiled now from the sources named by --kernels: not necessarily what ran).
 CODE_KEYS = ("registers", "spills", "global_loads", "global_stores", "vector_share", "vectorization",
-             "vector_grade", "code_verdict", "code_variants")
+             "vector_grade", "code_verdict", "code_source", "code_variants")
 
 Variant = dict[str, Any]
 _SHOWN_KEYS = ("registers", "spills", "global_loads", "global_stores", "vector_grade")
@@ -40,13 +42,12 @@ def code_by_kernel(directories: Iterable[Path], names: Iterable[str] | None = No
     """Kernel ``code_key`` (its function name) -> the machine-code facts of each of its compiled variants under the
     folders (``names``: only these kernels; folders that do not exist are skipped).
 
-    A variant's keys: CODE_KEYS but code_variants, plus ``arch``, ``code_source``,
+    A variant's keys: CODE_KEYS but code_variants, plus ``arch``, ``code_file``,
     ``threads_per_block`` (Triton's num_warps x 32, None if unknown) and
     ``shared_bytes`` (Triton's dynamic shared memory, None if unknown)."""
     from profkit.ptx.cache import Cache
     from profkit.ptx.inductor import scan
     from profkit.ptx.kernel import kernels_of
-    from profkit.ptx.summary import summarize, width_map
 
     wanted = None if names is None else {code_key(str(n)) for n in names}
     cache = Cache()
@@ -57,22 +58,33 @@ def code_by_kernel(directories: Iterable[Path], names: Iterable[str] | None = No
         for build in scan(directory, cache, only=wanted).builds:
             warps = build.params.get("num_warps")
             for code in kernels_of(build, cache, every=True):
-                s = summarize(code)
-                found.setdefault(code_key(code.name), []).append({
-                    "registers": s.registers,
-                    "spills": None if s.spill_stores_bytes is None else s.spill_stores_bytes + s.spill_loads_bytes,
-                    "global_loads": width_map(s.mix.global_loads),
-                    "global_stores": width_map(s.mix.global_stores),
-                    "vector_share": s.vector_share,
-                    "vectorization": s.vectorization,
-                    "vector_grade": vector_grade(s.vectorization, s.vector_share),
-                    "code_verdict": s.verdict,
-                    "arch": s.arch,
-                    "code_source": s.source,
-                    "threads_per_block": int(warps) * 32 if isinstance(warps, int) else None,
-                    "shared_bytes": build.dynamic_shared_bytes.get(code.symbol),
-                })
+                found.setdefault(symbol_code_key(code), []).append(variant_of(
+                    code, int(warps) * 32 if isinstance(warps, int) else None,
+                    build.dynamic_shared_bytes.get(code.symbol), "cache"))
     return found
+
+
+def variant_of(code: Any, threads_per_block: int | None, shared_bytes: int | None, source: str) -> Variant:
+    """The facts of one compiled kernel (a ``profkit.ptx.kernel.KernelCode``) as a variant;
+    ``source``: "cache" (the code a run left) or "compiled" (compiled now, --kernels)."""
+    from profkit.ptx.summary import summarize, width_map
+
+    s = summarize(code)
+    return {
+        "registers": s.registers,
+        "spills": None if s.spill_stores_bytes is None else s.spill_stores_bytes + s.spill_loads_bytes,
+        "global_loads": width_map(s.mix.global_loads),
+        "global_stores": width_map(s.mix.global_stores),
+        "vector_share": s.vector_share,
+        "vectorization": s.vectorization,
+        "vector_grade": vector_grade(s.vectorization, s.vector_share),
+        "code_verdict": s.verdict,
+        "code_source": source,
+        "arch": s.arch,
+        "code_file": s.source,
+        "threads_per_block": threads_per_block,
+        "shared_bytes": shared_bytes,
+    }
 
 
 def vector_grade(grade: str, share: float | None) -> str:
@@ -131,7 +143,7 @@ def attach_code(rows: Sequence[dict[str, Any]], code: dict[str, list[Variant]],
     out = []
     for row in rows:
         name = code_key(str(row.get(name_key, "")))
-        variants = code.get(name) or []
+        variants = variants_for(name, code)
         new = dict(row)
         if variants:
             chosen = pick_variant(variants, (shapes or {}).get(name))
@@ -143,6 +155,20 @@ def attach_code(rows: Sequence[dict[str, Any]], code: dict[str, list[Variant]],
     return out
 
 
+def variants_for(key: str, code: dict[str, list[Variant]]) -> list[Variant]:
+    """The variants of the kernel ``key`` (its ``code_key``): the code the run left (a
+    cache) rather than code compiled now (--kernels) when there are both."""
+    variants = code.get(key) or []
+    from_run = [v for v in variants if v.get("code_source") != "compiled"]
+    return from_run or variants
+
+
+def symbol_code_key(code: Any) -> str:
+    """``code_key`` of a compiled kernel (a ``profkit.ptx.kernel.KernelCode``): its
+    function name, with "()" for a C++ kernel, whose symbol is mangled."""
+    return code.name.split("::")[-1] + ("()" if code.symbol.startswith("_Z") else "")
+
+
 def run_folder_caches(record: Any) -> list[Path]:
     """The kernel caches a ``profkit trace`` run recorded in its run.json
     (``capture.run.read_run_record``'s value)."""
@@ -152,8 +178,10 @@ def run_folder_caches(record: Any) -> list[Path]:
 
 def code_note(rows: Sequence[dict[str, Any]], directories: Sequence[Path]) -> str | None:
     """One sentence on what was found, for the kernels whose code could be there
-    (Triton's names); None when there are none."""
-    triton = [r for r in rows if str(r.get("name", "")).startswith("triton_") or r.get("code_variants")]
+    (Triton's names); None when there are none.  Code compiled now (--kernels) has
+    its own note (``kernel_targets.compiled_note``)."""
+    triton = [r for r in rows if r.get("code_source") != "compiled"
+              and (str(r.get("name", "")).startswith("triton_") or r.get("code_variants"))]
     if not triton:
         return None
     known = sum(1 for r in triton if r.get("registers") is not None and r.get("code_variants"))

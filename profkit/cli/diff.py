@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
+from profkit.cli.kernel_code_options import kernel_target_options
 from profkit.output import Column, emit_rows
 
 KERNEL_DIFF_COLUMNS = [
@@ -37,8 +39,9 @@ KERNEL_DIFF_COLUMNS = [
 @click.option("--inductor", "code_dirs", multiple=True, type=click.Path(file_okay=False, path_type=Path),
               metavar="DIR", help="Inductor/Triton caches: add the machine code (registers, spills, "
                                   "vectorization) of the Triton kernels that changed (repeatable).")
+@kernel_target_options
 def diff(base: Path, new: Path, fmt: str, fail_pct: float | None, min_effect: float | None,
-         code_dirs: tuple[Path, ...]) -> None:
+         code_dirs: tuple[Path, ...], kernel_targets: Any) -> None:
     """Compare two traces of the same program: step time, kernels, sync sites, registers, breakdown.
 
     \b
@@ -61,12 +64,14 @@ def diff(base: Path, new: Path, fmt: str, fail_pct: float | None, min_effect: fl
         check_comparable(base_trace, new_trace)
         result = diff_traces(base_trace, new_trace,
                              min_effect_pct=noise.MIN_EFFECT_PCT if min_effect is None else min_effect)
-        if code_dirs:
-            from profkit.analysis.kernel_code import attach_code, code_by_kernel, launch_shapes
+        if code_dirs or kernel_targets:
+            from profkit.analysis.kernel_code import attach_code, launch_shapes
+            from profkit.analysis.kernel_targets import code_for_trace
 
-            # the variant that ran is told by NEW's launches (BASE's for a kernel that is gone)
+            # the variant that ran is told by NEW's launches (BASE's for a kernel that is gone);
+            # --kernels compiles for NEW's GPU, for the block sizes NEW launched
             shapes = {**launch_shapes(base_trace), **launch_shapes(new_trace)}
-            code = code_by_kernel(code_dirs, names=[k["name"] for k in result["kernels"]])
+            code, _ = code_for_trace(new_trace, [k["name"] for k in result["kernels"]], code_dirs, kernel_targets)
             result["kernels"] = attach_code(result["kernels"], code, shapes)
     if fmt == "json":
         click.echo(json.dumps(result, indent=2, default=float))

@@ -13,9 +13,11 @@ import shutil
 import tempfile
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import click
 
+from profkit.cli.kernel_code_options import kernel_target_options
 from profkit.cli.ranks import rank_from_option, scheduler_option, workers_option
 from profkit.errors import ProfkitError
 
@@ -37,13 +39,15 @@ EXAMPLE = "train_print.sqlite.xz"
               metavar="DIR", help="A TORCHINDUCTOR_CACHE_DIR or Triton cache with the compiled Triton kernels: "
                                   "their registers, spills, load/store widths and vectorization join the kernel "
                                   "table (repeatable; a `profkit trace` run folder records its own).")
+@kernel_target_options
 @click.option("--example", is_flag=True,
               help="Report on the real export that ships with profkit (a small PyTorch training run).")
 @scheduler_option
 @workers_option
 @rank_from_option
 def report(exports: tuple[Path, ...], out_dir: Path | None, top: int, baseline: Path | None, ncu_csv: Path | None,
-           code_dirs: tuple[Path, ...], example: bool, scheduler: str | None, workers: int | None, rank_from: str | None) -> None:
+           code_dirs: tuple[Path, ...], kernel_targets: Any, example: bool, scheduler: str | None, workers: int | None,
+           rank_from: str | None) -> None:
     """Write report.html, report.md and report.json for a trace (nsys export or PyTorch profiler trace),
     or the cross-rank report for several ranks of one job.
 
@@ -53,6 +57,7 @@ def report(exports: tuple[Path, ...], out_dir: Path | None, top: int, baseline: 
       profkit report run.sqlite -o reports/run1 --top 10
       profkit report run.sqlite --ncu ncu.csv    # add ncu's per-kernel figures and achieved bandwidth
       profkit report run.json.gz --inductor /tmp/torchinductor_me   # Triton kernels' machine code
+      profkit report run.sqlite --kernels kernels.py --kernels my.cu   # ... compiled now from their sources
       profkit report print.sqlite --baseline noprint.sqlite   # step time vs a baseline run
       profkit report --example                   # the bundled real export
       profkit report rank0.sqlite rank1.sqlite -o job/   # several ranks: the cross-rank report
@@ -73,15 +78,16 @@ def report(exports: tuple[Path, ...], out_dir: Path | None, top: int, baseline: 
     if example == bool(exports):
         raise click.UsageError("give either a TRACE or --example")
     if len(exports) > 1 or (exports and _is_folder_of_ranks(exports[0])):  # several ranks: the cross-rank report
-        if baseline is not None or ncu_csv is not None or code_dirs:
-            raise click.UsageError("--baseline, --ncu and --inductor take a single trace, not several ranks")
+        if baseline is not None or ncu_csv is not None or code_dirs or kernel_targets:
+            raise click.UsageError("--baseline, --ncu, --inductor and --kernels take a single trace, not several ranks")
         html = write_ranks_report_cli(exports, out_dir, top, scheduler, workers, rank_from)
         click.echo(str(html.resolve()))
         return
     export = unpack_example() if example else exports[0]
     if example:
         out_dir = out_dir or export.parent / "report"
-    paths = write_report(export, out_dir, ncu_csv=ncu_csv, top=top, baseline=baseline, code_dirs=code_dirs)
+    paths = write_report(export, out_dir, ncu_csv=ncu_csv, top=top, baseline=baseline, code_dirs=code_dirs,
+                         kernel_targets=kernel_targets)
     click.echo(str(paths.html.resolve()))
 
 

@@ -11,11 +11,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
 from profkit.analysis import summaries
 from profkit.analysis.capture import capture_info
+from profkit.cli.kernel_code_options import kernel_target_options
 from profkit.model import Trace
 from profkit.readers import open_trace
 from profkit.readers.nsys import NsysExport
@@ -73,11 +75,12 @@ def _one_scan_then_exit(trace: Trace) -> None:
 @click.option("--inductor", "code_dirs", multiple=True, type=click.Path(file_okay=False, path_type=Path),
               metavar="DIR", help="A TORCHINDUCTOR_CACHE_DIR or Triton cache to find compiled kernels in "
                                   "(repeatable; a `profkit trace` run folder records its own).")
+@kernel_target_options
 @click.option("--ncu", "ncu_csv", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               metavar="CSV", help="With --with-code: achieved DRAM bandwidth per kernel from an ncu CSV "
                                   "(a run folder's ncu.csv is used by itself).")
 def kernels(export: Path, top: int | None, wide: bool, fmt: str, with_code: bool,
-            code_dirs: tuple[Path, ...], ncu_csv: Path | None) -> None:
+            code_dirs: tuple[Path, ...], kernel_targets: Any, ncu_csv: Path | None) -> None:
     """CUDA kernel summary: time per kernel name (= nsys stats cuda_gpu_kern_sum).
 
     \b
@@ -87,6 +90,7 @@ def kernels(export: Path, top: int | None, wide: bool, fmt: str, with_code: bool
       profkit kernels run.sqlite --format json | jq '.[0]'
       profkit kernels profkit-runs/train-*/ --with-code     # a run folder: its caches, its ncu.csv
       profkit kernels trace.json.gz --inductor /tmp/torchinductor_me --ncu ncu.csv
+      profkit kernels run.sqlite --with-code --kernels kernels.py --kernels gelu.cu   # compiled now
 
     JSON rows have the keys name, time_pct, total_ns, instances, avg_ns,
     med_ns, min_ns, max_ns, stddev_ns (times in ns; avg/med/stddev rounded
@@ -96,21 +100,23 @@ def kernels(export: Path, top: int | None, wide: bool, fmt: str, with_code: bool
     With --with-code, rows add registers, spills (bytes), global_loads and
     global_stores (instructions per access width in bits), vector_share (the
     share of global bytes moved by 128-bit accesses), vectorization
-    (full/mostly/partly/none) and vector_grade (both in words) for kernels
-    whose compiled code is found, and with ncu data dram_gbps (DRAM bytes
+    (full/mostly/partly/none), vector_grade (both in words) and code_source
+    ("cache": the code the run left; "compiled": compiled now from --kernels,
+    which need not be what ran) for kernels whose compiled code is found, and with ncu data dram_gbps (DRAM bytes
     read + written / duration) and dram_peak_pct (of the GPU's peak); null,
     or "—" in tables, where unknown (vendor kernels: cuBLAS, NCCL, ...).
     """
-    if with_code or code_dirs or ncu_csv is not None:
-        _print_kernels_with_code(export, top, fmt, wide, code_dirs, ncu_csv)
+    if with_code or code_dirs or kernel_targets or ncu_csv is not None:
+        _print_kernels_with_code(export, top, fmt, wide, code_dirs, ncu_csv, kernel_targets)
         return
     _print_summary(summaries.kernel_summary, KERNEL_COLUMNS, "CUDA kernels", export, top, fmt, wide)
 
 
 def _print_kernels_with_code(export: Path, top: int | None, fmt: str, wide: bool, code_dirs: tuple[Path, ...],
-                             ncu_csv: Path | None) -> None:
+                             ncu_csv: Path | None, kernel_targets: Any = None) -> None:
     from profkit.analysis.kernel_bandwidth import attach_bandwidth, bandwidth_note, peak_bandwidth
-    from profkit.analysis.kernel_code import attach_code, code_by_kernel, code_note, launch_shapes, run_folder_caches
+    from profkit.analysis.kernel_code import attach_code, launch_shapes, run_folder_caches
+    from profkit.analysis.kernel_targets import code_for_trace, code_notes
     from profkit.readers.ncu import read_ncu_csv
 
     dirs = list(code_dirs)
@@ -121,11 +127,11 @@ def _print_kernels_with_code(export: Path, top: int | None, fmt: str, wide: bool
     launches = read_ncu_csv(ncu_csv) if ncu_csv is not None else None
     with open_trace(export) as trace:
         rows = summaries.kernel_summary(trace)
-        code = code_by_kernel(dirs, names=[r["name"] for r in rows])
+        code, compiled = code_for_trace(trace, [r["name"] for r in rows], dirs, kernel_targets)
         rows = attach_code(rows, code, launch_shapes(trace) if code else None)
         peaks = peak_bandwidth(trace)
     rows = attach_bandwidth(rows, launches or [], peaks)
-    notes = [n for n in (code_note(rows, dirs), bandwidth_note(rows, launches, peaks)) if n]
+    notes = [*code_notes(rows, dirs, compiled), *[n for n in [bandwidth_note(rows, launches, peaks)] if n]]
     if top is not None:
         rows = summaries.top_n(rows, top)
     columns = kernel_columns_with(KERNEL_CODE_COLUMNS, KERNEL_BANDWIDTH_COLUMNS if launches else [])

@@ -33,7 +33,7 @@ class ReportPaths:
 def write_report(export_path: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None, *,
                  ncu_csv: Path | None = None, partial: bool = False, run_info: dict[str, Any] | None = None,
                  top: int = 20, baseline: str | os.PathLike[str] | None = None,
-                 code_dirs: Sequence[str | os.PathLike[str]] = ()) -> ReportPaths:
+                 code_dirs: Sequence[str | os.PathLike[str]] = (), kernel_targets: Any = None) -> ReportPaths:
     """Read a trace (an nsys SQLite export or a PyTorch profiler / Kineto JSON trace,
     detected from its content) and write report.html, report.md and report.json
     into ``out_dir`` (default: the trace's folder).
@@ -44,7 +44,8 @@ def write_report(export_path: str | os.PathLike[str], out_dir: str | os.PathLike
     ``top`` cuts long tables to the first N rows by time plus one summed row;
     ``baseline`` (another trace of the same program) adds a step-time comparison;
     ``code_dirs`` (inductor or Triton caches) add each Triton kernel's registers, spills,
-    load/store widths and vectorization to the kernel table.  A ``profkit trace`` run
+    load/store widths and vectorization to the kernel table; ``kernel_targets`` (a
+    ``profkit.analysis.kernel_targets.KernelTargets``) compiles sources for them now.  A ``profkit trace`` run
     folder brings its own: the caches its run.json recorded and its ncu.csv.
     Raises ProfkitError for a bad trace or an unwritable folder.  The trace
     is opened read-only and never modified.
@@ -72,7 +73,8 @@ def write_report(export_path: str | os.PathLike[str], out_dir: str | os.PathLike
         trace = stack.enter_context(open_trace(export_path))
         base = stack.enter_context(open_trace(Path(baseline))) if baseline is not None else None
         report = build_report(trace, ncu_csv=Path(ncu_csv) if ncu_csv is not None else None, partial=partial,
-                              run_info=run_info, top=top, baseline=base, code_dirs=dirs)
+                              run_info=run_info, top=top, baseline=base, code_dirs=dirs,
+                              kernel_targets=kernel_targets)
     texts = {HTML_NAME: render_html(report), MD_NAME: render_markdown(report), JSON_NAME: render_json(report)}
     try:
         target.mkdir(parents=True, exist_ok=True)

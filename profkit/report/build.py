@@ -43,10 +43,12 @@ from profkit.report.text import duration, percent, size
 # -- building ----------------------------------------------------------------------------
 def build_report(trace: Trace, *, ncu_csv: Path | None = None, partial: bool = False,
                  run_info: dict[str, Any] | None = None, top: int = 20, bins: int = fill.TIMELINE_BINS,
-                 baseline: Trace | None = None, code_dirs: Sequence[Path] = ()) -> Report:
+                 baseline: Trace | None = None, code_dirs: Sequence[Path] = (),
+                 kernel_targets: Any = None) -> Report:
     """Everything the report shows.  Raises ProfkitError when the trace holds no
     CUDA trace at all (unless ``partial``: a failed run still gets its report).
-    ``code_dirs``: folders with the compiled Triton/inductor kernels (kernel_table.py)."""
+    ``code_dirs``: folders with the compiled Triton/inductor kernels; ``kernel_targets``:
+    sources to compile for the kernels (--kernels; both kernel_table.py)."""
     if top < 1:
         raise ProfkitError("--top must be at least 1")
     if not partial and not (trace.has("kernels") or trace.has("api")):
@@ -77,7 +79,7 @@ def build_report(trace: Trace, *, ncu_csv: Path | None = None, partial: bool = F
         s, trace, top, found,
         "Time per kernel name, as nsys stats --report cuda_gpu_kern_sum." if nsys else
         "Time per kernel name, from the trace's kernel events (the figures nsys stats would give).",
-        code_dirs, ncu_csv))
+        code_dirs, ncu_csv, kernel_targets))
     add("api", "CUDA API", lambda s: fill.fill_summary(
         s, summaries.api_summary(trace), API_COLUMNS, top, "api", found,
         "Time the CPU spent in each CUDA runtime/driver call, as nsys stats --report cuda_api_sum." if nsys else

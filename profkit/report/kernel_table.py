@@ -4,7 +4,8 @@ and achieved DRAM bandwidth next to its GPU time where they are known.
 The machine code (registers, spills, load/store widths, the graded
 vectorization) comes from the compiled Triton/inductor kernels in the folders
 given (``profkit.analysis.kernel_code``): a run folder's recorded caches, or
-``--inductor DIR``.  The bandwidth comes from an ncu CSV
+``--inductor DIR``; or from the sources ``--kernels`` names, compiled now for the
+trace's GPU (``profkit.analysis.kernel_targets``, labelled code_source "compiled").  The bandwidth comes from an ncu CSV
 (``profkit.analysis.kernel_bandwidth``).  Every row carries the keys, None
 where unknown, so report.json has one shape; HTML and Markdown show the
 columns when there is something to show, and "—" for a kernel without.
@@ -18,7 +19,8 @@ from typing import Any
 
 from profkit.analysis import summaries
 from profkit.analysis.kernel_bandwidth import attach_bandwidth, bandwidth_note, peak_bandwidth
-from profkit.analysis.kernel_code import attach_code, code_by_kernel, code_note, launch_shapes
+from profkit.analysis.kernel_code import attach_code, launch_shapes
+from profkit.analysis.kernel_targets import KernelTargets, code_for_trace, code_notes
 from profkit.errors import ProfkitError
 from profkit.model import Trace
 from profkit.output import KERNEL_BANDWIDTH_COLUMNS, KERNEL_CODE_COLUMNS, kernel_columns_with
@@ -28,22 +30,24 @@ from profkit.report.model import Section
 
 
 def fill_kernels(section: Section, trace: Trace, top: int, found: dict[str, Any], intro: str,
-                 code_dirs: Sequence[Path] = (), ncu_csv: Path | None = None) -> None:
+                 code_dirs: Sequence[Path] = (), ncu_csv: Path | None = None,
+                 kernel_targets: KernelTargets | None = None) -> None:
     rows = summaries.kernel_summary(trace)
     notes: list[str] = []
     code: dict[str, list[dict[str, Any]]] = {}
-    if code_dirs:
+    compiled = None
+    if code_dirs or kernel_targets:
         try:
-            code = code_by_kernel(code_dirs, names=[r["name"] for r in rows])
+            code, compiled = code_for_trace(trace, [r["name"] for r in rows], code_dirs, kernel_targets)
         except ProfkitError as exc:  # the table stands without the code
             notes.append(f"Machine code not read: {exc.one_line()}")
     rows = attach_code(rows, code, launch_shapes(trace) if code else None)
-    if code_dirs:
-        notes += [n for n in [code_note(rows, list(code_dirs))] if n]
+    if code_dirs or kernel_targets:
+        notes += code_notes(rows, code_dirs, compiled)
     elif any(str(r["name"]).startswith("triton_") for r in rows):
         notes.append("Registers, spills and vectorization of the Triton kernels need their compiled code: "
                      "profkit report --inductor DIR (the program's TORCHINDUCTOR_CACHE_DIR or Triton cache), "
-                     "or a profkit trace run folder, which records them.")
+                     "a profkit trace run folder, which records them, or --kernels FILE.py to compile them now.")
     launches = None
     if ncu_csv is not None:
         try:
