@@ -292,3 +292,69 @@ def test_report_labels_code_compiled_now(tmp_path: Path) -> None:
     md = (tmp_path / "report.md").read_text()
     assert "compiled now from --kernels" in md
     assert any("gelu_register_heavy_kernel" in " ".join(c) for c in md_tables(md)["CUDA kernels"])
+
+
+# -- a `profkit trace` run folder: the run's own Triton cache and --kernels together ------
+REPORTS = REPO / "reports"
+
+
+def unpacked_run(name: str, tmp_path: Path) -> Path:
+    """reports/NAME as `profkit trace` left it on the GPU host (scripts/profile_samples.sh):
+    the export decompressed, its Triton cache unpacked where run.json now says it is."""
+    import lzma
+    import tarfile
+
+    source = REPORTS / name
+    run = tmp_path / name
+    run.mkdir()
+    with lzma.open(source / "trace.sqlite.xz") as src, open(run / "trace.sqlite", "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    with tarfile.open(source / "triton_cache.tar.xz") as tar:
+        tar.extractall(tmp_path / f"{name}-caches", filter="data")
+    record = json.loads((source / "run.json").read_text())
+    record["kernel_caches"] = {"triton": str(tmp_path / f"{name}-caches" / "triton")}
+    (run / "run.json").write_text(json.dumps(record))
+    return run
+
+
+def needs_run(name: str) -> pytest.MarkDecorator:
+    return pytest.mark.skipif(not (REPORTS / name / "triton_cache.tar.xz").exists(), reason=f"reports/{name} missing")
+
+
+@needs_run("bad_kernels")
+def test_run_folder_cache_for_triton_and_cuda_compiled_now(tmp_path: Path) -> None:
+    """`profkit report RUN`: the Triton kernels' code from the cache the run compiled into
+    (code_source "cache"), the CUDA C++ kernels' from bad.cu compiled now when nvcc is
+    here; every one's registers against CUPTI's in the run's export."""
+    run = unpacked_run("bad_kernels", tmp_path)
+    have_nvcc = find_tool("nvcc", required=False) is not None
+    extra = ["--kernels", str(SAMPLES / "csrc" / "bad.cu")] if have_nvcc else []
+    result = CliRunner().invoke(cli, ["report", str(run), "-o", str(tmp_path / "out"), *extra])
+    assert result.exit_code == 0, result.output
+    section = json.loads((tmp_path / "out" / "report.json").read_text())["sections"]["kernels"]
+    rows = {r["name"]: r for r in section["tables"]["kernels"]["rows"]}
+    recorded = nsys_registers(run / "trace.sqlite")
+    for name in ("gelu_strided_kernel", "gelu_register_heavy_kernel"):  # 32 and 64: above CUPTI's floor
+        assert rows[name]["code_source"] == "cache" and rows[name]["registers"] == recorded[name] > 16, name
+    cuda = [n for n in rows if "(" in n and not n.startswith("void ")]
+    assert sorted(cuda) == ["gelu_strided_kernel(const float *, float *, int, int)",
+                            "register_heavy_kernel(const float *, float *, int, int)"]
+    if not have_nvcc:
+        assert all(rows[n]["registers"] is None for n in cuda)
+        return
+    check_registers(rows, run / "trace.sqlite", cuda)
+    (note,) = [n for n in section["notes"] if "compiled now" in n]
+    assert note.startswith("Machine code of 2 kernel(s) compiled now") and "nvcc" in note
+
+
+@needs_run("gelu")
+def test_the_runs_own_code_wins_over_code_compiled_now(tmp_path: Path) -> None:
+    """The gelu run's Triton cache holds the gelu_kernel that ran: 30 registers, as CUPTI
+    recorded.  --kernels gelu compiles it again here (32 with triton 3.9.0, see
+    COMPILER_DIFFERS); the row keeps the run's own code."""
+    run = unpacked_run("gelu", tmp_path)
+    rows = kernels_json(run, "--kernels", "gelu")
+    recorded = nsys_registers(run / "trace.sqlite")
+    assert rows["gelu_kernel"]["code_source"] == "cache"
+    assert rows["gelu_kernel"]["registers"] == recorded["gelu_kernel"] == 30
+    assert rows["gelu_kernel"]["code_variants"] == 1  # the compiled-now variant is not mixed in
