@@ -6,7 +6,8 @@ bin during which at least one kernel, memcpy or memset ran.  Overlapping
 work (concurrent streams) counts once, as in ``summaries.gpu_busy``.
 
 Vectorised, no per-kernel Python: the intervals of a device are merged into
-disjoint ones (sort by start, running maximum of the ends), then the busy
+disjoint ones (sort by start, running maximum of the ends; once per trace, by
+``timeline.gpu_busy_segments``), then the busy
 time up to each bin edge is read off the cumulative length of the merged
 intervals with ``searchsorted``; a bin's busy time is the difference of its
 two edges.  O(n log n) for n operations, O(bins) extra memory.
@@ -19,9 +20,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from profkit.model import Trace
-
-GPU_TABLES = ("kernels", "memcpy", "memset")
-
 
 @dataclass(frozen=True)
 class BusyBins:
@@ -71,21 +69,15 @@ def busy_until(merged_starts: np.ndarray, merged_ends: np.ndarray, t: np.ndarray
 
 
 def gpu_busy_per_bin(trace: Trace, start_ns: int, end_ns: int, bins: int) -> BusyBins:
-    """Busy ns per device and bin over ``[start_ns, end_ns)`` (``bins`` equal bins)."""
+    """Busy ns per device and bin over ``[start_ns, end_ns)`` (``bins`` equal bins).
+
+    Reads the merged intervals that ``timeline.gpu_busy_segments`` keeps per trace: the
+    report's timeline, capture and utilization have merged them already."""
+    from profkit.analysis.timeline import gpu_busy_segments  # timeline imports merge_intervals from here
+
     bins = max(1, int(bins))
     span = max(int(end_ns) - int(start_ns), 1)
     edges = int(start_ns) + (np.arange(bins + 1, dtype=np.int64) * span) // bins
-    parts: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
-    for table in GPU_TABLES:
-        frame = trace.table(table, ["device", "start", "end"])
-        if frame.empty:
-            continue
-        device = frame["device"].to_numpy()
-        for dev in np.unique(device).tolist():
-            mask = device == dev
-            parts.setdefault(int(dev), []).append((frame["start"].to_numpy()[mask], frame["end"].to_numpy()[mask]))
-    busy: dict[int, np.ndarray] = {}
-    for dev, pieces in sorted(parts.items()):
-        ms, me = merge_intervals(np.concatenate([p[0] for p in pieces]), np.concatenate([p[1] for p in pieces]))
-        busy[dev] = np.diff(busy_until(ms, me, edges)).astype(np.int64)
+    busy = {device: np.diff(busy_until(seg.starts, seg.ends, edges)).astype(np.int64)
+            for device, seg in sorted(gpu_busy_segments(trace).items())}
     return BusyBins(edges=edges, busy_ns=busy)

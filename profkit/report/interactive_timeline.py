@@ -64,32 +64,46 @@ def _script() -> tuple[str, str]:
     return text, f"'sha256-{digest}'"
 
 
-def _gpu_operations(trace: Trace) -> pd.DataFrame:
-    """start, end, device, stream, kind, name of every kernel, memcpy and memset, by start.
-
-    ``name`` stays categorical (codes into the distinct names): a million kernels of a few
-    hundred names never become a million Python strings."""
-    columns: dict[str, list[Any]] = {c: [] for c in ("start", "end", "device", "stream", "kind")}
-    names: list[pd.Categorical] = []
+def _gpu_tables(trace: Trace) -> list[tuple[int, pd.DataFrame]]:
+    """(kind code, frame) of each GPU table with rows: start, end, device, stream and what names
+    its operations (kernels: name, memcpy: copy_kind), in GPU_TABLES order."""
+    out = []
     for table, kind in GPU_TABLES:
         if not trace.has(table):
             continue
         extra = {"kernels": ["name"], "memcpy": ["copy_kind"]}.get(table, [])
         frame = trace.table(table, ["start", "end", "device", "stream", *extra])
-        if frame.empty:
-            continue
+        if not frame.empty:
+            out.append((kind, frame))
+    return out
+
+
+def _names(kind: int, frame: pd.DataFrame, rows: np.ndarray) -> pd.Categorical:
+    """The names of ``rows`` of one table, categorical: a few hundred names never become
+    a Python string per operation."""
+    if kind == 0:
+        return frame["name"].array[rows]
+    if kind == 1:
+        kinds = frame["copy_kind"].array
+        return pd.Categorical.from_codes(kinds.codes[rows], [f"Memcpy {c}" for c in kinds.categories])
+    return pd.Categorical.from_codes(np.zeros(len(rows), dtype=np.int8), ["Memset"])
+
+
+def _operations_in(tables: list[tuple[int, pd.DataFrame]], keep: np.ndarray) -> pd.DataFrame:
+    """start, end, device, stream, kind, name of the operations ``keep`` selects (a mask over the
+    tables' rows one after the other), by start; equal starts keep the tables' order.
+
+    Only the chosen ones are gathered and sorted: the window holds at most MAX_OPERATIONS."""
+    columns: dict[str, list[Any]] = {c: [] for c in ("start", "end", "device", "stream", "kind")}
+    names: list[pd.Categorical] = []
+    offset = 0
+    for kind, frame in tables:
+        rows = np.flatnonzero(keep[offset:offset + len(frame)])
+        offset += len(frame)
         for column in ("start", "end", "device", "stream"):
-            columns[column].append(frame[column].to_numpy())
-        columns["kind"].append(np.full(len(frame), kind, dtype=np.int64))
-        if table == "kernels":
-            names.append(frame["name"].array)
-        elif table == "memcpy":
-            kinds = frame["copy_kind"].array
-            names.append(pd.Categorical.from_codes(kinds.codes, [f"Memcpy {c}" for c in kinds.categories]))
-        else:
-            names.append(pd.Categorical.from_codes(np.zeros(len(frame), dtype=np.int8), ["Memset"]))
-    if not names:
-        return pd.DataFrame(columns=["start", "end", "device", "stream", "kind", "name"])
+            columns[column].append(frame[column].to_numpy()[rows])
+        columns["kind"].append(np.full(len(rows), kind, dtype=np.int64))
+        names.append(_names(kind, frame, rows))
     ops = pd.DataFrame({c: np.concatenate(v) for c, v in columns.items()})
     ops["name"] = union_categoricals(names, ignore_order=True)
     return ops.sort_values("start", kind="stable").reset_index(drop=True)
@@ -98,30 +112,44 @@ def _gpu_operations(trace: Trace) -> pd.DataFrame:
 def _steady_window(steps: pd.DataFrame | None) -> tuple[int, int] | None:
     if steps is None or steps.empty:
         return None
-    steady = steps[steps["phase"].astype(str).str.startswith("steady")]
+    steady = steps[np.array([str(phase).startswith("steady") for phase in steps["phase"].tolist()], dtype=bool)]
     chosen = steady if len(steady) else steps
     return int(chosen["start_ns"].min()), int(chosen["end_ns"].max())
 
 
-def _choose_window(ops: pd.DataFrame, steps: pd.DataFrame | None) -> tuple[int, int, str]:
-    start, end = ops["start"].to_numpy(), ops["end"].to_numpy()
+def _choose_window(start: np.ndarray, end: np.ndarray, steps: pd.DataFrame | None) -> tuple[int, int, str]:
+    """The detailed window over the operations ``start``/``end`` (any order): the steady-state
+    steps, else the GPU span, cut to about MAX_OPERATIONS operations (by start) where needed."""
     window = _steady_window(steps)
     if window is not None:
         lo, hi = window
-        inside = np.flatnonzero((start < hi) & (end > lo))
+        inside = start[(start < hi) & (end > lo)]
         if len(inside) <= MAX_OPERATIONS:
             return lo, hi, "steady-state steps"
         # too many: the first steady steps that fit
-        cut = int(start[inside[MAX_OPERATIONS - 1]])
+        cut = int(np.partition(inside, MAX_OPERATIONS - 1)[MAX_OPERATIONS - 1])
         fitting = steps[(steps["start_ns"] >= lo) & (steps["end_ns"] <= cut)]
         if len(fitting):
             return lo, int(fitting["end_ns"].max()), "first steady-state steps"
         return lo, cut, "start of the steady state"
-    if len(ops) <= MAX_OPERATIONS:
+    if len(start) <= MAX_OPERATIONS:
         return int(start.min()), int(end.max()), "GPU span"
-    middle = len(ops) // 2
+    order = np.argsort(start, kind="stable")  # equal starts in the tables' order
+    middle = len(start) // 2
     first, last = middle - MAX_OPERATIONS // 2, middle + MAX_OPERATIONS // 2 - 1
-    return int(start[first]), int(end[first:last + 1].max()), "middle of the GPU span"
+    return int(start[order[first]]), int(end[order[first:last + 1]].max()), "middle of the GPU span"
+
+
+def _stream_rows(device: np.ndarray, stream: np.ndarray) -> tuple[list[tuple[int, int]], np.ndarray]:
+    """The (device, stream) pairs in order, and each operation's row among them: one int64 key
+    per operation (device major), so one 1-D unique does it."""
+    if not len(device):
+        return [], np.empty(0, np.int64)
+    low = int(stream.min())
+    span = int(stream.max()) - low + 1
+    keys, rows = np.unique(device * span + (stream - low), return_inverse=True)
+    pairs = [(int(k) // span, int(k) % span + low) for k in keys.tolist()]
+    return pairs, rows.reshape(-1).astype(np.int64, copy=False)
 
 
 def _safe_json(value: Any) -> str:
@@ -135,20 +163,21 @@ def build_interactive_timeline(trace: Trace, steps: pd.DataFrame | None = None) 
     """The page data of the interactive timeline; None when the trace has no GPU operations.
 
     ``steps``: columns index, start_ns, end_ns, phase (``profkit.export.tracks.step_table``)."""
-    ops = _gpu_operations(trace)
-    if ops.empty:
+    tables = _gpu_tables(trace)
+    if not tables:
         return None
-    lo, hi, source = _choose_window(ops, steps)
-    shown = ops[(ops["start"].to_numpy() < hi) & (ops["end"].to_numpy() > lo)]
-    span_lo, span_hi = int(ops["start"].min()), int(ops["end"].max())
+    start = np.concatenate([frame["start"].to_numpy() for _, frame in tables])
+    end = np.concatenate([frame["end"].to_numpy() for _, frame in tables])
+    lo, hi, source = _choose_window(start, end, steps)
+    shown = _operations_in(tables, (start < hi) & (end > lo))
+    span_lo, span_hi = int(start.min()), int(end.max())
+    total_operations = len(start)
+    del start, end
     if steps is not None and len(steps):
         span_lo, span_hi = min(span_lo, int(steps["start_ns"].min())), max(span_hi, int(steps["end_ns"].max()))
     # times in the page count from the capture's start, as `profkit export --window` does
     origin = min(time_origin(trace, (span_lo, span_hi)), span_lo)
-    tracks = shown[["device", "stream"]].drop_duplicates().sort_values(["device", "stream"])
-    row_of = {(d, s): i for i, (d, s) in enumerate(zip(tracks["device"].tolist(), tracks["stream"].tolist()))}
-    rows = pd.MultiIndex.from_frame(shown[["device", "stream"]]).map(row_of.get).to_numpy(dtype=np.int64) \
-        if len(shown) else np.empty(0, np.int64)
+    tracks, rows = _stream_rows(shown["device"].to_numpy(np.int64), shown["stream"].to_numpy(np.int64))
     names = pd.Categorical(shown["name"]).remove_unused_categories()
     names = names.reorder_categories(sorted(names.categories))
     relative = shown["start"].to_numpy() - origin
@@ -161,7 +190,7 @@ def build_interactive_timeline(trace: Trace, steps: pd.DataFrame | None = None) 
         "window": [lo - origin, hi - origin],
         "window_source": source,
         "span": [span_lo - origin, span_hi - origin],
-        "rows": [f"GPU {d} · stream {s}" for d, s in zip(tracks["device"].tolist(), tracks["stream"].tolist())],
+        "rows": [f"GPU {d} · stream {s}" for d, s in tracks],
         "names": [str(n) for n in names.categories],
         "kinds": ["kernel", "memcpy", "memset"],
         # starts as differences from the previous one: short numbers, a third of the size
@@ -170,13 +199,14 @@ def build_interactive_timeline(trace: Trace, steps: pd.DataFrame | None = None) 
         "row": rows.tolist(),
         "name": np.asarray(names.codes, dtype=np.int64).tolist(),
         "kind": shown["kind"].to_numpy(dtype=np.int64).tolist(),
-        "steps": [] if steps is None else [
-            [int(r["start_ns"]) - origin, int(r["end_ns"]) - origin, int(r["index"]), str(r["phase"])]
-            for r in steps.to_dict("records")],
+        "steps": [] if steps is None else list(map(list, zip(
+            (steps["start_ns"].to_numpy(np.int64) - origin).tolist(),
+            (steps["end_ns"].to_numpy(np.int64) - origin).tolist(),
+            steps["index"].to_numpy(np.int64).tolist(), [str(phase) for phase in steps["phase"].tolist()]))),
         "overview": {"start": span_lo - origin, "bin_ns": (span_hi - span_lo) / max(len(busy.edges) - 1, 1),
                      "busy_pct": np.round(overview, 1).tolist()},
     }
     script, digest = _script()
     return InteractiveTimeline(data_json=_safe_json(data), script=script, script_hash=digest,
-                               operations=len(shown), total_operations=len(ops), window_ns=(lo, hi),
+                               operations=len(shown), total_operations=total_operations, window_ns=(lo, hi),
                                window_source=source)
