@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from matplotlib import cbook
+from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
@@ -41,17 +43,19 @@ def step_times_png(parts: pd.DataFrame, median_ns: float | None) -> bytes:
         warm = (parts["phase"] == "warmup").to_numpy()
         bottom = np.zeros(len(parts))
         many = len(parts) > MAX_BARS  # thousands of steps: one filled area per part, not a patch per bar
+        edges = [bottom]
         for part, color in PART_COLORS.items():
             height = parts[part].to_numpy(np.float64) / divisor
-            if many:
-                ax.fill_between(x, bottom, bottom + height, step="mid", color=color, linewidth=0)
-            else:
+            if not many:
                 bars = ax.bar(x, height, bottom=bottom, color=color, width=0.85, linewidth=0)
                 for bar, is_warm in zip(bars, warm):
                     if is_warm:
                         bar.set_hatch("///")
                         bar.set_alpha(0.5)
-            bottom += height
+            bottom = bottom + height
+            edges.append(bottom)
+        if many:
+            ax.add_collection(_stacked_steps(x, edges, list(PART_COLORS.values())))
         if median_ns:
             ax.axhline(median_ns / divisor, color="black", linewidth=0.8, linestyle="--")
         # a warm-up step can take 100x a steady one: keep the steady steps readable
@@ -67,6 +71,17 @@ def step_times_png(parts: pd.DataFrame, median_ns: float | None) -> bytes:
                   loc="upper right", ncols=5, fontsize=8, frameon=False)
         fig.tight_layout()
         return png_bytes(fig, DPI)
+
+
+def _stacked_steps(x: np.ndarray, edges: list[np.ndarray], colors: list[str]) -> PolyCollection:
+    """The areas between consecutive ``edges`` (values at ``x``, steps half-way between),
+    one polygon each, as fill_between(step="mid") draws them but in one collection: Agg
+    draws a lone fill_between polygon of 36k vertices as a "marker", several times slower."""
+    steps = cbook.pts_to_midstep(x, *edges)
+    sx = steps[0]
+    polygons = [np.column_stack([np.concatenate([sx, sx[::-1]]), np.concatenate([top, low[::-1]])])
+                for low, top in zip(steps[1:-1], steps[2:])]
+    return PolyCollection(polygons, facecolors=colors, edgecolors=colors, linewidths=0)
 
 
 def steps_zoom_png(zoom: dict[str, Any]) -> bytes:
