@@ -10,43 +10,91 @@ from __future__ import annotations
 
 import base64
 import io
+import sys
 import zlib
 from collections.abc import Sequence
+from types import ModuleType
 
 import matplotlib
-
-matplotlib.use("Agg")  # no display, no GUI toolkit; must precede pyplot
-
-import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.font_manager import FontProperties
 from matplotlib.patches import Patch
 
 from profkit.analysis.timeline import NvtxBar, StreamActivity, TimeBins, Utilization
 from profkit.report.text import duration as _duration
 
 KIND_COLORS = {"kernel": "#1f6fb4", "memcpy": "#d1495b", "memset": "#8e6bbf"}
-NVTX_PALETTE = [plt.get_cmap("tab20")(i) for i in range(20)]
+NVTX_PALETTE = [matplotlib.colormaps["tab20"](i) for i in range(20)]
 DPI = 100
 WIDTH_IN = 12.0
 MAX_NVTX_ROWS = 14  # NVTX levels drawn above the streams, all threads together
 MAX_STREAM_ROWS = 24
 MAX_DEVICE_PANELS = 2  # more devices share one panel per view, one line each
 _RC = {"text.parse_math": False, "text.usetex": False, "font.size": 9, "svg.fonttype": "none"}
+# A fixed layout, in inches, instead of layout="constrained" (whose passes over every tick and
+# label cost a third of a figure): the margins it gave with the 9-pt font of _RC.
+PAD_IN = 3 / 72  # at the figure's edges
+Y_TICKS_IN = 7 / 72  # a y tick and its label's pad (3.5 pt each), left of the tick labels
+BOTTOM_IN = 0.459  # x tick labels and the x label
+TOP_IN = 0.242  # a legend above the axes (the timeline)
+TITLE_IN = 0.239  # a title alone
+Y_LABELLED_IN = 0.574  # y tick labels 0 to 100 and a y label (the utilization panels)
 
 
 def data_uri(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
+def __getattr__(name: str) -> ModuleType:
+    """``plt``: pyplot, imported (with the Agg backend) only for the callers that draw with it
+    (ranks, history); the report's figures are bare Figures and never import it."""
+    if name == "plt":
+        matplotlib.use("Agg")  # no display, no GUI toolkit; must precede pyplot
+        from matplotlib import pyplot
+
+        return pyplot
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def png_bytes(fig: Figure, dpi: float = DPI) -> bytes:
-    """A figure (pyplot's or a bare ``matplotlib.figure.Figure``) as PNG bytes, with no
+    """A figure (a bare ``matplotlib.figure.Figure``, or pyplot's) as PNG bytes, with no
     software stamp so that reruns give equal bytes; closes it where pyplot holds it."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None})
-    plt.close(fig)
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is not None:
+        pyplot.close(fig)
     return buf.getvalue()
+
+
+def _text_width_in(canvas: FigureCanvasAgg, texts: Sequence[str]) -> float:
+    """Width of the widest of ``texts`` in the current font (inches)."""
+    renderer, font = canvas.get_renderer(), FontProperties()
+    widths = [renderer.get_text_width_height_descent(t, font, ismath=False)[0] for t in texts]
+    return max(widths, default=0.0) / canvas.figure.dpi
+
+
+def _fixed_layout(fig: Figure, axes: Sequence[Axes], left_in: float, top_in: float = TOP_IN) -> None:
+    """Place ``axes`` one above the other: ``left_in`` for the y labels, BOTTOM_IN and TOP_IN
+    for each one's x labels and title, and on the right room for the last x tick label
+    where it sticks out past the axes' end (what constrained layout did, in one pass)."""
+    canvas = fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else FigureCanvasAgg(fig)
+    width, height = fig.get_size_inches()
+    right_in = PAD_IN
+    for ax in axes:
+        lo, hi = ax.get_xlim()
+        ticks = [t for t in ax.xaxis.get_majorticklocs() if lo <= t <= hi]
+        if ticks and hi > lo:
+            label = ax.xaxis.get_major_formatter().format_ticks(ticks)[-1]
+            room = (hi - ticks[-1]) / (hi - lo) * (width - left_in - PAD_IN)
+            right_in = max(right_in, PAD_IN + _text_width_in(canvas, [label]) / 2 - room)
+    n = len(axes)
+    panel = (height - n * (BOTTOM_IN + top_in)) / n
+    fig.subplots_adjust(left=left_in / width, right=1 - right_in / width, bottom=BOTTOM_IN / height,
+                        top=1 - top_in / height, hspace=(BOTTOM_IN + top_in) / panel)
 
 
 def time_unit(span_ns: float) -> tuple[float, str]:
@@ -130,8 +178,9 @@ def timeline_png(bins: TimeBins, lanes: Sequence[StreamActivity], bars: Sequence
     placed, nvtx_labels, dropped = _nvtx_rows(bars)
     n_nvtx, n_streams = len(nvtx_labels), max(len(streams), 1)
     height = 1.4 + 0.55 * n_streams + 0.3 * n_nvtx
-    with plt.rc_context(_RC):
-        fig, ax = plt.subplots(figsize=(WIDTH_IN, height), layout="constrained")
+    with matplotlib.rc_context(_RC):
+        fig = Figure(figsize=(WIDTH_IN, height), dpi=DPI)
+        ax = fig.subplots()
         labels: list[str] = []
         # streams bottom-up: row 0 is the first stream, drawn at the top of its block
         for i, key in enumerate(streams):
@@ -193,6 +242,8 @@ def timeline_png(bins: TimeBins, lanes: Sequence[StreamActivity], bars: Sequence
         if left_out:
             ax.text(1.0, -0.02, " and ".join(left_out) + " not drawn", transform=ax.transAxes,
                     ha="right", va="top", fontsize=7, color="#666666")
+        canvas = FigureCanvasAgg(fig)
+        _fixed_layout(fig, [ax], PAD_IN + _text_width_in(canvas, labels) + Y_TICKS_IN)
         return png_bytes(fig)
 
 
@@ -209,9 +260,9 @@ def utilization_png(views: Sequence[tuple[TimeBins, Sequence[Utilization], str]]
             panels.append((bins, list(utils), title))
         else:
             panels += [(bins, [util], title) for util in utils] or [(bins, [], title)]
-    with plt.rc_context(_RC):
-        fig, axes = plt.subplots(max(len(panels), 1), 1, figsize=(WIDTH_IN, 0.6 + 2.1 * max(len(panels), 1)),
-                                 layout="constrained", squeeze=False)
+    with matplotlib.rc_context(_RC):
+        fig = Figure(figsize=(WIDTH_IN, 0.6 + 2.1 * max(len(panels), 1)), dpi=DPI)
+        axes = fig.subplots(max(len(panels), 1), 1, squeeze=False)
         for ax, (bins, utils, title) in zip(axes[:, 0], panels):
             divisor, unit = time_axis(bins)
             x = _x(bins, divisor)
@@ -234,6 +285,7 @@ def utilization_png(views: Sequence[tuple[TimeBins, Sequence[Utilization], str]]
                 ax.set_ylabel("busy %")
                 ax.set_ylim(0, 105)  # a line at 100% would hide in the frame
                 ax.legend(loc="upper right", fontsize=7, ncols=min(len(utils), 4), framealpha=0.85)
+        _fixed_layout(fig, list(axes[:, 0]), Y_LABELLED_IN, TITLE_IN)
         return png_bytes(fig)
 
 
