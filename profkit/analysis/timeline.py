@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from profkit.analysis.busy_bins import merge_intervals
+from profkit.analysis.busy_bins import busy_until, merge_intervals
 from profkit.analysis.grouping import factorize_rows
 from profkit.analysis.ranges import cpu_ranges
 from profkit.model import NSYS, Trace
@@ -294,19 +294,34 @@ def gpu_utilization(trace: Trace, bins: TimeBins, gaps: int = 5) -> list[Utiliza
     that cover the whole GPU span, ``busy_ns`` equals ``gpu_busy``'s.
     """
     out = []
+    edges = bins.edges()
     for device, seg in sorted(gpu_busy_segments(trace).items()):
         if seg.first_ns >= bins.end_ns or seg.last_ns < bins.start_ns:
             continue
-        a = np.maximum(seg.starts, bins.start_ns)
-        b = np.minimum(seg.ends, bins.end_ns)
-        keep = b > a
-        busy = _binned(a[keep], b[keep], bins)[0]
-        inside = (seg.gap_starts >= bins.start_ns) & (seg.gap_ends <= bins.end_ns)
-        gs, ge = seg.gap_starts[inside], seg.gap_ends[inside]
-        longest = np.lexsort((gs, gs - ge))[:gaps]  # longest first, then earliest
+        # the segments are disjoint and sorted: busy ns before each edge, differenced
+        busy = np.diff(busy_until(seg.starts, seg.ends, edges)).astype(np.int64)
+        # the gaps are sorted too: those within the bins are one slice
+        first = np.searchsorted(seg.gap_starts, bins.start_ns, side="left")
+        last = np.searchsorted(seg.gap_ends, bins.end_ns, side="right")
+        gs, ge = seg.gap_starts[first:last], seg.gap_ends[first:last]
         out.append(Utilization(device, busy, int(busy.sum()), max(seg.first_ns, bins.start_ns),
-                               min(seg.last_ns, bins.end_ns), [(int(gs[i]), int(ge[i])) for i in longest]))
+                               min(seg.last_ns, bins.end_ns), _longest(gs, ge, gaps)))
     return out
+
+
+def _longest(starts: np.ndarray, ends: np.ndarray, count: int) -> list[tuple[int, int]]:
+    """The ``count`` longest intervals, longest first, then earliest: only those at least as long
+    as the count-th longest are sorted (a million gaps hold a handful of candidates)."""
+    if count <= 0 or not len(starts):
+        return []
+    lengths = ends - starts
+    if len(lengths) > count:
+        shortest_kept = np.partition(lengths, len(lengths) - count)[len(lengths) - count]
+        candidates = np.flatnonzero(lengths >= shortest_kept)
+    else:
+        candidates = np.arange(len(lengths))
+    order = candidates[np.lexsort((starts[candidates], -lengths[candidates]))][:count]
+    return [(int(starts[i]), int(ends[i])) for i in order.tolist()]
 
 
 def busiest_window(busy_per_bin: np.ndarray, bins: TimeBins, share: float = 0.9) -> tuple[int, int] | None:
