@@ -165,8 +165,10 @@ def stream_busy(trace: Trace, bins: TimeBins) -> list[StreamActivity]:
     inside = (ops["start"] >= bins.start_ns) & (ops["end"] <= bins.end_ns)
     if not inside.any():
         return []
-    ops = {c: v[inside] for c, v in ops.items()}
-    lane, keys = factorize_rows([ops["device"], ops["stream"], ops["pid"], ops["kind"]])
+    if not inside.all():
+        ops = {c: v[inside] for c, v in ops.items()}
+    del inside
+    lane, keys = _lanes([ops["device"], ops["stream"], ops["pid"], ops["kind"]])
     busy = _binned(ops["start"], ops["end"], bins, lane, len(keys))
     counts = np.bincount(lane, minlength=len(keys))
     out = []
@@ -175,6 +177,37 @@ def stream_busy(trace: Trace, bins: TimeBins) -> list[StreamActivity]:
                                   ACTIVITY_TABLES[kind][0], int(counts[i]), int(busy[i].sum()), busy[i]))
     return sorted(out, key=lambda a: (a.device_id, -1 if a.stream_id is None else a.stream_id, a.pid or 0,
                                       [k for k, _ in ACTIVITY_TABLES].index(a.kind)))
+
+
+MAX_DIRECT_LANES = 1 << 16  # (device, stream, pid, kind) combinations counted directly
+
+
+def _lanes(columns: list[np.ndarray]) -> tuple[np.ndarray, list[tuple[int, ...]]]:
+    """A code per row for each distinct row of small-integer ``columns``, and each code's key.
+
+    Device, stream, pid and kind span a few values each: their offsets from each column's
+    minimum combine into one index below MAX_DIRECT_LANES, whose bincount says which occur
+    (no hashing of a million rows); otherwise ``factorize_rows``.  Codes are numbered in key order."""
+    lows = [int(c.min()) for c in columns]
+    spans = [int(c.max()) - low + 1 for c, low in zip(columns, lows)]
+    if int(np.prod(spans, dtype=np.float64)) > MAX_DIRECT_LANES:
+        return factorize_rows(columns)
+    combined = np.zeros(len(columns[0]), dtype=np.int64)
+    for column, low, span in zip(columns, lows, spans):
+        combined *= span
+        combined += column
+        combined -= low
+    present = np.flatnonzero(np.bincount(combined))
+    code = np.zeros(int(present[-1]) + 1, dtype=np.int64)
+    code[present] = np.arange(len(present))
+    keys = []
+    for value in present.tolist():
+        parts = []
+        for low, span in zip(reversed(lows), reversed(spans)):
+            value, offset = divmod(value, span)
+            parts.append(offset + low)
+        keys.append(tuple(reversed(parts)))
+    return code[combined], keys
 
 
 def _binned(a: np.ndarray, b: np.ndarray, bins: TimeBins, lane: np.ndarray | None = None,
