@@ -55,7 +55,10 @@ def step_times_png(parts: pd.DataFrame, median_ns: float | None) -> bytes:
             bottom = bottom + height
             edges.append(bottom)
         if many:
-            ax.add_collection(_stacked_steps(x, edges, list(PART_COLORS.values())))
+            ax.add_collection(_stacked_steps(x, edges, list(PART_COLORS.values())), autolim=False)
+            # the limits fill_between would set: every edge at every step
+            ax.update_datalim([(x.min(), min(e.min() for e in edges)), (x.max(), max(e.max() for e in edges))])
+            ax.autoscale_view()
         if median_ns:
             ax.axhline(median_ns / divisor, color="black", linewidth=0.8, linestyle="--")
         # a warm-up step can take 100x a steady one: keep the steady steps readable
@@ -79,9 +82,12 @@ def _stacked_steps(x: np.ndarray, edges: list[np.ndarray], colors: list[str]) ->
     draws a lone fill_between polygon of 36k vertices as a "marker", several times slower."""
     steps = cbook.pts_to_midstep(x, *edges)
     sx = steps[0]
-    polygons = [np.column_stack([np.concatenate([sx, sx[::-1]]), np.concatenate([top, low[::-1]])])
-                for low, top in zip(steps[1:-1], steps[2:])]
-    return PolyCollection(polygons, facecolors=colors, edgecolors=colors, linewidths=0)
+    # a part that is zero at every step (no communication, say) has no area: not drawn
+    drawn = [i for i in range(len(colors)) if (steps[i + 2] != steps[i + 1]).any()]
+    polygons = [np.column_stack([np.concatenate([sx, sx[::-1]]), np.concatenate([steps[i + 2], steps[i + 1][::-1]])])
+                for i in drawn]
+    return PolyCollection(polygons, facecolors=[colors[i] for i in drawn], edgecolors=[colors[i] for i in drawn],
+                          linewidths=0)
 
 
 def steps_zoom_png(zoom: dict[str, Any]) -> bytes:
