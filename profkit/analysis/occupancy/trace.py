@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from profkit.analysis import kernel_origin
@@ -22,10 +23,11 @@ from profkit.analysis.occupancy.calculator import (
     occupancy,
     register_steps,
 )
-from profkit.analysis.grouping import factorize_rows, first_rows
+from profkit.analysis.grouping import first_rows
 from profkit.analysis.occupancy.waves import waves
 from profkit.errors import ProfkitError
 from profkit.model import Trace
+from profkit.model.trace import DURATION, Coded
 from profkit.model.schema import MISSING_INT
 
 
@@ -51,39 +53,115 @@ def launch_configs(trace: Trace) -> list[dict[str, Any]]:
     local memory, carveout) with launch count and total, min and max GPU
     time, busiest first.  Values the trace did not record are None.
 
-    Grouped on the kernel columns (hash factorizing, no per-kernel Python
-    object); only the config columns are read, and dropped again after."""
+    Per-kernel data stays in columns: ``_launch_groups`` reduces them a chunk
+    at a time to one slot per launch configuration, and only the distinct
+    configurations become Python rows.  The config columns are
+    dropped from the trace after (the report needs them only here)."""
     if not trace.has("kernels"):
         raise ProfkitError(f"{trace.name} has no CUDA kernel data", hint="re-run nsys profile with -t cuda, "
                            "or torch.profiler with ProfilerActivity.CUDA")
-    columns = ["name", "short_name", "device", *CONFIG_COLUMNS, "start", "end"]
-    kernels = trace.table("kernels", columns)
-    if not len(kernels):
+    names = trace.codes("kernels", "name")
+    if not len(names.codes):
         return []
-    keys = ["name", "device", *CONFIG_COLUMNS]
-    codes = [kernels[c].array.codes if c == "name" else kernels[c].to_numpy() for c in keys]
-    group, _ = factorize_rows(codes)
-    duration = kernels["end"].to_numpy() - kernels["start"].to_numpy()
-    stats = pd.DataFrame({"g": group, "d": duration}).groupby("g")["d"].agg(["count", "sum", "min", "max"])
-    first = first_rows(group)
-    names, shorts = kernels["name"].array, kernels["short_name"].array
-    values = {c: kernels[c].to_numpy()[first] for c in keys if c != "name"}
+    shorts = trace.codes("kernels", "short_name")
+    keys = ["device", *CONFIG_COLUMNS]
+    columns = [trace.array("kernels", c) for c in keys]
+    groups = _launch_groups([names.codes, *columns], trace.array("kernels", DURATION))
+    first, launches, total, shortest, longest = groups
+    values = {c: column[first].tolist() for c, column in zip(keys, columns)}
+    del columns
     rows = []
     for i, row_index in enumerate(first.tolist()):
-        row: dict[str, Any] = {"name": names[row_index] or "<unknown kernel>",
-                               "short_name": shorts[row_index] or names[row_index] or "<unknown kernel>"}
-        for column, array in values.items():
-            value = int(array[i])
-            row[_ROW_KEYS.get(column, column)] = None if value == MISSING_INT else value
+        name, short = _text(names, row_index), _text(shorts, row_index)
+        row: dict[str, Any] = {"name": name or "<unknown kernel>", "short_name": short or name or "<unknown kernel>"}
+        for column, config in values.items():
+            row[_ROW_KEYS.get(column, column)] = None if config[i] == MISSING_INT else config[i]
         row["grid_size"] = _product(row, ("grid_x", "grid_y", "grid_z"))
         row["block_size"] = _product(row, ("block_x", "block_y", "block_z"))
-        row.update(launches=int(stats["count"].iat[i]), total_time_ns=int(stats["sum"].iat[i]),
-                   min_time_ns=int(stats["min"].iat[i]), max_time_ns=int(stats["max"].iat[i]))
+        row.update(launches=int(launches[i]), total_time_ns=int(total[i]),
+                   min_time_ns=int(shortest[i]), max_time_ns=int(longest[i]))
         rows.append(row)
-    del kernels, codes, values
     trace.forget("kernels", CONFIG_COLUMNS)  # the report needs them only here
     rows.sort(key=lambda r: (-r["total_time_ns"], -r["launches"], r["name"]))
     return rows
+
+
+def _text(column: Coded, row: int) -> str:
+    code = int(column.codes[row])
+    return column.categories[code] if code >= 0 else ""  # -1: a Categorical's missing value
+
+
+# Rows grouped at a time: pandas sizes a factorize's hash table by its input, ~40
+# bytes a row (40 MB for a million kernels at once, ~2.5 MB a chunk).
+_CHUNK_ROWS = 1 << 16
+# A packed key stays below this, so key * span + offset never overflows int64.
+_KEY_LIMIT = 1 << 62
+
+
+def _launch_groups(columns: list[np.ndarray], duration: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Group rows on several integer columns: (first row, count, total, min and max of
+    ``duration``) per group, groups in order of first appearance.
+
+    Rows go a chunk at a time, so no array of the whole table is made: each chunk's
+    rows get dense codes (``_chunk_codes``), and only the chunk's few distinct rows,
+    as tuples, are matched to the groups found so far."""
+    seen: dict[tuple[int, ...], int] = {}
+    first = np.zeros(0, dtype=np.int64)
+    launches, total = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    shortest, longest = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    for lo in range(0, len(duration), _CHUNK_ROWS):
+        parts = [column[lo:lo + _CHUNK_ROWS] for column in columns]
+        local = _chunk_codes(parts)
+        local_first = first_rows(local)
+        distinct = zip(*(part[local_first].tolist() for part in parts))
+        ids = np.array([seen.setdefault(row, len(seen)) for row in distinct], dtype=np.int64)
+        grow = len(seen) - len(launches)
+        if grow:
+            new = ids >= len(launches)  # rows first seen in this chunk, in order of appearance
+            first = np.concatenate([first, lo + local_first[new]])
+            launches, total = np.pad(launches, (0, grow)), np.pad(total, (0, grow))
+            shortest = np.pad(shortest, (0, grow), constant_values=np.iinfo(np.int64).max)
+            longest = np.pad(longest, (0, grow), constant_values=np.iinfo(np.int64).min)
+        d = duration[lo:lo + _CHUNK_ROWS]
+        # ids are distinct within a chunk, so plain fancy-index updates are exact
+        launches[ids] += np.bincount(local, minlength=len(ids))
+        part = np.zeros(len(ids), dtype=np.int64)
+        np.add.at(part, local, d)
+        total[ids] += part
+        part.fill(np.iinfo(np.int64).max)
+        np.minimum.at(part, local, d)
+        shortest[ids] = np.minimum(shortest[ids], part)
+        part.fill(np.iinfo(np.int64).min)
+        np.maximum.at(part, local, d)
+        longest[ids] = np.maximum(longest[ids], part)
+    return first, launches, total, shortest, longest
+
+
+def _chunk_codes(parts: list[np.ndarray]) -> np.ndarray:
+    """Dense codes of the rows of a few integer columns, in order of first appearance.
+
+    Each column's offset from its minimum is a digit of one mixed-radix int64 key
+    (the digit's base is the column's range), so a row costs one hash, of its key,
+    instead of one per column: launch dimensions, registers and shared memory span
+    small ranges.  A column too wide for the key is replaced by its dense codes,
+    and the key so far by its own when needed (both then below the chunk's rows)."""
+    key = np.zeros(len(parts[0]), dtype=np.int64)
+    radix = 1
+    for part in parts:
+        low, span = int(part.min()), int(part.max()) - int(part.min()) + 1
+        if radix * span >= _KEY_LIMIT:
+            part, distinct = pd.factorize(part, sort=False)
+            low, span = 0, len(distinct)
+            if radix * span >= _KEY_LIMIT:
+                key, distinct = pd.factorize(key, sort=False)
+                radix = len(distinct)
+        key *= span
+        key += part
+        if low:
+            key -= low
+        radix *= span
+    codes, _ = pd.factorize(key, sort=False)
+    return codes
 
 
 def _product(row: dict[str, Any], keys: tuple[str, ...]) -> int | None:
