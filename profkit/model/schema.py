@@ -7,7 +7,7 @@ empty category ``""`` for text) so that an analysis never needs to know
 which source a trace came from.
 
 Kinds:
-- ``int``: int64.  Times are integer nanoseconds on the trace's own clock
+- ``int``: int64, or int32 for the columns ``NARROW`` names (see there).  Times are integer nanoseconds on the trace's own clock
   (nsys: since the session start; Kineto: the JSON's microseconds times
   1000, rounded: ``round(ts * 1000)``).  ``end`` is exclusive-free: the
   duration of an event is ``end - start``.
@@ -236,6 +236,33 @@ TABLES: dict[str, tuple[Column, ...]] = {
     "processes": PROCESSES,
     "threads": THREADS,
 }
+
+
+# Integer columns held as int32: small values by nature (device and stream ids, launch
+# dimensions, registers, shared and local memory per block or thread), 4 bytes a row
+# instead of 8 (the report holds 13 of them for a million kernels: 52 MB less).
+# ``Trace`` narrows them as they load, from every source, where every value fits
+# (a damaged file's out-of-range value keeps its column int64: never wrapped).
+# Audited (grep of every use, issue 10): they are compared, grouped, formatted,
+# added to small offsets (GPU pid bases) or multiplied into launch shapes as Python
+# ints (occupancy) or within CUDA's limits (threads per block <= 1024).  Left
+# int64 on purpose: times, durations, correlation and external ids, bytes and
+# message sizes, pid/tid/end_tid, which analyses shift into 64-bit thread keys
+# (``pid << 24 | tid``) without widening first, and the syncs table (small; nsys
+# writes its "no stream" as streamId 4294967295, past int32).
+NARROW: dict[str, frozenset[str]] = {
+    "kernels": frozenset({"device", "stream", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
+                          "registers_per_thread", "static_smem_bytes", "dynamic_smem_bytes", "smem_config_bytes",
+                          "local_memory_per_thread"}),
+    "memcpy": frozenset({"device", "stream"}),
+    "memset": frozenset({"device", "stream"}),
+    "ranges": frozenset({"device", "stream"}),
+}
+
+
+def is_narrow(table: str, column: str) -> bool:
+    """Whether an integer column is held as int32 (``NARROW``)."""
+    return column in NARROW.get(table, ())
 
 
 def column_names(table: str) -> tuple[str, ...]:

@@ -255,12 +255,16 @@ class Trace:
             return empty_arrays(name, columns)
         load_arrays = getattr(self.source, "load_arrays", None)
         if load_arrays is not None:
-            return dict(load_arrays(name, columns))
-        frame = self.source.load(name, columns)
-        out: dict[str, Any] = {}
+            out = dict(load_arrays(name, columns))
+        else:
+            frame = self.source.load(name, columns)
+            out = {}
+            for column in columns:
+                kind = schema.INT if column == DURATION else schema.column_kind(name, column)
+                out[column] = frame[column].to_numpy() if kind != schema.CATEGORY else frame[column].array
         for column in columns:
-            kind = schema.INT if column == DURATION else schema.column_kind(name, column)
-            out[column] = frame[column].to_numpy() if kind != schema.CATEGORY else frame[column].array
+            if schema.is_narrow(name, column):
+                out[column] = narrowed(out[column])
         return out
 
     def require(self, name: str, what: str) -> None:
@@ -345,6 +349,22 @@ class Trace:
         return f"Trace({self.meta.source}, {str(self.meta.path)!r})"
 
 
+_INT32 = np.iinfo(np.int32)
+
+
+def narrowed(values: np.ndarray) -> np.ndarray:
+    """An integer column as int32 where every value fits (``schema.NARROW``), else unchanged."""
+    if values.dtype == np.int32 or values.dtype.kind not in "iu":
+        return values
+    if len(values) and (int(values.min()) < _INT32.min or int(values.max()) > _INT32.max):
+        return values
+    return values.astype(np.int32)
+
+
+def _int_dtype(name: str, column: str) -> type:
+    return np.int32 if schema.is_narrow(name, column) else np.int64
+
+
 def _categorical(coded: Coded) -> Any:
     import pandas as pd
 
@@ -359,7 +379,7 @@ def empty_arrays(name: str, columns: Sequence[str] | None = None) -> dict[str, A
         if kind == schema.CATEGORY:
             out[c] = Coded(np.zeros(0, dtype=np.int64), [])
         else:
-            out[c] = np.empty(0, dtype=np.float64 if kind == schema.FLOAT else np.int64)
+            out[c] = np.empty(0, dtype=np.float64 if kind == schema.FLOAT else _int_dtype(name, c))
     return out
 
 
@@ -372,7 +392,7 @@ def empty_table(name: str, columns: Sequence[str] | None = None) -> pd.DataFrame
     for c in cols:
         kind = schema.INT if c == DURATION else schema.column_kind(name, c)
         if kind == schema.INT:
-            data[c] = np.empty(0, dtype=np.int64)
+            data[c] = np.empty(0, dtype=_int_dtype(name, c))
         elif kind == schema.FLOAT:
             data[c] = np.empty(0, dtype=np.float64)
         else:
