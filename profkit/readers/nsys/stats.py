@@ -89,6 +89,10 @@ def collect_columns(export: NsysExport, query: ColumnsQuery,
     grows past ~20 bytes x CHUNK_ROWS per column.  Integer-only scans of big tables run their chunks
     on several read-only connections at once: sqlite3 releases the GIL while
     SQLite steps, so the chunks really run in parallel.
+
+    Integer-only scans of one table go through connectorx first (``fast_scan``:
+    the same rows, ~2x less CPU, the GIL released throughout); this path runs
+    where it cannot (text columns, CTEs, no connectorx, any error).
     """
     # Two subqueries: SQLite answers a lone min(rowid) or max(rowid) from the b-tree's
     # ends, but both in one SELECT scan the table (0.6 s on 2.5M rows).
@@ -176,7 +180,10 @@ def _fast_select(expr: str) -> str:
     """An integer expression for ``fast_scan``: a plain column as it is (SQLite declares it
     INTEGER, so connectorx types it even when its first value is NULL, and no coalesce runs
     per row), anything else never NULL (connectorx types an expression by its first value)."""
-    return expr if _PLAIN_COLUMN.fullmatch(expr) else f"coalesce(({expr}), {NULL_INT})"
+    plain = _PLAIN_COLUMN.fullmatch(expr) and expr.upper() != "NULL"
+    return expr if plain else f"coalesce(({expr}), {NULL_INT})"
+
+
 PARALLEL_MIN_ROWS = 400_000
 
 
