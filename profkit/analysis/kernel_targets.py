@@ -326,9 +326,15 @@ def compiled_note(rows: Sequence[dict[str, Any]], compiled: CompiledCode) -> str
     if not count:
         return None
     what = ", ".join(compiled.compilers) or "the compiler here"
-    return (f"Machine code of {count} kernel(s) compiled now from --kernels ({what}, {compiled.arch}), not read "
+    text = (f"Machine code of {count} kernel(s) compiled now from --kernels ({what}, {compiled.arch}), not read "
             "from the run: it is what the sources compile to here, which differs from what ran when the "
             "compiler version, its flags or the parameters differ (code_source: compiled).")
+    unclear = sum(1 for r in rows if r.get("code_source") == "compiled" and (r.get("code_variants") or 0) > 1
+                  and any(r.get(k) is None for k in ("registers", "global_loads", "global_stores", "vector_grade")))
+    if unclear:
+        text += (f" {unclear} match several compiled kernels of one name (template instantiations, overloads, or "
+                 "block sizes the launches do not tell apart): where their code differs, the cell shows —.")
+    return text
 
 
 def code_for_trace(trace: Trace, names: Sequence[str], directories: Sequence[Path] = (),
