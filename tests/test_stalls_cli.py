@@ -151,6 +151,14 @@ def test_bad_targets(tmp_path: Path) -> None:
     assert "no-steps.sqlite" in failing(str(nsys_fixture("nsys2025_sync")), "--compare", str(tmp_path / "no-steps.sqlite"))
 
 
+def test_run_folder_with_an_unreadable_run_json(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copyfile(nsys_fixture("nsys2025_sync"), run / "trace.sqlite")
+    (run / "run.json").write_text("{not json")
+    assert "run.json: unreadable" in failing(str(run))
+
+
 def test_input_is_not_modified() -> None:
     path = nsys_fixture("nsys2025_sync")
     before = path.read_bytes(), path.stat().st_mtime_ns, sorted(p.name for p in path.parent.iterdir())

@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from profkit.analysis.stalls import StallReport, analyze_stalls, compare_steps
+from profkit.capture.run import RUN_JSON, read_run_record
 from profkit.errors import ProfkitError
 from profkit.readers import open_trace, resolve_run_folder
 from profkit.output import Column, emit_rows, format_option, md_escape, md_escape_prose, rows_to_json
@@ -95,12 +96,11 @@ def source_roots(target: Path) -> list[Path]:
     if not target.is_dir():
         return []
     roots = [target]
-    try:
-        cwd = json.loads((target / "run.json").read_text()).get("cwd")
-    except (OSError, ValueError, AttributeError):
-        cwd = None
-    if isinstance(cwd, str) and cwd:
-        roots.insert(0, Path(cwd))
+    if (target / RUN_JSON).is_file():  # unreadable: one line, as for profkit report
+        record = read_run_record(target)
+        cwd = record.get("cwd") if isinstance(record, dict) else None
+        if isinstance(cwd, str) and cwd:
+            roots.insert(0, Path(cwd))
     return roots
 
 
