@@ -13,7 +13,6 @@ import pytest
 
 from profkit.analysis import stalls
 from profkit.analysis.sync_events import (
-    NvtxScan,
     Step,
     SyncEvent,
     attach_gpu_idle,
@@ -268,10 +267,6 @@ def test_the_waiting_call_must_lie_inside_the_record() -> None:
     [event] = events = [SyncEvent(T1, (ssync(210, 230),))]
     attach_nvtx(events, [rng(100, 200, site_text("item", "a.py:1", "x.item()"))])
     assert event.source is None
-
-
-def scan_of(ranges: list[NvtxRange], step_range: str | None = None) -> NvtxScan:
-    return attach_nvtx([], sorted(ranges, key=lambda r: (r.global_tid, r.start, -r.end)), step_range)
 
 
 # Which ranges are steps is profkit.analysis.steps.find_steps's job (tests/test_steps*.py);

@@ -47,7 +47,6 @@ Definitions (all times in ns, on the trace's clock):
 from __future__ import annotations
 
 import bisect
-import math
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
@@ -69,6 +68,7 @@ from profkit.analysis.sync_calls import (
     NvtxRange,
     decode_thread,
 )
+from profkit.analysis.sync_ranges import RangeColumns, enclosing
 from profkit.capture import sync_hook
 from profkit.errors import ProfkitError
 
@@ -355,80 +355,49 @@ def step_matcher(name: str) -> Callable[[NvtxRange], bool]:
 
 @dataclass
 class NvtxScan:
-    """What one pass over the NVTX ranges found besides the events' ranges."""
+    """What one pass over the NVTX ranges found besides the events' ranges: the
+    (domain, text with numbers as N) of each top-level push/pop range (no other
+    push/pop range of its thread open around it; sync-hook ranges left out)."""
 
-    top_level: dict[tuple[str | None, str], list[NvtxRange]] = field(default_factory=dict)
-    named: list[NvtxRange] = field(default_factory=list)  # ranges matching an explicit step name
+    top_level: set[tuple[str | None, str]] = field(default_factory=set)
 
 
-def attach_nvtx(events: Sequence[SyncEvent], ranges: Iterable[NvtxRange], step_range: str | None = None) -> NvtxScan:
-    """Fill each event's enclosing ranges and Python site; collect step candidates.
+def attach_nvtx(events: Sequence[SyncEvent], ranges: Iterable[NvtxRange] | RangeColumns) -> NvtxScan:
+    """Fill each event's enclosing ranges and Python site; collect the top-level range names.
 
     ``ranges`` are ordered by thread, then start (longest first on ties), as
-    ``iter_nvtx_ranges`` gives them; events are matched on the same thread.
+    ``sync_inputs.cpu_ranges`` gives them; events are matched on the same
+    thread.  A range encloses an event when it began at or before the
+    event's waiting call and ended at or after it; the innermost enclosing
+    sync-hook range gives the event its Python site, the others are its
+    ``nvtx`` ranges, outermost first.
     """
-    scan = NvtxScan()
-    matches = step_matcher(step_range) if step_range else None
-    by_thread = sorted(events, key=lambda e: (e.global_tid, e.anchor.start))
-    sites: dict[str | None, tuple[str, str, str] | None] = {}  # hook ranges: few texts, many ranges
-
-    def site_of(r: NvtxRange) -> tuple[str, str, str] | None:
-        if r.text in sites:
-            return sites[r.text]
-        site = decode_site(r.text)
-        if len(sites) < 4096:  # bounded: "step 1" ... "step 100000" would fill it for nothing
-            sites[r.text] = site
-        return site
-
-    k = 0
-    thread: int | None = None
-    open_ranges: list[NvtxRange] = []
-    push_pop_stack: list[NvtxRange] = []
-
-    def attach_before(tid: float, time: float) -> None:
-        """Attach the events before (tid, time); those of threads without ranges get none."""
-        nonlocal k
-        while k < len(by_thread) and (by_thread[k].global_tid, by_thread[k].anchor.start) < (tid, time):
-            if by_thread[k].global_tid == thread:
-                _enclose(by_thread[k], open_ranges, site_of)
-            k += 1
-
-    prune_at = 64
-    for r in ranges:
-        if r.global_tid != thread:
-            attach_before(r.global_tid, -math.inf)
-            thread, open_ranges, push_pop_stack = r.global_tid, [], []
-        attach_before(r.global_tid, r.start)
-        open_ranges.append(r)
-        if len(open_ranges) > prune_at:
-            # later events start at or after r.start: ranges ended before it can hold none
-            open_ranges[:] = [o for o in open_ranges if o.end >= r.start]
-            prune_at = max(64, 2 * len(open_ranges))
-        is_site = site_of(r) is not None
-        if matches is not None and not is_site and matches(r):
-            scan.named.append(r)
-        if r.push_pop:
-            while push_pop_stack and push_pop_stack[-1].end <= r.start:
-                push_pop_stack.pop()
-            if not push_pop_stack and not is_site:
-                scan.top_level.setdefault((r.domain, group_text(r.text or "")), []).append(r)
-            push_pop_stack.append(r)
-    attach_before(math.inf, math.inf)
+    columns = ranges if isinstance(ranges, RangeColumns) else RangeColumns.from_records(ranges)
+    sites = [decode_site(text) for text in columns.texts]  # per distinct text
+    is_site = np.array([site is not None for site in sites], dtype=bool)[columns.text]
+    top = columns.top_level(is_site)
+    pairs = sorted({(int(columns.domain[i]), int(columns.text[i])) for i in top.tolist()})
+    scan = NvtxScan({(columns.domains[d], group_text(columns.texts[t] or "")) for d, t in pairs})
+    if not events or not len(columns):
+        return scan
+    anchors = [e.anchor for e in events]
+    event_of, row_of = enclosing(columns, np.array([e.global_tid for e in events], dtype=np.int64),
+                                 np.array([a.start for a in anchors], dtype=np.int64),
+                                 np.array([a.end for a in anchors], dtype=np.int64))
+    if not len(event_of):
+        return scan
+    kept = ~is_site[row_of]
+    records = columns.records(np.unique(row_of[kept]).tolist())
+    texts, rows, keep = columns.text[row_of].tolist(), row_of.tolist(), kept.tolist()
+    bounds = np.flatnonzero(np.diff(event_of)) + 1
+    for a, b in zip(np.concatenate([[0], bounds]).tolist(), np.concatenate([bounds, [len(event_of)]]).tolist()):
+        event = events[int(event_of[a])]
+        for j in range(b - 1, a - 1, -1):  # the innermost hook range
+            if not keep[j]:
+                event.kind, event.source, event.code = sites[texts[j]]
+                break
+        event.nvtx = tuple(records[rows[j]] for j in range(a, b) if keep[j])
     return scan
-
-
-def _enclose(event: SyncEvent, open_ranges: list[NvtxRange],
-             site_of: Callable[[NvtxRange], tuple[str, str, str] | None]) -> None:
-    anchor = event.anchor
-    open_ranges[:] = [r for r in open_ranges if r.end >= anchor.start]
-    enclosing = [r for r in open_ranges if r.start <= anchor.start and anchor.end <= r.end]
-    site = None
-    for r in reversed(enclosing):
-        if (site := site_of(r)) is not None:
-            break
-    if site is not None:
-        event.kind, event.source, event.code = site
-    event.nvtx = tuple(r for r in enclosing if site_of(r) is None)
 
 
 @dataclass(slots=True)

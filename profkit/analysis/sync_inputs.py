@@ -6,12 +6,13 @@
 - ``unmatched_syncs``: synchronization rows whose API call the trace lacks;
 - ``gpu_devices`` / ``gpu_activity`` / ``gpu_activity_window``: kernel,
   memcpy and memset intervals per device, ordered by start;
-- ``cpu_ranges``: annotated CPU ranges as ``NvtxRange``, ordered by thread,
-  start, longest first (the order ``sync_events.attach_nvtx`` walks);
+- ``cpu_ranges``: annotated CPU ranges as columns (``RangeColumns``), ordered
+  by thread, start, longest first (the order ``sync_events.attach_nvtx`` reads);
 - ``python_sites``: where a trace's Python stacks put each API call (Kineto).
 
-Only the candidate calls and the ranges become Python records (thousands);
-the big tables stay columns.
+Everything stays columns: the candidate calls (``CallColumns``) and the
+ranges (``RangeColumns``) become Python records only where they make a sync
+event (thousands, not the millions of API rows or a range per step).
 """
 
 from __future__ import annotations
@@ -27,12 +28,12 @@ from profkit.analysis.sync_calls import (
     TID_BITS,
     ApiCall,
     CallColumns,
-    NvtxRange,
     api_role,
     base_api_name,
     kind_values,
     thread_key,
 )
+from profkit.analysis.sync_ranges import RangeColumns
 from profkit.model import NSYS, Coded, Trace
 
 _COPY_KINDS = kind_values(COPY_KIND_LABELS)
@@ -258,33 +259,35 @@ def gpu_activity_window(trace: Trace, device: int, t0: int, t1: int) -> list[tup
 _CPU_KINDS = ("nvtx", "sync_site", "user_annotation", "profiler_step")
 
 
-def cpu_ranges(trace: Trace) -> list[NvtxRange]:
+def cpu_ranges(trace: Trace) -> RangeColumns:
     """CPU ranges that began and ended on one thread, ordered by thread, start, longest first.
 
     A range that never ended lasts until the last range timestamp (as in
     nvtx_kern_sum.py).  NVTX domains name nsys ranges ("domain:text");
     Kineto ranges go by their name alone."""
-    if not trace.has("ranges"):
-        return []
+    if not trace.has("ranges") or trace.count("ranges") == 0:
+        return RangeColumns.from_records([])
     kinds = trace.codes("ranges", "kind")
     cpu_codes = [i for i, k in enumerate(kinds.categories) if k in _CPU_KINDS]
-    pid, tid, end_tid = (trace.array("ranges", c) for c in ("pid", "tid", "end_tid"))
+    pid, tid, end_tid = (trace.array("ranges", c).astype(np.int64) for c in ("pid", "tid", "end_tid"))
     keep = np.isin(kinds.codes, cpu_codes) & (tid != -1) & ((end_tid == -1) | (end_tid == tid))
     start, end = trace.array("ranges", "start"), trace.array("ranges", "end")
     if len(end) and (end == -1).any():
         end = np.where(end == -1, max(int(start.max()), int(end.max())), end)
     rows = np.flatnonzero(keep)
-    threads = (pid[rows] << 24) | tid[rows]
-    rows = rows[np.lexsort((-end[rows], start[rows], threads))]
+    threads = (pid[rows] << TID_BITS) | tid[rows]
+    order = np.lexsort((-end[rows], start[rows], threads))
+    rows, threads = rows[order], threads[order]
     names, styles = trace.codes("ranges", "name"), trace.codes("ranges", "style")
-    domains = trace.codes("ranges", "domain") if trace.meta.source == NSYS else None
-    push_pop = [s == "PushPop" for s in styles.categories]
-    return [NvtxRange(
-        global_tid=thread_key(int(pid[i]), int(tid[i])), start=int(start[i]), end=int(end[i]),
-        text=names.categories[names.codes[i]] or None,
-        domain=(domains.categories[domains.codes[i]] or None) if domains is not None else None,
-        push_pop=push_pop[styles.codes[i]],
-    ) for i in rows.tolist()]
+    if trace.meta.source == NSYS:
+        domains = trace.codes("ranges", "domain")
+        domain, domain_labels = domains.codes[rows].astype(np.int64), [d or None for d in domains.categories]
+    else:
+        domain, domain_labels = np.zeros(len(rows), dtype=np.int64), [None]
+    push_pop = np.array([s == "PushPop" for s in styles.categories], dtype=bool)
+    return RangeColumns(global_tid=threads, start=start[rows].astype(np.int64), end=end[rows].astype(np.int64),
+                        text=names.codes[rows].astype(np.int64), texts=[n or None for n in names.categories],
+                        domain=domain, domains=domain_labels, push_pop=push_pop[styles.codes[rows]])
 
 
 def python_sites(trace: Trace) -> dict[tuple[int, int], tuple[str, str]]:
