@@ -23,7 +23,6 @@ from profkit.analysis.sync_events import (
     step_matcher,
 )
 from profkit.capture import sync_hook
-from profkit.errors import ProfkitError
 from profkit.analysis.sync_calls import ApiCall, NvtxRange, api_role, base_api_name
 
 PID = 7 << 24

@@ -68,9 +68,9 @@ from profkit.analysis.sync_calls import (
     NvtxRange,
     decode_thread,
 )
+from profkit.analysis.sync_idle import ActivitySource, attach_gpu_idle  # noqa: F401 (part of this API)
 from profkit.analysis.sync_ranges import RangeColumns, enclosing
 from profkit.capture import sync_hook
-from profkit.errors import ProfkitError
 
 # cause labels
 CAUSES = {
@@ -226,91 +226,7 @@ def _describe_copy(call: ApiCall, copy_labels: dict[int, str], mem_labels: dict[
     return f"{direction}{size}" + (f" {prep} {host}" if host and host != "Device" else "")
 
 
-# -- GPU idle ---------------------------------------------------------------------
-ActivitySource = Callable[[int], Iterable[Sequence[tuple[int, int]]]]
-
-
-def attach_gpu_idle(events: Sequence[SyncEvent], devices: Sequence[int], activity: ActivitySource) -> None:
-    """Fill gpu_idle_ns/idle_start/idle_end (see the module docstring).
-
-    ``activity(device)`` yields batches of (start, end) of that device's
-    kernels/memcpys/memsets ordered by start; one pass per device.  The
-    events' times go into arrays once; the work per event is numpy's.
-    """
-    if not events or not devices:
-        return
-    device = np.array([-1 if e.device is None else e.device for e in events], dtype=np.int64)
-    start = np.array([e.start for e in events], dtype=np.int64)
-    end = np.array([e.end for e in events], dtype=np.int64)
-    # busy frontier F and next start N of each event on each device (known: *_known)
-    shape = (len(events), len(devices))
-    busy, busy_known = np.zeros(shape, dtype=np.int64), np.zeros(shape, dtype=bool)
-    nxt, nxt_known = np.zeros(shape, dtype=np.int64), np.zeros(shape, dtype=bool)
-    for j, d in enumerate(devices):
-        wanted = np.flatnonzero((device == d) | (device == -1))
-        if len(wanted):
-            f, fk, n, nk = _frontier_and_next(activity(d), end[wanted])
-            busy[wanted, j], busy_known[wanted, j], nxt[wanted, j], nxt_known[wanted, j] = f, fk, n, nk
-    column = {d: j for j, d in enumerate(devices)}
-    col = np.array([column.get(d, -1) for d in device.tolist()], dtype=np.int64)
-    # an event of no known device is priced where the GPU was busy last (the larger device on ties)
-    unknown = np.flatnonzero((device == -1) & busy_known.any(axis=1))
-    if len(unknown):
-        masked = np.where(busy_known[unknown], busy[unknown], np.iinfo(np.int64).min)
-        latest = masked == masked.max(axis=1)[:, None]
-        col[unknown] = np.argmax(np.where(latest, np.asarray(devices, dtype=np.int64), np.iinfo(np.int64).min), axis=1)
-        for i, j in zip(unknown.tolist(), col[unknown].tolist()):
-            events[i].device = devices[j]
-    rows = np.flatnonzero(col >= 0)
-    rows = rows[nxt_known[rows, col[rows]]]
-    gap_start = np.maximum(np.where(busy_known[rows, col[rows]], busy[rows, col[rows]], start[rows]), start[rows])
-    gap_end = nxt[rows, col[rows]]
-    # per device, by gap start: a gap ends where the next one begins (no nanosecond counted twice)
-    order = np.lexsort((rows, start[rows], gap_start, col[rows]))
-    rows, gap_start, gap_end, dev = rows[order], gap_start[order], gap_end[order], col[rows][order]
-    same = np.zeros(len(rows), dtype=bool)
-    same[:-1] = dev[1:] == dev[:-1]
-    following = np.zeros(len(rows), dtype=np.int64)
-    following[:-1] = gap_start[1:]
-    gap_end = np.where(same, np.minimum(gap_end, np.maximum(following, gap_start)), gap_end)
-    gap_end = np.maximum(gap_end, gap_start)
-    for i, a, b in zip(rows.tolist(), gap_start.tolist(), gap_end.tolist()):
-        event = events[i]
-        event.idle_start, event.idle_end, event.gpu_idle_ns = a, b, b - a
-
-
-def _frontier_and_next(batches: Iterable[Sequence[tuple[int, int]]], returns: np.ndarray
-                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """For each return time R: the latest end of activity started before R, the first
-    start at or after R, and whether each is known: (F, F known, N, N known)."""
-    order = np.argsort(returns, kind="stable")
-    r_sorted = returns[order]
-    n = len(returns)
-    busy_out, busy_known = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
-    next_out, next_known = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
-    carry: int | None = None
-    k = 0
-    for batch in batches:
-        if not len(batch):
-            continue
-        arr = np.asarray(batch, dtype=np.int64)
-        starts, busy = arr[:, 0], np.maximum.accumulate(arr[:, 1])
-        if carry is not None:
-            busy = np.maximum(busy, carry)
-        upto = int(np.searchsorted(r_sorted, starts[-1], side="right"))
-        if upto > k:
-            at = np.searchsorted(starts, r_sorted[k:upto], side="left")
-            chosen = order[k:upto]
-            inside = at > 0
-            busy_out[chosen[inside]], busy_known[chosen[inside]] = busy[at[inside] - 1], True
-            if carry is not None:
-                busy_out[chosen[~inside]], busy_known[chosen[~inside]] = carry, True
-            next_out[chosen], next_known[chosen] = starts[at], True
-            k = upto
-        carry = int(busy[-1])
-    if carry is not None:
-        busy_out[order[k:]], busy_known[order[k:]] = carry, True
-    return busy_out, busy_known, next_out, next_known
+# -- GPU idle: profkit.analysis.sync_idle (re-exported here) ------------------------
 
 
 # -- NVTX: Python sites, enclosing ranges, steps -------------------------------

@@ -16,7 +16,6 @@ import click
 
 from profkit.analysis.stalls import StallReport, analyze_stalls, compare_steps
 from profkit.capture.run import RUN_JSON, read_run_record
-from profkit.errors import ProfkitError
 from profkit.readers import open_trace, resolve_run_folder
 from profkit.output import Column, emit_rows, format_option, md_escape, md_escape_prose, rows_to_json
 
