@@ -226,35 +226,48 @@ def gpu_devices(trace: Trace) -> list[int]:
     return sorted(found)
 
 
-def _intervals(trace: Trace, device: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(kind index, start, end) of a device's GPU work, ordered by start, then end."""
+def _device_work(trace: Trace, device: int, with_kind: bool) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+    """(kind index or None, start, end) of a device's GPU work, table by table, in row order.
+
+    Where every row of a lone table is on the device the columns come as they
+    are (no copy of a million-row column): callers only read them."""
     kinds, starts, ends = [], [], []
     for k, (table, _) in enumerate(_GPU_TABLES):
-        if not trace.has(table):
+        if not trace.has(table) or trace.count(table) == 0:
             continue
         on = trace.array(table, "device") == device
-        starts.append(trace.array(table, "start")[on])
-        ends.append(trace.array(table, "end")[on])
-        kinds.append(np.full(int(on.sum()), k, dtype=np.int64))
+        every = bool(on.all())
+        starts.append(trace.array(table, "start") if every else trace.array(table, "start")[on])
+        ends.append(trace.array(table, "end") if every else trace.array(table, "end")[on])
+        if with_kind:
+            kinds.append(np.full(len(starts[-1]), k, dtype=np.int8))
     if not starts:
         empty = np.zeros(0, dtype=np.int64)
-        return empty, empty, empty
-    kind, start, end = np.concatenate(kinds), np.concatenate(starts), np.concatenate(ends)
-    order = np.lexsort((end, start))
-    return kind[order], start[order], end[order]
+        return (np.zeros(0, dtype=np.int8) if with_kind else None), empty, empty
+    if len(starts) == 1:
+        return (kinds[0] if with_kind else None), starts[0], ends[0]
+    return (np.concatenate(kinds) if with_kind else None), np.concatenate(starts), np.concatenate(ends)
 
 
 def gpu_activity(trace: Trace, device: int, batch: int = 1 << 20) -> Iterator[np.ndarray]:
-    """(start, end) rows of a device's kernels, memcpys and memsets, ordered by start, in batches."""
-    _, start, end = _intervals(trace, device)
+    """(start, end) rows of a device's kernels, memcpys and memsets, ordered by start, in batches.
+
+    Rows that start together may come in any order: the idle-time search reads
+    the latest end among those started before a time, whatever their order."""
+    _, start, end = _device_work(trace, device, with_kind=False)
+    if len(start) > 1 and not bool((start[1:] >= start[:-1]).all()):  # sorted already: the usual case
+        order = np.argsort(start, kind="stable")
+        start, end = start[order], end[order]
     for at in range(0, len(start), batch):
         yield np.stack([start[at:at + batch], end[at:at + batch]], axis=1)
 
 
 def gpu_activity_window(trace: Trace, device: int, t0: int, t1: int) -> list[tuple[str, int, int]]:
-    """(kind, start, end) of a device's GPU work that overlaps [t0, t1], by start."""
-    kind, start, end = _intervals(trace, device)
-    inside = (end > t0) & (start < t1)
+    """(kind, start, end) of a device's GPU work that overlaps [t0, t1], by start, then end."""
+    kind, start, end = _device_work(trace, device, with_kind=True)
+    assert kind is not None
+    inside = np.flatnonzero((end > t0) & (start < t1))
+    inside = inside[np.lexsort((end[inside], start[inside]))]
     names = [name for _, name in _GPU_TABLES]
     return [(names[k], s, e) for k, s, e in zip(kind[inside].tolist(), start[inside].tolist(), end[inside].tolist())]
 
