@@ -303,11 +303,12 @@ def attach_nvtx(events: Sequence[SyncEvent], ranges: Iterable[NvtxRange] | Range
     if not len(event_of):
         return scan
     kept = ~is_site[row_of]
-    records = columns.records(np.unique(row_of[kept]).tolist())
+    records = columns.records(np.unique(row_of[kept]))
     texts, rows, keep = columns.text[row_of].tolist(), row_of.tolist(), kept.tolist()
+    owners = event_of.tolist()
     bounds = np.flatnonzero(np.diff(event_of)) + 1
     for a, b in zip(np.concatenate([[0], bounds]).tolist(), np.concatenate([bounds, [len(event_of)]]).tolist()):
-        event = events[int(event_of[a])]
+        event = events[owners[a]]
         for j in range(b - 1, a - 1, -1):  # the innermost hook range
             if not keep[j]:
                 event.kind, event.source, event.code = sites[texts[j]]

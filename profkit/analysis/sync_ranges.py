@@ -17,7 +17,7 @@ another (the deepest nesting, a handful).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,11 +58,13 @@ class RangeColumns:
                    texts=list(texts), domain=ints(domains.setdefault(r.domain, len(domains)) for r in ranges),
                    domains=list(domains), push_pop=np.array([r.push_pop for r in ranges], dtype=bool))
 
-    def records(self, rows: Sequence[int]) -> dict[int, NvtxRange]:
+    def records(self, rows: np.ndarray) -> dict[int, NvtxRange]:
         """The given rows as records, by row."""
-        return {i: NvtxRange(int(self.global_tid[i]), int(self.start[i]), int(self.end[i]),
-                             self.texts[self.text[i]], self.domains[self.domain[i]], bool(self.push_pop[i]))
-                for i in rows}
+        texts = [self.texts[t] for t in self.text[rows].tolist()]
+        domains = [self.domains[d] for d in self.domain[rows].tolist()]
+        return {i: NvtxRange(tid, start, end, text, domain, push_pop) for i, tid, start, end, text, domain, push_pop in zip(
+            rows.tolist(), self.global_tid[rows].tolist(), self.start[rows].tolist(), self.end[rows].tolist(),
+            texts, domains, self.push_pop[rows].tolist())}
 
     def top_level(self, excluded: np.ndarray) -> np.ndarray:
         """Rows of push/pop ranges that no earlier push/pop range of their thread is still open
