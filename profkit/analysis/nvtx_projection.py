@@ -17,6 +17,7 @@ range) pairs, not with kernels x ranges.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -58,18 +59,19 @@ def kernel_range_pairs(trace: Trace) -> KernelRangePairs:
     names = trace.codes("kernels", "name")
 
     # Kernel -> launching API call: LEFT JOIN on correlation and process, so a
-    # kernel with two matching calls appears twice, as in nsys.
+    # kernel with two matching calls appears twice, as in nsys.  One row per
+    # launch; int32 row numbers, the calls' times read per thread below.
     launch_k, launch_call = launch_calls(trace, "kernels").pairs()
     has_call = launch_call >= 0
-    call = np.maximum(launch_call, 0)
+    api_pid, api_tid = trace.array("api", "pid"), trace.array("api", "tid")
+    if not len(api_pid):
+        has_call[:] = False
+    call = np.where(has_call, launch_call, 0)
     del launch_call
-    api_rows = len(trace.array("api", "pid"))
-    launch_pid = _at(trace.array("api", "pid"), call, has_call, -1, api_rows)
-    launch_tid = _at(trace.array("api", "tid"), call, has_call, -1, api_rows)
-    launch_start = _at(trace.array("api", "start"), call, has_call, 0, api_rows)
-    launch_end = _at(trace.array("api", "end"), call, has_call, 0, api_rows)
-    del call
-    launch_thread = (launch_pid << _TID_BITS) | launch_tid
+    launch_thread = np.full(len(call), -1, dtype=np.int64)
+    if has_call.any():
+        launch_thread = api_pid[call].astype(np.int64) << _TID_BITS
+        launch_thread |= api_tid[call]
 
     # nvtx_kern_sum: an open range ends at the last range timestamp; ranges
     # ended on another thread are left out.
@@ -78,29 +80,38 @@ def kernel_range_pairs(trace: Trace) -> KernelRangePairs:
     n_row = ranges["row"].to_numpy()[keep]
     n_start = ranges["start"].to_numpy()[keep]
     n_end = ranges["end"].to_numpy()[keep]
-    n_thread = (ranges["pid"].to_numpy()[keep] << _TID_BITS) | ranges["tid"].to_numpy()[keep]
+    n_thread = (ranges["pid"].to_numpy()[keep].astype(np.int64) << _TID_BITS) | ranges["tid"].to_numpy()[keep]
     label_codes, labels = _label_and_style(ranges)
     n_label = label_codes[keep]
 
-    pair_launch, pair_range = containment_pairs(launch_thread, launch_start, launch_end, has_call,
-                                                n_thread, n_start, n_end)
+    pair_launch, pair_range = containment_pairs(
+        launch_thread, has_call, lambda rows: (trace.array("api", "start")[call[rows]],
+                                               trace.array("api", "end")[call[rows]]),
+        n_thread, n_start, n_end)
+    del launch_thread
     # Launches inside no range keep one row with no range.
     in_any = np.zeros(len(launch_k), dtype=bool)
     in_any[pair_launch] = True
-    alone = np.flatnonzero(~in_any)
+    alone = np.flatnonzero(~in_any).astype(np.int32)
+    del in_any
     all_launch = np.concatenate([pair_launch, alone])
-    all_range = np.concatenate([pair_range, np.full(len(alone), -1, dtype=np.int64)])
+    all_range = np.concatenate([pair_range, np.full(len(alone), -1, dtype=np.int32)])
+    del pair_launch, pair_range, alone
     kernel_index = launch_k[all_launch]
-    safe_range = np.maximum(all_range, 0)
+    in_range = all_range >= 0
+    safe_range = np.where(in_range, all_range, 0)
+    del all_range
     return KernelRangePairs(
         kernel_row=kernel_index,  # the kernel's row identifies the instance
-        kernel_name=np.asarray(names.codes, dtype=np.int64)[kernel_index],
+        kernel_name=names.codes[kernel_index],
         kernel_names=list(names.categories),
         duration=trace.array("kernels", "duration")[kernel_index],
-        pid=launch_pid[all_launch],
-        tid=launch_tid[all_launch],
-        range_row=np.where(all_range >= 0, n_row[safe_range] if len(n_row) else -1, -1),
-        range_label=np.where(all_range >= 0, n_label[safe_range] if len(n_row) else -1, -1),
+        pid=_at(api_pid, call[all_launch], has_call[all_launch], -1),
+        tid=_at(api_tid, call[all_launch], has_call[all_launch], -1),
+        range_row=np.where(in_range, n_row[safe_range], -1).astype(np.int32) if len(n_row) else
+        np.full(len(kernel_index), -1, dtype=np.int32),
+        range_label=np.where(in_range, n_label[safe_range], -1).astype(np.int32) if len(n_row) else
+        np.full(len(kernel_index), -1, dtype=np.int32),
         range_labels=labels,
     )
 
@@ -116,29 +127,34 @@ def _label_and_style(ranges: Any) -> tuple[np.ndarray, list[tuple[str | None, st
     return codes.astype(np.int64, copy=False), pairs
 
 
-def _at(values: np.ndarray, rows: np.ndarray, valid: np.ndarray, missing: int, n: int) -> np.ndarray:
-    """``values[rows]`` as int64, ``missing`` where not ``valid`` (and everywhere when ``n`` is 0)."""
-    if not n:
+def _at(values: np.ndarray, rows: np.ndarray, valid: np.ndarray, missing: int) -> np.ndarray:
+    """``values[rows]`` as int64, ``missing`` where not ``valid``."""
+    if not len(values):
         return np.full(len(rows), missing, dtype=np.int64)
     out = values[rows].astype(np.int64, copy=False)
     out[~valid] = missing
     return out
 
 
-def containment_pairs(l_tid: np.ndarray, l_start: np.ndarray, l_end: np.ndarray, l_valid: np.ndarray,
-                      r_tid: np.ndarray, r_start: np.ndarray, r_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """All (launch, range) index pairs with the same thread and
-    ``range.start <= launch.start and launch.end <= range.end``."""
+def containment_pairs(l_thread: np.ndarray, l_valid: np.ndarray,
+                      l_times: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]],
+                      r_thread: np.ndarray, r_start: np.ndarray, r_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """All (launch, range) index pairs (int32) with the same thread and
+    ``range.start <= launch.start and launch.end <= range.end``.
+
+    ``l_times(launches)``: the start and end of those launches (read one thread at a
+    time: no start and end arrays over every launch)."""
     out_l, out_r = [], []
     # pandas' hash unique: thread keys are wide int64 (pid << 24 | tid), where np.unique is slow
     import pandas as pd
 
-    for tid in np.intersect1d(pd.unique(l_tid[l_valid]), pd.unique(r_tid)).tolist():
-        launches = np.flatnonzero(l_valid & (l_tid == tid))
-        ranges = np.flatnonzero(r_tid == tid)
-        order = np.argsort(l_start[launches], kind="stable")
-        launches = launches[order]
-        starts = l_start[launches]
+    for thread in np.intersect1d(pd.unique(l_thread[l_valid]), pd.unique(r_thread)).tolist():
+        launches = np.flatnonzero(l_valid & (l_thread == thread))
+        ranges = np.flatnonzero(r_thread == thread)
+        starts, ends = l_times(launches)
+        order = np.argsort(starts, kind="stable")
+        launches, starts, ends = launches[order], starts[order], ends[order]
+        del order
         lo = np.searchsorted(starts, r_start[ranges], side="left")
         hi = np.searchsorted(starts, r_end[ranges], side="right")
         counts = np.maximum(hi - lo, 0)
@@ -146,11 +162,10 @@ def containment_pairs(l_tid: np.ndarray, l_start: np.ndarray, l_end: np.ndarray,
         if total == 0:
             continue
         pair_range = np.repeat(ranges, counts)
-        first = np.repeat(lo - np.cumsum(counts) + counts, counts)
-        pair_launch = launches[first + np.arange(total)]
-        inside = l_end[pair_launch] <= r_end[pair_range]
-        out_l.append(pair_launch[inside])
-        out_r.append(pair_range[inside])
+        at = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(total)
+        inside = ends[at] <= r_end[pair_range]
+        out_l.append(launches[at[inside]].astype(np.int32))
+        out_r.append(pair_range[inside].astype(np.int32))
     if not out_l:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32)
     return np.concatenate(out_l), np.concatenate(out_r)

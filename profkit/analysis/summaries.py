@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from profkit.analysis.grouped_stats import GroupStats, encode_keys, round_like_nsys, stats_from_columns
+from profkit.analysis.grouped_stats import NULL_INT, GroupStats, encode_keys, round_like_nsys, stats_from_columns
 from profkit.model import Coded, Trace
 
 SUMMARY_KEYS = ("name", "time_pct", "total_ns", "instances", "avg_ns", "med_ns", "min_ns", "max_ns", "stddev_ns")
@@ -279,13 +279,26 @@ def _group_codes(columns: Sequence[np.ndarray]) -> tuple[np.ndarray, list[tuple[
     uniques = []
     radix = 1
     for column in columns:
-        codes, values = encode_keys([column])
-        uniques.append([v[0] for v in values])
+        codes, values = _dense_codes(column)
+        uniques.append(values)
         radix *= len(values)
         if radix >= 1 << 62:
             raise RuntimeError("too many distinct group keys to combine")  # not reachable in practice
-        combined = combined * len(values) + codes
-    group, group_values = encode_keys([combined])
+        combined *= len(values)
+        combined += codes
+        del codes
+    if 0 < radix <= len(combined):
+        # few key combinations (ranges x threads x kernel names): a lookup table of them
+        # numbers the present ones in sorted order, as encode_keys does, without its
+        # table of up to 4 codes per row
+        present = np.zeros(radix, dtype=bool)
+        present[combined] = True
+        group_values = [(int(v),) for v in np.flatnonzero(present).tolist()]
+        lookup = np.cumsum(present, dtype=np.int64)
+        lookup -= 1
+        group = lookup[combined]
+    else:
+        group, group_values = encode_keys([combined])
     keys = []
     for (value,) in group_values:
         parts = []
@@ -296,16 +309,41 @@ def _group_codes(columns: Sequence[np.ndarray]) -> tuple[np.ndarray, list[tuple[
     return group, keys
 
 
+def _dense_codes(column: np.ndarray) -> tuple[np.ndarray, list[int]]:
+    """``encode_keys([column])`` for an integer column whose values span a small range
+    (-1 for none included): a lookup table, no sort and no int64 table of 4 codes per row."""
+    low, high = (int(column.min()), int(column.max())) if len(column) else (0, -1)
+    if low == NULL_INT or high - low >= max(1 << 22, 4 * len(column)):
+        codes, values = encode_keys([column])
+        return codes, [v[0] for v in values]
+    present = np.zeros(high - low + 1, dtype=bool)
+    shifted = column.astype(np.int64) - low
+    present[shifted] = True
+    lookup = np.cumsum(present, dtype=np.int32)
+    lookup -= 1
+    return lookup[shifted], (np.flatnonzero(present) + low).tolist()
+
+
 def _distinct_per_group(group: np.ndarray, ids: np.ndarray, ignore: int | None = None) -> np.ndarray:
     """Number of distinct ``ids`` per group code (``ignore`` not counted, like SQL's NULL)."""
     n_groups = int(group.max()) + 1 if len(group) else 0
-    keep = ids != ignore if ignore is not None else np.ones(len(ids), dtype=bool)
-    id_codes, id_values = encode_keys([ids[keep]])
-    # pandas' hash table, not np.unique's sort: 1M+ (kernel, range) pairs in a report
-    import pandas as pd
-
-    unique_pairs = pd.unique(group[keep] * max(len(id_values), 1) + id_codes)
-    return np.bincount(unique_pairs // max(len(id_values), 1), minlength=n_groups)
+    if ignore is not None:
+        keep = ids != ignore
+        group, ids = group[keep], ids[keep]
+    if not len(ids):
+        return np.zeros(n_groups, dtype=np.int64)
+    # ids are row numbers: (group, id) packs into one int64 as is, no code per distinct id;
+    # sorted in place, a new pair is one that differs from the one before it
+    low = int(ids.min())
+    span = int(ids.max()) - low + 1
+    pairs = group.astype(np.int64) * span
+    pairs += ids
+    pairs -= low
+    pairs.sort()
+    new = np.ones(len(pairs), dtype=bool)
+    np.not_equal(pairs[1:], pairs[:-1], out=new[1:])
+    pairs //= span
+    return np.bincount(pairs, weights=new, minlength=n_groups).astype(np.int64)
 
 
 # The capture and GPU busy time (``profkit info``), re-exported under their old home.

@@ -200,7 +200,10 @@ def findings_for(trace: Trace, found: dict[str, Any]) -> list[str]:
 
 
 def _busy_between(start: np.ndarray, end: np.ndarray, lo: int, hi: int) -> int:
-    return int(busy_in_windows(start, end, np.array([lo]), np.array([hi]))[0])
+    """GPU busy time in [lo, hi): the union of the intervals overlapping it (the others add
+    nothing inside it), not of a million."""
+    near = (end > lo) & (start < hi)
+    return int(busy_in_windows(start[near], end[near], np.array([lo]), np.array([hi]))[0])
 
 
 def _gpu_work(trace: Trace) -> pd.DataFrame | None:
@@ -212,7 +215,8 @@ def _gpu_work(trace: Trace) -> pd.DataFrame | None:
             raise
         return None
     return breakdown_events.gpu_events(trace, include_syncs=False, hta_filter=False,
-                                       launch_columns=("launch_start",))[0]
+                                       launch_columns=("launch_start",),
+                                       columns=("stream", "source", "kernel_type"))[0]
 
 
 def _steady_idle_causes(result: StepResult, events: pd.DataFrame | None) -> dict[str, int] | None:
@@ -223,11 +227,11 @@ def _steady_idle_causes(result: StepResult, events: pd.DataFrame | None) -> dict
     window = result.steady_window
     if window is None or events is None:
         return None
-    from profkit.analysis.breakdown import events as breakdown_events
-    from profkit.analysis.breakdown import temporal
+    from profkit.analysis.breakdown import intervals, temporal
 
-    # only the columns idle_by_stream reads: clipping copies what it is given
-    needed = events[["start", "end", "stream", "launch_start", "source"]]
-    totals = temporal.idle_totals(temporal.idle_by_stream(breakdown_events.clip_events(needed, *window)))
+    # the columns cut to the window, not a copy of the frame (a million rows)
+    start, end, keep = intervals.clip(events["start"].to_numpy(), events["end"].to_numpy(), *window)
+    totals = temporal.idle_totals_of(start, end, events["stream"].to_numpy()[keep],
+                                     events["launch_start"].to_numpy()[keep])
     return {"host_wait": totals["host_wait_ns"], "kernel_wait": totals["kernel_wait_ns"],
             "other_wait": totals["other_ns"]}

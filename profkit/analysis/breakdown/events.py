@@ -47,10 +47,12 @@ class EventWindow:
 
 
 LAUNCH_COLUMNS = ("launch_start", "launch_end", "launch_pid", "launch_tid", "launch_api")
+EVENT_COLUMNS = (*_EVENT_COLUMNS[2:], "source", "name", "kernel_type")
 
 
 def gpu_events(trace: Trace, include_syncs: bool = True, hta_filter: bool = True,
-               launch_columns: tuple[str, ...] = LAUNCH_COLUMNS) -> tuple[pd.DataFrame, EventWindow]:
+               launch_columns: tuple[str, ...] = LAUNCH_COLUMNS,
+               columns: tuple[str, ...] = EVENT_COLUMNS) -> tuple[pd.DataFrame, EventWindow]:
     """Every GPU event HTA's breakdowns count, with kernel type and launch.
 
     ``include_syncs``: add CUPTI synchronization records that sit on a stream
@@ -59,57 +61,62 @@ def gpu_events(trace: Trace, include_syncs: bool = True, hta_filter: bool = True
     the trace has two or more ProfilerStep ranges, as HTA's ``load_traces``
     does by default.  ``launch_columns``: which of the launch columns to add
     (a 1M-event frame costs 8 MB per column; the report's Steps section needs
-    only ``launch_start``); the HTA filter needs ``launch_start``."""
+    only ``launch_start``); the HTA filter needs ``launch_start``.
+    ``columns``: which of the other columns (``EVENT_COLUMNS``) to return; start
+    and end always come."""
+    wanted = {"start", "end", *columns}
     parts: list[dict[str, Any]] = []
-    calls: list[np.ndarray] = []  # each event's launching call (launch_calls), table by table
-    kernels = trace.table("kernels", [*_EVENT_COLUMNS, "name"])
-    if len(kernels):
-        parts.append({**{c: kernels[c].to_numpy() for c in _EVENT_COLUMNS}, "source": "kernel",
-                      "name": kernels["name"].array, "kernel_type": kernel_origin.kernel_types(kernels["name"])})
-        calls.append(_earliest_calls(trace, "kernels"))
-    memcpy = trace.table("memcpy", [*_EVENT_COLUMNS, "copy_kind"])
-    if len(memcpy):
-        parts.append({**{c: memcpy[c].to_numpy() for c in _EVENT_COLUMNS}, "source": "memcpy",
-                      "name": memcpy["copy_kind"].array.rename_categories(lambda kind: f"Memcpy {kind}"),
-                      "kernel_type": kernel_origin.MEMORY})
-        calls.append(_earliest_calls(trace, "memcpy"))
-    memset = trace.table("memset", _EVENT_COLUMNS)
-    if len(memset):
-        parts.append({**{c: memset[c].to_numpy() for c in _EVENT_COLUMNS}, "source": "memset",
-                      "name": _constant("Memset", len(memset)), "kernel_type": kernel_origin.MEMORY})
-        calls.append(_earliest_calls(trace, "memset"))
-    if include_syncs:
-        syncs = trace.table("syncs", [*_EVENT_COLUMNS, "sync_type"])
-        on_stream = ((syncs["stream"] >= 0) & (syncs["correlation"] >= 0)).to_numpy()
-        if on_stream.any():
+    for table, source in (("kernels", "kernel"), ("memcpy", "memcpy"), ("memset", "memset"), ("syncs", "sync")):
+        if table == "syncs" and not include_syncs:
+            continue
+        rows: np.ndarray | slice = slice(None)
+        if table == "syncs":
+            rows = np.flatnonzero((trace.array(table, "stream") >= 0) & (trace.array(table, "correlation") >= 0))
+        n = len(trace.array(table, "start")[rows])
+        if not n:
+            continue
+        part: dict[str, Any] = {c: trace.array(table, c)[rows] for c in _EVENT_COLUMNS if c in wanted}
+        part["call"] = _calls(trace, table, rows)
+        part["source"] = source
+        if "name" in wanted:
+            part["name"] = _names(trace, table, rows, n)
+        if "kernel_type" in wanted:
             # HTA types every "... Sync" record 'other'; a "Stream Wait Event" too on its main branch.
-            parts.append({**{c: syncs[c].to_numpy()[on_stream] for c in _EVENT_COLUMNS}, "source": "sync",
-                          "name": syncs["sync_type"].array[on_stream], "kernel_type": kernel_origin.OTHER})
-            calls.append(_earliest_calls(trace, "syncs")[on_stream])
-    columns = _concat(parts)
-    wanted = set(launch_columns) | ({"launch_start"} if hta_filter else set())
-    call = np.concatenate(calls) if calls else np.zeros(0, dtype=np.int64)
-    del calls
-    columns.update(_launches(trace, call, columns["pid"], columns["correlation"], wanted))
+            part["kernel_type"] = kernel_origin.kernel_types(_names(trace, table, rows, n)) if table == "kernels" \
+                else kernel_origin.OTHER if table == "syncs" else kernel_origin.MEMORY
+        parts.append(part)
+    events = _concat(parts, [c for c in (*_EVENT_COLUMNS, *EVENT_COLUMNS) if c in wanted])
+    call = events.pop("call")
+    with_start = set(launch_columns) | ({"launch_start"} if hta_filter else set())
+    events.update(_launches(trace, call, with_start))
     del call
     window = EventWindow(False, None, None, None)
     keep = None
     if hta_filter:
         last_step = _last_profiler_step_start(trace)
         if last_step is not None:
-            launch = columns["launch_start"]
+            launch = events["launch_start"]
             keep = np.flatnonzero((launch >= 0) & (launch < last_step))
             window = EventWindow(True, last_step, None, None)
         if "launch_start" not in launch_columns:
-            del columns["launch_start"]
+            del events["launch_start"]
     # one reorder (filter + sort by start) for every column: a 1M-event frame is copied once
-    starts = columns["start"] if keep is None else columns["start"][keep]
+    starts = events["start"] if keep is None else events["start"][keep]
     order = np.argsort(starts, kind="stable")
     if keep is not None:
         order = keep[order]
     # column by column, each unordered column dropped once reordered: one column's copy at a time
-    events = pd.DataFrame({name: columns.pop(name)[order] for name in list(columns)}, copy=False)
-    return events, window
+    frame = pd.DataFrame({name: events.pop(name)[order] for name in list(events)}, copy=False)
+    return frame, window
+
+
+def _names(trace: Trace, table: str, rows: np.ndarray | slice, n: int) -> pd.Categorical:
+    """The events' names: kernel names, 'Memcpy <kind>', 'Memset', the sync type."""
+    if table == "memset":
+        return _constant("Memset", n)
+    column = {"kernels": "name", "memcpy": "copy_kind", "syncs": "sync_type"}[table]
+    names = trace.table(table, [column])[column].array[rows]
+    return names.rename_categories(lambda kind: f"Memcpy {kind}") if table == "memcpy" else names
 
 
 def _constant(label: str, n: int) -> pd.Categorical:
@@ -140,28 +147,32 @@ def _last_profiler_step_start(trace: Trace) -> int | None:
     return int(ranges["start"].to_numpy()[is_step].max())
 
 
-def _launches(trace: Trace, calls: np.ndarray, pid: np.ndarray, correlation: np.ndarray,
-              wanted: set[str] | frozenset[str] = frozenset(LAUNCH_COLUMNS)) -> dict[str, Any]:
-    """For each GPU event, the CUDA call with its correlation id (the earliest such call,
-    should a correlation id repeat): launch_start, launch_end, launch_pid, launch_tid (-1 none)
-    and launch_api ('' none), those of them in ``wanted``.  ``calls``: each event's call
-    from ``launch_calls`` (same process and correlation id)."""
-    found = (calls >= 0) & (correlation >= 0)
-    foreign = ~found & (correlation >= 0)
+def _calls(trace: Trace, table: str, rows: np.ndarray | slice) -> np.ndarray:
+    """For each event (``rows`` of a GPU table), the API row of the CUDA call with its
+    correlation id, -1 none: of the same process (``launch_calls``); the earliest such call,
+    should a correlation id repeat."""
+    correlation = trace.array(table, "correlation")[rows]
+    calls = launch_calls(trace, table).earliest(trace.array("api", "start"))[rows]
+    calls = np.where(correlation >= 0, calls, -1)
+    foreign = (calls < 0) & (correlation >= 0)
     if foreign.any():
         # Where every call with a correlation id is one process's, the id alone names the
         # call, whichever pid the event carries (as HTA matches).
         api_corr = trace.array("api", "correlation")
         api_pid = trace.array("api", "pid")[api_corr >= 0]
         if api_pid.size and int(api_pid.min()) == int(api_pid.max()):
-            foreign &= pid != int(api_pid[0])
-            rows = np.flatnonzero(foreign)
-            by_id = CallIndex(None, api_corr).match(None, correlation[rows]).earliest(trace.array("api", "start"))
-            calls = calls.copy()
-            calls[rows] = by_id
-            found[rows] = by_id >= 0
-    missing = ~found
-    row = np.where(found, calls, 0)
+            foreign &= trace.array(table, "pid")[rows] != int(api_pid[0])
+            at = np.flatnonzero(foreign)
+            calls[at] = CallIndex(None, api_corr).match(None, correlation[at]).earliest(trace.array("api", "start"))
+    return calls
+
+
+def _launches(trace: Trace, calls: np.ndarray,
+              wanted: set[str] | frozenset[str] = frozenset(LAUNCH_COLUMNS)) -> dict[str, Any]:
+    """launch_start, launch_end, launch_pid, launch_tid (-1 none) and launch_api ('' none) of
+    each event's call (``_calls``), those of them in ``wanted``."""
+    missing = calls < 0
+    row = np.where(missing, 0, calls)
     out: dict[str, Any] = {}
     for column, source in (("launch_start", "start"), ("launch_end", "end"), ("launch_pid", "pid"),
                            ("launch_tid", "tid")):
@@ -179,24 +190,24 @@ def _launches(trace: Trace, calls: np.ndarray, pid: np.ndarray, correlation: np.
     return out
 
 
-def _earliest_calls(trace: Trace, table: str) -> np.ndarray:
-    """Each row's launching call; the one that started first where a correlation id repeats."""
-    return launch_calls(trace, table).earliest(trace.array("api", "start"))
-
-
-def _concat(parts: list[dict[str, Any]]) -> dict[str, Any]:
+def _concat(parts: list[dict[str, Any]], wanted: list[str]) -> dict[str, Any]:
     """Stack the per-table columns, keeping names categorical (a million kernels
     of a few hundred names stay a million small codes, not a million strings)."""
     if not parts:
-        return {c: v.to_numpy() if hasattr(v, "to_numpy") else v for c, v in _empty_events().items()}
+        empty = _empty_events()
+        return {**{c: empty[c].to_numpy() for c in wanted}, "call": np.zeros(0, dtype=np.int64)}
     sizes = [len(p["start"]) for p in parts]
     out: dict[str, Any] = {c: np.concatenate([p[c] for p in parts]).astype(np.int64, copy=False)
-                           for c in _EVENT_COLUMNS}
-    out["source"] = union_categoricals([_constant(p["source"], n) for p, n in zip(parts, sizes)])
-    out["name"] = union_categoricals([p["name"] for p in parts])
-    out["kernel_type"] = union_categoricals([
-        p["kernel_type"] if isinstance(p["kernel_type"], pd.Categorical) else _constant(p["kernel_type"], n)
-        for p, n in zip(parts, sizes)])
+                           for c in _EVENT_COLUMNS if c in wanted}
+    out["call"] = np.concatenate([p["call"] for p in parts])
+    if "source" in wanted:
+        out["source"] = union_categoricals([_constant(p["source"], n) for p, n in zip(parts, sizes)])
+    if "name" in wanted:
+        out["name"] = union_categoricals([p["name"] for p in parts])
+    if "kernel_type" in wanted:
+        out["kernel_type"] = union_categoricals([
+            p["kernel_type"] if isinstance(p["kernel_type"], pd.Categorical) else _constant(p["kernel_type"], n)
+            for p, n in zip(parts, sizes)])
     return out
 
 

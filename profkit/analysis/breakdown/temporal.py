@@ -141,6 +141,23 @@ def idle_by_stream(events: pd.DataFrame, threshold_ns: int = KERNEL_WAIT_THRESHO
     return rows
 
 
+def idle_totals_of(start: np.ndarray, end: np.ndarray, stream: np.ndarray, launch_start: np.ndarray,
+                   threshold_ns: int = KERNEL_WAIT_THRESHOLD_NS) -> dict[str, int]:
+    """``idle_totals(idle_by_stream(events))`` from the columns of kernels, memcpy and
+    memset sorted by start (no sync records), without a frame per stream."""
+    by_stream = np.argsort(stream, kind="stable")  # each stream's events stay in start order
+    start, end, launch, stream = start[by_stream], end[by_stream], launch_start[by_stream], stream[by_stream]
+    del by_stream
+    same = stream[1:] == stream[:-1]  # consecutive events of one stream: a gap between them
+    prev_end = end[:-1]
+    gap = start[1:] - prev_end
+    host = same & (launch[1:] >= 0) & (launch[1:] > prev_end)
+    kernel = same & ~host & (gap < threshold_ns)
+    other = same & ~host & ~kernel
+    return {"host_wait_ns": int(gap[host].sum()), "kernel_wait_ns": int(gap[kernel].sum()),
+            "other_ns": int(gap[other].sum())}
+
+
 def idle_totals(per_stream: list[dict[str, Any]]) -> dict[str, int]:
     """The per-stream idle categories summed over streams."""
     return {f"{cat}_ns": sum(r[f"{cat}_ns"] for r in per_stream) for cat in IDLE_CATEGORIES}

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from profkit.analysis.steps.activity import Activity, busy_in_windows, load_activity
-from profkit.analysis.steps.pattern import find_pattern_steps, segment_signatures
+from profkit.analysis.steps.pattern import find_pattern_steps, forget_prefix_sums, segment_signatures
 from profkit.analysis.steps.ranges import NVTX, PROFILER_STEP, find_range_steps, is_library_range
 from profkit.analysis.steps.result import (
     STEADY,
@@ -59,7 +59,10 @@ def find_steps(trace: Trace, *, use_ranges: bool = True, step_range: str | None 
     per_trace = _cache.setdefault(trace, {})
     key = (use_ranges, step_range)
     if key not in per_trace:
-        per_trace[key] = _find(trace, use_ranges, step_range)
+        try:
+            per_trace[key] = _find(trace, use_ranges, step_range)
+        finally:
+            forget_prefix_sums()
     return per_trace[key]
 
 

@@ -69,14 +69,25 @@ def _prefix_sums(tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray
     if _prefix_memo[0] is tokens:
         return _prefix_memo[1]
     r1, r2 = token_hashes(int(tokens.max()) + 1)
-    zero = np.zeros(1, dtype=np.uint64)
     with np.errstate(over="ignore"):
         b = r2[tokens]
-        sums = (np.concatenate((zero, np.cumsum(r1[tokens], dtype=np.uint64))),
-                np.concatenate((zero, np.cumsum(b, dtype=np.uint64))),
-                np.concatenate((zero, np.cumsum(b * np.arange(len(tokens), dtype=np.uint64), dtype=np.uint64))))
+        sums = (_prefix(r1[tokens]), _prefix(b), _prefix(np.multiply(b, np.arange(len(tokens), dtype=np.uint64),
+                                                                      out=b)))
     _prefix_memo[:] = [tokens, sums]
     return sums
+
+
+def _prefix(values: np.ndarray) -> np.ndarray:
+    """0, then the running (wrapping) sum of ``values``: written in place, no concatenated copy."""
+    out = np.empty(len(values) + 1, dtype=np.uint64)
+    out[0] = 0
+    np.cumsum(values, dtype=np.uint64, out=out[1:])
+    return out
+
+
+def forget_prefix_sums() -> None:
+    """Drop the memo (three uint64 arrays the length of the launch sequence) once the steps are found."""
+    _prefix_memo[:] = [None, None]
 
 
 def segment_signatures(tokens: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:

@@ -28,7 +28,9 @@ def per_step_breakdown(trace: Trace, result: StepResult, events: pd.DataFrame | 
     gives them, when the caller has them already (the report shares one
     frame between this and the idle causes).  Without the kernel-type
     classifier (``profkit.analysis.breakdown``), all GPU work counts as
-    ``other_ns``."""
+    ``other_ns``.  The union of all the work in a step is the step's own
+    ``gpu_busy_ns`` (``find_steps`` merged the same kernels, memcpy and
+    memset over the same windows), so it is read, not merged again."""
     steps = result.steps
     out = steps[["index", "phase", "duration_ns"]].copy()
     if steps.empty:
@@ -37,15 +39,23 @@ def per_step_breakdown(trace: Trace, result: StepResult, events: pd.DataFrame | 
         return out
     lo, hi = steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64)
     start, end, kind = _typed_gpu_work(trace) if events is None else _typed(events)
-    layers = []  # cumulative unions: compute, +communication, +memory, +everything
+    layers: list[np.ndarray] = []  # cumulative unions: compute, +communication, +memory, +everything
     mask = np.zeros(len(start), dtype=bool)
     for kinds in (("computation",), ("communication",), ("memory",), None):
         if kinds is None:
+            added = ~mask
             mask[:] = True
         else:  # compare the categorical's codes, not a million strings
             wanted = [i for i, c in enumerate(kind.categories) if c in kinds]
-            mask |= np.isin(kind.codes, wanted)
-        layers.append(busy_in_windows(start[mask], end[mask], lo, hi))
+            added = np.isin(kind.codes, wanted) & ~mask
+            mask |= added
+        if layers and not added.any():  # no work of this kind: the union is the one before
+            layers.append(layers[-1])
+        elif kinds is None:  # all the work: the steps' own GPU busy time (the same union, the same windows)
+            layers.append(steps["gpu_busy_ns"].to_numpy(np.int64))
+        else:
+            layers.append(busy_in_windows(start[mask], end[mask], lo, hi))
+        del added
     previous = np.zeros(len(steps), dtype=np.int64)
     for part, layer in zip(PARTS[:4], layers):
         out[part] = layer - previous

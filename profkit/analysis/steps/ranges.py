@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -126,16 +127,19 @@ def find_range_steps(trace: Trace, act: Activity, step_range: str | None = None)
     distinct = keys.drop_duplicates()
     library = {(n, d, k) for n, d, k in distinct.itertuples(index=False) if is_library_range(n, d, k)}
     is_lib = np.fromiter(((n, d, k) in library for n, d, k in zip(names, domains, kind)), bool, len(names))
-    folded = pd.Series(names).map(fold_digits).to_numpy()
+    # once per distinct name (a few hundred), not per range (tens of thousands)
+    name_codes, distinct_names = pd.factorize(names)
+    folded = np.array([fold_digits(n) for n in distinct_names], dtype=object)[name_codes]
     # an NVTX domain names the range ("samples:step"); Kineto's "domain" is the event category
     plain = (domains == "") | (domains == kind) | np.isin(domains, KINETO_CATEGORIES)
     label = np.where(plain, folded, np.char.add(np.char.add(domains.astype(str), ":"), folded.astype(str)))
     frame = pd.DataFrame({"start": ranges["start"].to_numpy(), "end": ranges["end"].to_numpy(), "name": names,
                           "pid": ranges["pid"].to_numpy(), "tid": ranges["tid"].to_numpy(),
-                          "label": label, "kind": np.where(_is_profiler_step(names, kind), PROFILER_STEP, NVTX)})
+                          "label": label, "kind": np.where(_is_profiler_step(name_codes, distinct_names, kind), PROFILER_STEP, NVTX)})
     libraries = sorted(set(label[is_lib]))
     frame = frame[~is_lib]
-    candidates = [_describe(g, key, act) for key, g in frame.groupby(["label", "kind", "pid", "tid"], sort=False)]
+    work = _launched_work(act)
+    candidates = [_describe(g, key, act, work) for key, g in frame.groupby(["label", "kind", "pid", "tid"], sort=False)]
     if step_range is not None:
         wanted = fold_digits(step_range.strip())
         named = [c for c in candidates if _named(c["label"], wanted)]
@@ -161,30 +165,45 @@ def _named(label: str, wanted: str) -> bool:
     return any(x == wanted or re.sub(r"[\s_:#=-]*N$", "", x) == wanted for x in (label, bare))
 
 
-def _is_profiler_step(names: np.ndarray, kind: np.ndarray) -> np.ndarray:
-    by_name = pd.Series(names).str.fullmatch(PROFILER_STEP_NAME.pattern).to_numpy(bool)
-    return (kind == PROFILER_STEP) | by_name
+def _is_profiler_step(name_codes: np.ndarray, distinct_names: Any, kind: np.ndarray) -> np.ndarray:
+    """Per range: torch.profiler's step, by kind or by name (matched once per distinct name)."""
+    by_name = np.array([PROFILER_STEP_NAME.fullmatch(n) is not None for n in distinct_names], dtype=bool)
+    return (kind == PROFILER_STEP) | by_name[name_codes]
 
 
-def _describe(g: pd.DataFrame, key: tuple, act: Activity) -> dict:
+def _describe(g: pd.DataFrame, key: tuple, act: Activity, work: np.ndarray) -> dict:
     label, kind, pid, tid = key
     g = g.sort_values("start")
     s, e = g["start"].to_numpy(np.int64), g["end"].to_numpy(np.int64)
     overlaps = int((s[1:] < e[:-1]).sum()) if len(s) > 1 else 0
     return {"label": str(label), "kind": str(kind), "pid": int(pid), "tid": int(tid), "count": len(s),
-            "overlapping": overlaps, "gpu_share": _launched_share(s, e, int(pid), act),
+            "overlapping": overlaps, "gpu_share": _launched_share(s, e, int(pid), act, work),
             "rank": name_rank(str(label).rpartition(":")[2] if kind != PROFILER_STEP else "ProfilerStep#N", str(kind))}
 
 
-def _launched_share(s: np.ndarray, e: np.ndarray, pid: int, act: Activity) -> float:
-    """Share of the process's GPU time launched inside the ranges (by launch time)."""
+def _launched_work(act: Activity) -> np.ndarray:
+    """0, then the running sum of the activity's GPU time in launch order (int64 ns)."""
+    work = np.zeros(len(act) + 1, dtype=np.int64)
+    np.cumsum(act.end - act.start, out=work[1:])
+    return work
+
+
+def _launched_share(s: np.ndarray, e: np.ndarray, pid: int, act: Activity, work: np.ndarray) -> float:
+    """Share of the process's GPU time launched inside the ranges (by launch time): a launch
+    belongs to the last range starting at or before it, when that range has not ended.
+
+    ``act.launch`` is sorted, so each range's launches are one slice of it (binary searches,
+    not a pass over every launch per candidate); ``work`` is ``_launched_work(act)``."""
     if len(act) == 0 or act.pid != pid:
         return 0.0
-    j = np.searchsorted(s, act.launch, side="right") - 1
-    inside = (j >= 0) & (act.launch <= e[np.maximum(j, 0)])
-    work = (act.end - act.start).astype(np.float64)
-    total = work.sum()
-    return float(work[inside].sum() / total) if total > 0 else float(inside.mean())
+    first = np.searchsorted(act.launch, s, side="left")
+    next_range = np.append(first[1:], len(act))  # launches from the next range's start belong to it
+    last = np.minimum(next_range, np.searchsorted(act.launch, e, side="right"))
+    last = np.maximum(last, first)
+    total = int(work[-1])
+    if total > 0:
+        return float(int((work[last] - work[first]).sum()) / total)
+    return float(int((last - first).sum()) / len(act))
 
 
 def _pick(candidates: list[dict]) -> dict | None:
