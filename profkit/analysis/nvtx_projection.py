@@ -98,6 +98,8 @@ def kernel_range_pairs(trace: Trace) -> KernelRangePairs:
     all_range = np.concatenate([pair_range, np.full(len(alone), -1, dtype=np.int32)])
     del pair_launch, pair_range, alone
     kernel_index = launch_k[all_launch]
+    pair_call, pair_has_call = call[all_launch], has_call[all_launch]
+    del all_launch
     in_range = all_range >= 0
     safe_range = np.where(in_range, all_range, 0)
     del all_range
@@ -106,8 +108,8 @@ def kernel_range_pairs(trace: Trace) -> KernelRangePairs:
         kernel_name=names.codes[kernel_index],
         kernel_names=list(names.categories),
         duration=trace.array("kernels", "duration")[kernel_index],
-        pid=_at(api_pid, call[all_launch], has_call[all_launch], -1),
-        tid=_at(api_tid, call[all_launch], has_call[all_launch], -1),
+        pid=_at(api_pid, pair_call, pair_has_call, -1),
+        tid=_at(api_tid, pair_call, pair_has_call, -1),
         range_row=np.where(in_range, n_row[safe_range], -1).astype(np.int32) if len(n_row) else
         np.full(len(kernel_index), -1, dtype=np.int32),
         range_label=np.where(in_range, n_label[safe_range], -1).astype(np.int32) if len(n_row) else

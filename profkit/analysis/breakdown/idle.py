@@ -111,8 +111,10 @@ def longest_gaps_within(trace: Trace, lo: int, hi: int, top: int = 5) -> list[tu
     end = np.concatenate([f["end"].to_numpy() for f in frames])
     device = np.concatenate([f["device"].to_numpy() for f in frames])
     found: list[tuple[int, int, int]] = []
-    for d in np.unique(device):
-        s, e, _ = intervals.clip(start[device == d], end[device == d], lo, hi)
+    devices = np.unique(device)
+    for d in devices:
+        mine = slice(None) if len(devices) == 1 else device == d  # one GPU: no copies
+        s, e, _ = intervals.clip(start[mine], end[mine], lo, hi)
         g0, g1 = intervals.gaps(s, e)
         for i in np.argsort(-(g1 - g0), kind="stable")[:top]:
             found.append((int(g0[i]), int(g1[i]), int(d)))

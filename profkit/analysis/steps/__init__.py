@@ -132,9 +132,10 @@ def _result(trace: Trace, act: Activity, source: str, name: str, first: np.ndarr
 
 def _segment_reduce(ufunc: np.ufunc, values: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:
     """ufunc over each non-empty values[first:last] (ordered, non-overlapping segments), vectorized."""
-    padded = np.append(values, values[-1])  # reduceat needs every index < len
     bounds = np.column_stack((first, last)).ravel()
-    return ufunc.reduceat(padded, bounds)[::2]
+    if bounds[-1] == len(values):  # reduceat needs every index < len; the last segment runs to the end anyway
+        bounds = bounds[:-1]
+    return ufunc.reduceat(values, bounds)[::2]
 
 
 def _trace_span(trace: Trace, act: Activity) -> tuple[int, int]:
