@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from profkit.analysis.breakdown import rank_breakdown, temporal
+from profkit.analysis.breakdown import rank_breakdown, rank_of, temporal
 from profkit.analysis.breakdown.events import gpu_events
 from profkit.cli import cli
 from profkit.readers import open_trace
@@ -184,6 +184,23 @@ def _compare_idle_streams(ours: dict[int, dict], hta: dict[int, dict], tolerance
                 assert (by_stream[stream][f"{cat}_pct"] or 0) == pytest.approx(theirs_pct, abs=tolerance_pp)
 
 
+def _compare_idle_totals(files: list[Path], hta: dict[int, dict]) -> None:
+    """The report's idle causes (``temporal.idle_totals_of`` on the GPU work's columns) equal
+    HTA's idle time per cause summed over streams (HTA gives whole microseconds per stream)."""
+    for position, f in enumerate(files):
+        with open_trace(f) as trace:
+            rank = rank_of(trace)
+            events, _ = gpu_events(trace)
+        work = (events["source"] != "sync").to_numpy()
+        totals = temporal.idle_totals_of(*(events[c].to_numpy()[work] for c in ("start", "end", "stream",
+                                                                                 "launch_start")))
+        theirs = hta[rank if rank is not None else position]["idle_by_stream"]
+        streams = {s for s, _ in theirs}
+        for cat in ("host_wait", "kernel_wait", "other"):
+            theirs_us = sum(v for (_, c), v in theirs.items() if c == cat)
+            assert abs(totals[f"{cat}_ns"] / 1000 - theirs_us) <= len(streams), (f.name, cat)
+
+
 # The 2-rank DDP run (communication, overlap) and single-GPU runs: eager, compiled
 # (Triton), a sync per step; HTA takes seconds per file, so not every fixture.
 SINGLE = [DATA / "kineto" / f"{name}.json.gz" for name in ("gpt_eager", "gpt_compiled", "mlp_print")]
@@ -200,6 +217,7 @@ def test_equal_to_hta_on_the_same_nanoseconds(files: list[Path], tmp_path: Path,
     ours = _profkit(files)
     _compare(ours, hta, tolerance_pp=0.05)
     _compare_idle_streams(ours, hta, tolerance_pp=0.05)
+    _compare_idle_totals(files, hta)
     for rank, theirs in hta.items():  # queue depth per stream (HTA's get_queue_length_summary)
         assert {q["stream"]: q["max_queue"] for q in ours[rank]["queue"]} == theirs["max_queue"]
 
