@@ -159,7 +159,8 @@ PREFETCH: dict[str, dict[str, tuple[str, ...]]] = {
 # (the biggest table) load while the kernel-only sections (kernel summary, occupancy)
 # run; the API section's PREFETCH then waits for them.
 BACKGROUND: dict[str, dict[str, tuple[str, ...]]] = {"kernels": PREFETCH["api"]}
-RELEASE = {"api": {"api": (DURATION,)}, IDLE_CPU: {"osrt": None}, "stalls": {"api": None, "syncs": None}}
+RELEASE = {"occupancy": {"kernels": CONFIG_COLUMNS}, "api": {"api": (DURATION,)}, IDLE_CPU: {"osrt": None},
+           "stalls": {"api": None, "syncs": None}}
 
 
 def _build_sections(plan: list[tuple[str, str, Callable[[Section], Section | None]]], trace: Trace) -> list[Section]:

@@ -81,13 +81,16 @@ def _connection_string(path: Path) -> str:
 def scan_ints(path: Path, selects: Sequence[str], source: str, where: str, rowid: str,
               chunks: Sequence[tuple[int, int]]) -> list[np.ndarray] | None:
     """``SELECT selects FROM source WHERE where`` as int64 arrays (NULL -> ``NULL_INT``),
-    in rowid order, each ``chunks`` rowid range on its own connection and thread; None
+    in rowid order (``_put_in_rowid_order``), each ``chunks`` rowid range on its own connection and thread; None
     when connectorx cannot give exactly that (the caller falls back to sqlite3)."""
     read_sql = _reader()
     if read_sql is None or not selects or not chunks:
         return None
-    columns = ", ".join(selects)
-    queries = [f"SELECT {columns} FROM {source} WHERE ({where}) AND {rowid} >= {lo} AND {rowid} < {hi}"
+    # the rowid comes along: connectorx returns the chunks in the order they finish, not in
+    # the order asked, and rows must come out in the table's order (the Trace's contract:
+    # columns loaded at different times line up)
+    select_list = ", ".join([*selects, rowid])
+    queries = [f"SELECT {select_list} FROM {source} WHERE ({where}) AND {rowid} >= {lo} AND {rowid} < {hi}"
                for lo, hi in chunks]
     try:
         result = read_sql(_connection_string(path), "pandas", queries=queries, protocol="binary",
@@ -98,7 +101,34 @@ def scan_ints(path: Path, selects: Sequence[str], source: str, where: str, rowid
         if type(exc).__name__ != "PanicException":
             raise
         return None
-    return _int_columns(result, len(selects))
+    columns = _int_columns(result, len(selects) + 1)
+    del result  # connectorx's blocks: the reordering below must not hold two copies
+    if columns is not None:
+        _put_in_rowid_order(columns)
+    return columns
+
+
+def _put_in_rowid_order(columns: list[np.ndarray]) -> None:
+    """Drop the last column (the rowids) and put the others in rowid order, in place.
+
+    Each chunk is a rowid range whose rows SQLite returns in rowid order, so the result
+    is a few sorted runs in some order: the runs are put in order by their first rowid,
+    and a stable sort is the fallback for anything else.  The peak is one column over
+    the table."""
+    rowids = columns.pop()
+    if len(rowids) < 2 or bool(np.all(rowids[1:] > rowids[:-1])):
+        return
+    starts = np.concatenate([[0], np.flatnonzero(rowids[1:] < rowids[:-1]) + 1])
+    ends = np.append(starts[1:], len(rowids))
+    runs = sorted(zip(rowids[starts].tolist(), starts.tolist(), ends.tolist()))
+    order = np.concatenate([np.arange(start, end) for _, start, end in runs])
+    if not bool(np.all(rowids[order][1:] > rowids[order][:-1])):
+        order = np.argsort(rowids, kind="stable")
+    del rowids
+    for column in columns:
+        # in place, through a copy of one column: connectorx's arrays may be views of one
+        # block, which a new array per column would keep alive beside the reordered ones
+        np.take(column.copy(), order, out=column)
 
 
 def _int_columns(result: Any, n_columns: int) -> list[np.ndarray] | None:

@@ -103,10 +103,9 @@ def collect_columns(export: NsysExport, query: ColumnsQuery,
         return [np.zeros(0, dtype=np.int64) for _ in query.int_columns], texts
     workers = _workers(hi - lo + 1) if not query.text_columns else 1
     if not query.text_columns and not query.with_clause and keep is None:
-        # connectorx where it can: one rowid range per worker (see fast_scan)
-        size = -(-(hi - lo + 1) // workers)
+        # connectorx where it can, in one rowid range (see fast_scan)
         fast = fast_scan.scan_ints(export.path, [_fast_select(expr) for expr in query.int_columns], query.source,
-                                   query.where, query.rowid, [(s, s + size) for s in range(lo, hi + 1, size)])
+                                   query.where, query.rowid, [(lo, hi + 1)])
         if fast is not None:
             return fast, texts
     # Equal chunks, a multiple of the worker count, none above CHUNK_ROWS.
