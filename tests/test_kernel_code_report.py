@@ -32,6 +32,7 @@ from profkit.analysis.kernel_code import CODE_KEYS
 from profkit.cli import cli
 from profkit.report import write_report
 from tests.conftest import DATA, ncu_fixture, nsys_fixture
+from tests.run_folders import unpacked_run
 from tests.test_report import md_tables, parse_html
 
 KINETO = DATA / "kineto"
@@ -295,20 +296,8 @@ def run_report(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """The run folder as `profkit trace` left it on the GPU host, rebuilt under a temporary
     folder (the export decompressed, the recorded inductor cache where run.json says it is
     moved here), then `profkit report RUN`."""
-    import lzma
-
     root = tmp_path_factory.mktemp("gpt_compiled")
-    run = root / "run"
-    run.mkdir()
-    with lzma.open(RUN / "trace.sqlite.xz") as src, open(run / "trace.sqlite", "wb") as dst:
-        shutil.copyfileobj(src, dst)
-    shutil.copyfile(RUN / "ncu.csv", run / "ncu.csv")
-    with tarfile.open(RUN / "inductor_cache.tar.xz") as tar:
-        tar.extractall(root, filter="data")
-    record = json.loads((RUN / "run.json").read_text())
-    assert Path(record["kernel_caches"]["inductor"]).name == "inductor"
-    record["kernel_caches"] = {"inductor": str(root / "inductor"), "triton": str(root / "no-triton-cache")}
-    (run / "run.json").write_text(json.dumps(record))
+    run = unpacked_run("gpt_compiled", root, caches=("inductor",), ncu=True)
     result = CliRunner().invoke(cli, ["report", str(run), "-o", str(root / "out")])
     assert result.exit_code == 0, result.output
     return {"run": run, "json": json.loads((root / "out" / "report.json").read_text()),
@@ -409,19 +398,7 @@ def test_a_triton_and_a_cuda_kernel_of_one_name_keep_their_own_code_and_ncu_figu
     holds only the Triton one's code.  Each row gets what is its own: the Triton row its
     registers (= CUPTI's in the export) and no ncu figures; the CUDA row ncu's bandwidth
     (= the CSV's bytes over duration) and no Triton code."""
-    import lzma
-
-    run = tmp_path / "run"
-    run.mkdir()
-    with lzma.open(GELU_RUN / "trace.sqlite.xz") as src, open(run / "trace.sqlite", "wb") as dst:
-        shutil.copyfileobj(src, dst)
-    shutil.copyfile(GELU_RUN / "ncu.csv", run / "ncu.csv")
-    with tarfile.open(GELU_RUN / "triton_cache.tar.xz") as tar:
-        tar.extractall(tmp_path, filter="data")
-    record = json.loads((GELU_RUN / "run.json").read_text())
-    assert Path(record["kernel_caches"]["triton"]).name == "triton"
-    record["kernel_caches"] = {"triton": str(tmp_path / "triton")}
-    (run / "run.json").write_text(json.dumps(record))
+    run = unpacked_run("gelu", tmp_path, caches=("triton",), ncu=True)
     result = CliRunner().invoke(cli, ["report", str(run), "-o", str(tmp_path / "out"), "--top", "50"])
     assert result.exit_code == 0, result.output
     rows = {r["name"]: r for r in

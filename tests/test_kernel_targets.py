@@ -27,6 +27,7 @@ from click.testing import CliRunner
 from profkit.cli import cli
 from profkit.ptx.tools import find_tool
 from tests.conftest import nsys_fixture
+from tests.run_folders import REPORTS, unpacked_run
 from tests.test_kernel_code_report import DRIVER_MINIMUM_REGISTERS, nsys_registers, ptx_widths
 from tests.test_report import md_tables, parse_html
 
@@ -316,26 +317,6 @@ def test_report_labels_code_compiled_now(tmp_path: Path) -> None:
 
 
 # -- a `profkit trace` run folder: the run's own Triton cache and --kernels together ------
-REPORTS = REPO / "reports"
-
-
-def unpacked_run(name: str, tmp_path: Path) -> Path:
-    """reports/NAME as `profkit trace` left it on the GPU host (scripts/profile_samples.sh):
-    the export decompressed, its Triton cache unpacked where run.json now says it is."""
-    import lzma
-    import tarfile
-
-    source = REPORTS / name
-    run = tmp_path / name
-    run.mkdir()
-    with lzma.open(source / "trace.sqlite.xz") as src, open(run / "trace.sqlite", "wb") as dst:
-        shutil.copyfileobj(src, dst)
-    with tarfile.open(source / "triton_cache.tar.xz") as tar:
-        tar.extractall(tmp_path / f"{name}-caches", filter="data")
-    record = json.loads((source / "run.json").read_text())
-    record["kernel_caches"] = {"triton": str(tmp_path / f"{name}-caches" / "triton")}
-    (run / "run.json").write_text(json.dumps(record))
-    return run
 
 
 def needs_run(name: str) -> pytest.MarkDecorator:
