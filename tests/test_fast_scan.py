@@ -149,6 +149,8 @@ def test_nulls_in_an_export_are_the_models_missing_value(tmp_path: Path, monkeyp
     scan_ints = fast_scan.scan_ints
     monkeypatch.setattr(fast_scan, "scan_ints", lambda *a: answers.append(scan_ints(*a)) or answers[-1])
     with open_trace(path) as trace:
+        # in one scan wide enough for connectorx (stats.FAST_SCAN_MIN_COLUMNS)
+        trace.table("kernels", ["smem_config_bytes", "correlation", "pid", "start", "end"])
         got = zip(*(trace.array("kernels", c).tolist() for c in ("smem_config_bytes", "correlation", "pid")))
         assert list(got) == [tuple(-1 if v is None else v for v in row) for row in raw]
     assert raw[0] == (None, None, None) and None not in raw[1]
