@@ -111,19 +111,13 @@ def scan_ints(path: Path, selects: Sequence[str], source: str, where: str, rowid
 def _put_in_rowid_order(columns: list[np.ndarray]) -> None:
     """Drop the last column (the rowids) and put the others in rowid order, in place.
 
-    Each chunk is a rowid range whose rows SQLite returns in rowid order, so the result
-    is a few sorted runs in some order: the runs are put in order by their first rowid,
-    and a stable sort is the fallback for anything else.  The peak is one column over
-    the table."""
+    SQLite returns a rowid range in rowid order, so one range needs nothing; several come
+    back as sorted runs in the order they finished, which a stable sort puts back (numpy's
+    radix sort for integers: linear).  The peak is one column over the table."""
     rowids = columns.pop()
     if len(rowids) < 2 or bool(np.all(rowids[1:] > rowids[:-1])):
         return
-    starts = np.concatenate([[0], np.flatnonzero(rowids[1:] < rowids[:-1]) + 1])
-    ends = np.append(starts[1:], len(rowids))
-    runs = sorted(zip(rowids[starts].tolist(), starts.tolist(), ends.tolist()))
-    order = np.concatenate([np.arange(start, end) for _, start, end in runs])
-    if not bool(np.all(rowids[order][1:] > rowids[order][:-1])):
-        order = np.argsort(rowids, kind="stable")
+    order = np.argsort(rowids, kind="stable")
     del rowids
     for column in columns:
         # in place, through a copy of one column: connectorx's arrays may be views of one
