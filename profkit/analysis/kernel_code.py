@@ -95,23 +95,32 @@ def vector_grade(grade: str, share: float | None) -> str:
     return f"{grade} ({100 if share >= 1 else math.floor(100 * share)}%)"
 
 
-def launch_shapes(trace: Trace) -> dict[str, tuple[int, int | None]]:
-    """Kernel function name -> (threads per block, shared memory per block) of its most
-    launched configuration in the trace; shared memory None where the trace lacks it."""
+def launch_configurations(trace: Trace) -> Any:
+    """Each kernel name's launch configurations as a DataFrame (name, threads per block,
+    shared memory per block with -1 where the trace lacks it, launches), most launched
+    first (ties in name, threads, smem order); None without kernels."""
     if not trace.has("kernels"):
-        return {}
+        return None
     k = trace.table("kernels", ["name", "block_x", "block_y", "block_z", "static_smem_bytes",
                                 "dynamic_smem_bytes"])
     if not len(k):
-        return {}
+        return None
     frame = k.assign(threads=k["block_x"] * k["block_y"] * k["block_z"],
                      smem=k["static_smem_bytes"].clip(lower=0) + k["dynamic_smem_bytes"].clip(lower=0))
     unknown_smem = (k["static_smem_bytes"] < 0) & (k["dynamic_smem_bytes"] < 0)
     frame.loc[unknown_smem, "smem"] = -1
     counts = frame.groupby(["name", "threads", "smem"], observed=True).size().reset_index(name="launches")
-    counts = counts.sort_values("launches", ascending=False, kind="stable").drop_duplicates("name")
+    return counts.sort_values("launches", ascending=False, kind="stable")
+
+
+def launch_shapes(trace: Trace) -> dict[str, tuple[int, int | None]]:
+    """Kernel function name -> (threads per block, shared memory per block) of its most
+    launched configuration in the trace; shared memory None where the trace lacks it."""
+    counts = launch_configurations(trace)
+    if counts is None:
+        return {}
     return {code_key(str(r.name)): (int(r.threads), None if r.smem < 0 else int(r.smem))
-            for r in counts.itertuples(index=False)}
+            for r in counts.drop_duplicates("name").itertuples(index=False)}
 
 
 def pick_variant(variants: Sequence[Variant], shape: tuple[int, int | None] | None) -> Variant:

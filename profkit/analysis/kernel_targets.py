@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from profkit.analysis.kernel_code import symbol_code_key, variant_of
+from profkit.analysis.kernel_code import launch_configurations, symbol_code_key, variant_of
 from profkit.analysis.kernel_names import code_key, has_parameter_list
 from profkit.errors import ProfkitError
 from profkit.model import Trace
@@ -130,13 +130,10 @@ def trace_arch(trace: Trace) -> tuple[str | None, str | None]:
 def launch_threads(trace: Trace) -> dict[str, list[int]]:
     """Kernel function name (bare names only: Triton's) -> the threads per block it was
     launched with, most launched first."""
-    if not trace.has("kernels"):
+    configurations = launch_configurations(trace)
+    if configurations is None:
         return {}
-    k = trace.table("kernels", ["name", "block_x", "block_y", "block_z"])
-    if not len(k):
-        return {}
-    frame = k.assign(threads=k["block_x"] * k["block_y"] * k["block_z"])
-    counts = frame.groupby(["name", "threads"], observed=True).size().reset_index(name="launches")
+    counts = configurations.groupby(["name", "threads"], observed=True)["launches"].sum().reset_index()
     counts = counts.sort_values("launches", ascending=False, kind="stable")
     out: dict[str, list[int]] = {}
     for name, threads in zip(counts["name"], counts["threads"]):
