@@ -211,3 +211,34 @@ def test_prefetched_columns_equal_the_export():
     assert list(api.correlation) == [r[3] for r in rows]
     assert list(api.name) == [r[4][:-6] if r[4][-6:-4] == "_v" else r[4] for r in rows]
     assert list(zip(kernels.start, kernels.correlation)) == kernel_rows
+
+
+def test_prefetch_in_order_loads_each_table_once_and_skips_loads_under_way():
+    """The report's loading: kernels then API calls on one background thread.  Reads of
+    either wait for that table's own load; a second prefetch of a table being loaded is
+    no second load; the columns equal a foreground load's."""
+    name = "nsys2025_train_print"
+    kernel_columns, api_columns = ["start", "end", "correlation", "name"], ["start", "tid", "correlation"]
+    with open_trace(nsys_fixture(name)) as expected:
+        want_kernels = expected.table("kernels", kernel_columns)
+        want_api = expected.table("api", api_columns)
+    with open_trace(nsys_fixture(name)) as trace:
+        assert trace.prefetch_in_order([("kernels", kernel_columns), ("api", api_columns)])
+        assert not trace.prefetch("api", api_columns)  # under way, or done: never loaded twice
+        pd.testing.assert_frame_equal(trace.table("kernels", kernel_columns), want_kernels)
+        pd.testing.assert_frame_equal(trace.table("api", api_columns), want_api)
+        assert not trace.prefetch_in_order([("kernels", kernel_columns)])  # all cached
+
+
+def test_prefetch_whose_second_handle_fails_leaves_the_foreground_to_read():
+    """A background handle that cannot be opened costs nothing: the locks are released and
+    the foreground reads the tables itself."""
+    name = "nsys2025_train_print"
+    with open_trace(nsys_fixture(name)) as trace:
+        def broken() -> None:
+            raise OSError("no second handle")
+
+        trace.source.background_source = broken  # type: ignore[attr-defined]
+        assert trace.prefetch_in_order([("kernels", ["start"]), ("api", ["start"])])
+        assert trace.count("kernels") == len(trace.table("kernels", ["start"])) > 0
+        assert len(trace.table("api", ["start"])) > 0

@@ -238,6 +238,11 @@ TABLES: dict[str, tuple[Column, ...]] = {
 }
 
 
+# Kernel columns that make a launch configuration (with the name and device): what
+# occupancy groups by, and what the report drops once occupancy is done.
+LAUNCH_CONFIG_COLUMNS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers_per_thread",
+                         "static_smem_bytes", "dynamic_smem_bytes", "local_memory_per_thread", "smem_config_bytes")
+
 # Integer columns held as int32: small values by nature (device and stream ids, launch
 # dimensions, registers, shared and local memory per block or thread), 4 bytes a row
 # instead of 8 (the report holds 13 of them for a million kernels: 52 MB less).

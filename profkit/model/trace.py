@@ -130,6 +130,7 @@ class Trace:
         # one lock per table: a background prefetch of one table never blocks reads of another
         self._locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
         self._prefetching: list[threading.Thread] = []
+        self._pending: set[str] = set()  # tables a background load holds the lock of
 
     # -- tables -------------------------------------------------------------
     def has(self, table: str) -> bool:
@@ -178,40 +179,68 @@ class Trace:
         second handle on the trace (``background_source``); a read of the same table
         waits for it.  SQLite scans release the GIL, so a big table loads while
         analyses of other tables run.  Returns whether a load was started."""
+        return self.prefetch_in_order([(name, columns)])
+
+    def prefetch_in_order(self, plan: Sequence[tuple[str, Sequence[str]]]) -> bool:
+        """``prefetch`` of several tables, one after the other on one background thread: the
+        first one's columns are ready soonest (a scan already uses every core), and a read
+        of any of them waits for its own load only.  A table with a load under way, or with
+        all these columns cached, is left out.  Returns whether a load was started."""
         opener = getattr(self.source, "background_source", None)
-        if opener is None or not self.has(name):
+        if opener is None:
             return False
-        lock = self._locks[name]
-        lock.acquire()  # taken here, so no read of the table can slip in before the thread starts
-        cached = self._columns.get(name, {})
-        wanted = [c for c in columns if c not in cached]
-        if not wanted:
-            lock.release()
+        queued: list[tuple[str, list[str], threading.Lock]] = []
+        for name, columns in plan:
+            if not self.has(name) or name in self._pending:
+                continue
+            lock = self._locks[name]
+            lock.acquire()  # taken here, so no read of the table can slip in before its load
+            wanted = [c for c in columns if c not in self._columns.get(name, {})]
+            if not wanted:
+                lock.release()
+                continue
+            self._pending.add(name)
+            queued.append((name, wanted, lock))
+        if not queued:
             return False
 
         def load() -> None:
+            source = None
+            done: set[str] = set()
             try:
                 source = opener()
-                try:
-                    helper = Trace(source)
-                    helper._load(name, wanted)
-                    n = helper._lengths.get(name)
-                    if self._lengths.setdefault(name, n) == n:
-                        cached = self._columns.setdefault(name, {})
-                        for column, values in helper._columns.get(name, {}).items():
-                            cached.setdefault(column, values)
-                finally:
-                    source.close()
-            except Exception:  # noqa: BLE001 - the foreground read of the table raises it again, where it belongs
+                helper = Trace(source)
+                for name, wanted, lock in queued:
+                    done.add(name)
+                    try:
+                        helper._load(name, wanted)
+                        n = helper._lengths.get(name)
+                        if self._lengths.setdefault(name, n) == n:
+                            cached = self._columns.setdefault(name, {})
+                            for column, values in helper._columns.pop(name, {}).items():
+                                cached.setdefault(column, values)
+                    except Exception:  # noqa: BLE001 - the foreground read of the table raises it again, where it belongs
+                        pass
+                    finally:
+                        self._pending.discard(name)
+                        lock.release()
+            except Exception:  # noqa: BLE001 - no second handle: the foreground reads (and words any error)
                 pass
             finally:
-                lock.release()
+                for name, _, lock in queued:
+                    if name not in done:  # the second handle failed before this table's turn
+                        self._pending.discard(name)
+                        lock.release()
+                if source is not None:
+                    source.close()
 
-        thread = threading.Thread(target=load, name=f"profkit-prefetch-{name}", daemon=True)
+        thread = threading.Thread(target=load, name=f"profkit-prefetch-{queued[0][0]}", daemon=True)
         try:
             thread.start()
         except BaseException:
-            lock.release()
+            for name, _, lock in queued:
+                self._pending.discard(name)
+                lock.release()
             raise
         self._prefetching.append(thread)
         return True

@@ -51,10 +51,7 @@ def write_report(export_path: str | os.PathLike[str], out_dir: str | os.PathLike
     is opened read-only and never modified.
     """
     from profkit.readers import open_trace
-    from profkit.report.build import build_report
-    from profkit.report.html import render_html
-    from profkit.report.json_report import render_json
-    from profkit.report.markdown import render_markdown
+    from profkit.report.columns import start_loading
 
     export_path = Path(export_path)
     target = Path(out_dir) if out_dir is not None else export_path.resolve().parent
@@ -71,6 +68,12 @@ def write_report(export_path: str | os.PathLike[str], out_dir: str | os.PathLike
             partial = partial or run_info.get("partial") is True
     with contextlib.ExitStack() as stack:
         trace = stack.enter_context(open_trace(export_path))
+        start_loading(trace)  # the big tables load while the rest of the report is imported
+        from profkit.report.build import build_report
+        from profkit.report.html import render_html
+        from profkit.report.json_report import render_json
+        from profkit.report.markdown import render_markdown
+
         base = stack.enter_context(open_trace(Path(baseline))) if baseline is not None else None
         report = build_report(trace, ncu_csv=Path(ncu_csv) if ncu_csv is not None else None, partial=partial,
                               run_info=run_info, top=top, baseline=base, code_dirs=dirs,

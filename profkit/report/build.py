@@ -26,14 +26,14 @@ from typing import Any
 from profkit import __version__
 from profkit.analysis import summaries, timeline
 from profkit.analysis.capture import capture_info
-from profkit.analysis.occupancy.trace import CONFIG_COLUMNS
 from profkit.analysis.steps.windows import kernels_in_window
 from profkit.errors import ProfkitError
 from profkit.model import NSYS, Trace
+from profkit.model.schema import LAUNCH_CONFIG_COLUMNS
 from profkit.model.trace import DURATION
 from profkit.output import API_COLUMNS, NVTX_COLUMNS
 from profkit.report import sections as fill
-from profkit.report import idle_section, kernel_table, steps_section
+from profkit.report import columns, idle_section, kernel_table, steps_section
 from profkit.report.findings import findings as make_findings
 from profkit.report.findings import longest_gap
 from profkit.report.model import Figure, Report, Section, Table
@@ -55,6 +55,7 @@ def build_report(trace: Trace, *, ncu_csv: Path | None = None, partial: bool = F
         hint = ("re-run nsys profile with -t cuda" if trace.meta.source == NSYS else
                 "profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]")
         raise ProfkitError(f"{trace.name} has no CUDA trace data (no kernels, no CUDA API calls)", hint=hint)
+    columns.start_loading(trace)
     fill.start_figure_imports()
     found: dict[str, Any] = {}
     plan: list[tuple[str, str, Callable[[Section], Section | None]]] = []
@@ -147,19 +148,13 @@ IDLE_CPU = "idle_cpu"
 # The steps come before the timeline, whose zoom shows a few steady-state steps.
 BUILD_ORDER = ("kernels", "occupancy", "api", "steps", "timeline", "utilization", IDLE_CPU, "nvtx", "capture",
                "nvtx_kernels", INTERACTIVE, "memory", "stalls", "ncu")
-# Columns read in one scan of their table before the section that first needs them:
-# a scan of a million rows costs about as much as three more columns in it, so every
-# column the report will want from the two big tables is read at once.
+# Columns read in one scan of their table before the section that first needs them
+# (where ``columns.start_loading`` did not start them on a background thread already).
 PREFETCH: dict[str, dict[str, tuple[str, ...]]] = {
-    "kernels": {"kernels": ("start", "end", DURATION, "device", "stream", "pid", "correlation", "name",
-                             "short_name", *CONFIG_COLUMNS)},
-    "api": {"api": ("start", "end", DURATION, "pid", "tid", "correlation", "name")},
+    "kernels": {"kernels": columns.KERNEL_COLUMNS},
+    "api": {"api": columns.API_COLUMNS},
 }
-# Started on a background thread once the section's own prefetch is done: the API calls
-# (the biggest table) load while the kernel-only sections (kernel summary, occupancy)
-# run; the API section's PREFETCH then waits for them.
-BACKGROUND: dict[str, dict[str, tuple[str, ...]]] = {"kernels": PREFETCH["api"]}
-RELEASE = {"occupancy": {"kernels": CONFIG_COLUMNS}, "api": {"api": (DURATION,)}, IDLE_CPU: {"osrt": None},
+RELEASE = {"occupancy": {"kernels": LAUNCH_CONFIG_COLUMNS}, "api": {"api": (DURATION,)}, IDLE_CPU: {"osrt": None},
            "stalls": {"api": None, "syncs": None}}
 
 
@@ -169,19 +164,17 @@ def _build_sections(plan: list[tuple[str, str, Callable[[Section], Section | Non
     built: dict[str, Section] = {}
     rank = {key: i for i, key in enumerate(BUILD_ORDER)}
     for index, (key, title, build) in sorted(enumerate(plan), key=lambda p: (rank.get(p[1][0], len(rank)), p[0])):
-        for table, columns in PREFETCH.get(key, {}).items():
+        for table, wanted in PREFETCH.get(key, {}).items():
             if trace.has(table):
-                trace.table(table, list(columns))
-        for table, columns in BACKGROUND.get(key, {}).items():
-            trace.prefetch(table, list(columns))
+                trace.table(table, list(wanted))
         section = Section(key, title)
         try:
             section = build(section) or section
         except ProfkitError as exc:
             section.notes.append(exc.one_line())
         built[key] = section
-        for table, columns in RELEASE.get(key, {}).items():
-            trace.forget(table, columns)
+        for table, dropped in RELEASE.get(key, {}).items():
+            trace.forget(table, dropped)
     return [built[key] for key, _, _ in plan]
 
 

@@ -28,12 +28,11 @@ from profkit.analysis.occupancy.waves import waves
 from profkit.errors import ProfkitError
 from profkit.model import Trace
 from profkit.model.trace import DURATION, Coded
-from profkit.model.schema import MISSING_INT
+from profkit.model.schema import LAUNCH_CONFIG_COLUMNS, MISSING_INT
 
 
 # Kernel columns that make a launch configuration (with the name and device).
-CONFIG_COLUMNS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers_per_thread",
-                  "static_smem_bytes", "dynamic_smem_bytes", "local_memory_per_thread", "smem_config_bytes")
+CONFIG_COLUMNS = LAUNCH_CONFIG_COLUMNS
 # model column -> the row key (launch rows keep the names the occupancy rows always had)
 _ROW_KEYS = {"device": "device_id", "local_memory_per_thread": "local_mem_per_thread"}
 # model devices column -> device_from_info key

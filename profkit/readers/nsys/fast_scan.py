@@ -33,6 +33,7 @@ from __future__ import annotations
 import os
 import urllib.parse
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -79,41 +80,70 @@ def _connection_string(path: Path) -> str:
 
 
 def scan_ints(path: Path, selects: Sequence[str], source: str, where: str, rowid: str,
-              chunks: Sequence[tuple[int, int]]) -> list[np.ndarray] | None:
-    """``SELECT selects FROM source WHERE where`` as int64 arrays (NULL -> ``NULL_INT``),
-    in rowid order (``_put_in_rowid_order``), each ``chunks`` rowid range on its own connection and thread; None
-    when connectorx cannot give exactly that (the caller falls back to sqlite3)."""
+              chunks: Sequence[tuple[int, int]], workers: int = 1) -> list[np.ndarray] | None:
+    """``SELECT selects FROM source WHERE where`` as int64 arrays (NULL -> ``NULL_INT``), in
+    rowid order, one connectorx call per ``chunks`` rowid range, ``workers`` of them at once
+    on threads (connectorx releases the GIL while it reads, so two ranges of a big table
+    take half the wall time on two cores); None when connectorx cannot give exactly that
+    (the caller falls back to sqlite3)."""
     read_sql = _reader()
     if read_sql is None or not selects or not chunks:
         return None
-    # the rowid comes along: connectorx returns the chunks in the order they finish, not in
-    # the order asked, and rows must come out in the table's order (the Trace's contract:
-    # columns loaded at different times line up)
+    # The rowid comes along, to check that each range came back in the table's order (the
+    # Trace's contract: columns loaded at different times line up).  One call per range,
+    # not one call with several queries: connectorx returns a multi-query call's results in
+    # the order they finish.
     select_list = ", ".join([*selects, rowid])
     queries = [f"SELECT {select_list} FROM {source} WHERE ({where}) AND {rowid} >= {lo} AND {rowid} < {hi}"
                for lo, hi in chunks]
-    try:
-        result = read_sql(_connection_string(path), "pandas", queries=queries, protocol="binary",
-                          partition_query=None, pre_execution_queries=None)
-    except Exception:  # noqa: BLE001 - any failure: the sqlite3 path reads it again and words the error
+    connection = _connection_string(path)
+
+    def read(query: str) -> list[np.ndarray] | None:
+        try:
+            result = read_sql(connection, "pandas", queries=[query], protocol="binary",
+                              partition_query=None, pre_execution_queries=None)
+        except Exception:  # noqa: BLE001 - any failure: the sqlite3 path reads it again and words the error
+            return None
+        except BaseException as exc:  # a Rust panic is pyo3's PanicException, a BaseException
+            if type(exc).__name__ != "PanicException":
+                raise
+            return None
+        return _int_columns(result, len(selects) + 1)  # the masks and blocks go with ``result``
+
+    if len(queries) == 1 or workers <= 1:
+        parts = [read(query) for query in queries]
+    else:
+        with ThreadPoolExecutor(max_workers=min(workers, len(queries)), thread_name_prefix="profkit-scan") as pool:
+            parts = list(pool.map(read, queries))
+    if any(part is None for part in parts):
         return None
-    except BaseException as exc:  # a Rust panic is pyo3's PanicException, a BaseException
-        if type(exc).__name__ != "PanicException":
-            raise
-        return None
-    columns = _int_columns(result, len(selects) + 1)
-    del result  # connectorx's blocks: the reordering below must not hold two copies
-    if columns is not None:
-        _put_in_rowid_order(columns)
+    columns = _joined(parts)  # type: ignore[arg-type]
+    _put_in_rowid_order(columns)
     return columns
+
+
+def _joined(parts: list[list[np.ndarray]]) -> list[np.ndarray]:
+    """The ranges' columns end to end, in range order; each range's column is dropped once
+    joined, so the peak is the table plus one column, not two tables."""
+    if len(parts) == 1:
+        return parts[0]
+    columns = []
+    for i in range(len(parts[0])):
+        columns.append(np.concatenate([part[i] for part in parts]))
+        for part in parts:
+            part[i] = _EMPTY
+    return columns
+
+
+_EMPTY = np.zeros(0, dtype=np.int64)
 
 
 def _put_in_rowid_order(columns: list[np.ndarray]) -> None:
     """Drop the last column (the rowids) and put the others in rowid order, in place.
 
-    SQLite returns a rowid range in rowid order, so one range needs nothing; several come
-    back as sorted runs in the order they finished, which a stable sort puts back (numpy's
-    radix sort for integers: linear).  The peak is one column over the table."""
+    SQLite returns a rowid range in rowid order and the ranges are joined in order, so this
+    only checks; rows out of order (a table scanned in another order) are put back by a
+    stable sort (numpy's radix sort for integers: linear).  The peak is one column over the table."""
     rowids = columns.pop()
     if len(rowids) < 2 or bool(np.all(rowids[1:] > rowids[:-1])):
         return

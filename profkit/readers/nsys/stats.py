@@ -104,9 +104,11 @@ def collect_columns(export: NsysExport, query: ColumnsQuery,
     workers = _workers(hi - lo + 1) if not query.text_columns else 1
     if (not query.text_columns and not query.with_clause and keep is None
             and len(query.int_columns) >= FAST_SCAN_MIN_COLUMNS):
-        # connectorx where it can, in one rowid range (see fast_scan)
+        # connectorx where it can, one rowid range per worker (see fast_scan)
+        size = -(-(hi - lo + 1) // workers)
         fast = fast_scan.scan_ints(export.path, [_fast_select(expr) for expr in query.int_columns], query.source,
-                                   query.where, query.rowid, [(lo, hi + 1)])
+                                   query.where, query.rowid,
+                                   [(start, min(start + size, hi + 1)) for start in range(lo, hi + 1, size)], workers)
         if fast is not None:
             return fast, texts
     # Equal chunks, a multiple of the worker count, none above CHUNK_ROWS.
@@ -173,11 +175,11 @@ def collect_columns(export: NsysExport, query: ColumnsQuery,
 
 
 _EMPTY = np.zeros(0, dtype=np.int64)
-# connectorx reads one rowid range on one thread (its ranges come back in the order they
-# finish); the sqlite3 path below splits a big scan across the cores.  For a narrow scan
-# (`profkit kernels`: names and durations) that split wins on wall time: 1M kernels'
-# two columns took 0.8-1.0 s that way and 1.1-1.3 s through connectorx; for the report's
-# 17 kernel and 6 API columns connectorx wins on CPU, wall time and the GIL (released).
+# Narrow scans (`profkit kernels`: names and durations) stay on the sqlite3 path below:
+# on 1M kernels it took 0.97-1.06 s wall against 1.13-1.27 s through connectorx, both
+# split across the cores (connectorx's per-call start-up and its NULL masks cost more
+# than parsing two columns of text).  For the report's 17 kernel and 6 API columns
+# connectorx wins on CPU, wall time and the GIL (released).
 FAST_SCAN_MIN_COLUMNS = 4
 _PLAIN_COLUMN = re.compile(r'"?[A-Za-z_][A-Za-z0-9_]*"?')
 
