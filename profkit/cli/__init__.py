@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from profkit import __version__
+from profkit import __version__, allocator
 from profkit.errors import ProfkitError
 
 # command name -> "module:attribute"; the order is the order in --help.
@@ -86,29 +86,8 @@ def cli() -> None:
     """
 
 
-def _return_freed_memory_to_the_os() -> None:
-    """Keep peak memory close to what is live on big exports.
-
-    glibc's malloc raises its mmap threshold after large frees (so later
-    multi-MB arrays land on the heap and are never handed back) and gives each
-    reader thread its own arena.  On a 16-core host that added ~200 MB to
-    `profkit report` on a 1M-kernel export.  Fixing both settings avoids it.
-    """
-    if sys.platform != "linux":
-        return
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6")
-        m_mmap_threshold, m_arena_max = -3, -8  # from <malloc.h>
-        libc.mallopt(m_mmap_threshold, 128 * 1024)
-        libc.mallopt(m_arena_max, 2)
-    except (OSError, AttributeError):
-        pass  # not glibc (musl, ...): nothing to tune
-
-
 def main() -> None:
-    _return_freed_memory_to_the_os()
+    allocator.configure()  # big short-lived arrays: see profkit/allocator.py
     cli(prog_name="profkit")
 
 

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
 
+from profkit import allocator
 from profkit.errors import ProfkitError
 from profkit.model import schema
 
@@ -224,6 +225,7 @@ class Trace:
                     finally:
                         self._pending.discard(name)
                         lock.release()
+                    allocator.give_back()  # the scan's transients (a big table's worth)
             except Exception:  # noqa: BLE001 - no second handle: the foreground reads (and words any error)
                 pass
             finally:

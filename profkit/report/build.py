@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from profkit import __version__
+from profkit import __version__, allocator
 from profkit.analysis import summaries, timeline
 from profkit.analysis.capture import capture_info
 from profkit.analysis.steps.windows import kernels_in_window
@@ -175,6 +175,7 @@ def _build_sections(plan: list[tuple[str, str, Callable[[Section], Section | Non
         built[key] = section
         for table, dropped in RELEASE.get(key, {}).items():
             trace.forget(table, dropped)
+        allocator.give_back()  # the section's temporaries are gone: their memory goes back
     return [built[key] for key, _, _ in plan]
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import os
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -110,32 +110,44 @@ def scan_ints(path: Path, selects: Sequence[str], source: str, where: str, rowid
             return None
         return _int_columns(result, len(selects) + 1)  # the masks and blocks go with ``result``
 
-    if len(queries) == 1 or workers <= 1:
-        parts = [read(query) for query in queries]
+    capacity = sum(hi - lo for lo, hi in chunks)
+    if len(queries) == 1:
+        columns = read(queries[0])
     else:
-        with ThreadPoolExecutor(max_workers=min(workers, len(queries)), thread_name_prefix="profkit-scan") as pool:
-            parts = list(pool.map(read, queries))
-    if any(part is None for part in parts):
+        columns = _gathered(map(read, queries) if workers <= 1 else _in_order_on_threads(read, queries, workers),
+                            len(selects) + 1, capacity)
+    if columns is None:
         return None
-    columns = _joined(parts)  # type: ignore[arg-type]
     _put_in_rowid_order(columns)
     return columns
 
 
-def _joined(parts: list[list[np.ndarray]]) -> list[np.ndarray]:
-    """The ranges' columns end to end, in range order; each range's column is dropped once
-    joined, so the peak is the table plus one column, not two tables."""
-    if len(parts) == 1:
-        return parts[0]
-    columns = []
-    for i in range(len(parts[0])):
-        columns.append(np.concatenate([part[i] for part in parts]))
-        for part in parts:
-            part[i] = _EMPTY
-    return columns
+def _in_order_on_threads(read: Any, queries: list[str], workers: int) -> Iterator[list[np.ndarray] | None]:
+    """``read`` of each query on ``workers`` threads, the results in query order, at most
+    ``workers`` + 1 of them held at once (each one waits until the previous are taken)."""
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="profkit-scan") as pool:
+        pending = [pool.submit(read, q) for q in queries[:workers + 1]]
+        for query in queries[workers + 1:]:
+            yield pending.pop(0).result()
+            pending.append(pool.submit(read, query))
+        for future in pending:
+            yield future.result()
 
 
-_EMPTY = np.zeros(0, dtype=np.int64)
+def _gathered(parts: Iterable[list[np.ndarray] | None], n_columns: int, capacity: int) -> list[np.ndarray] | None:
+    """The ranges' columns end to end, in range order, copied into columns made once (room
+    for every rowid: untouched pages cost nothing) and each range dropped once copied: the
+    peak is the table plus the ranges in flight, not two tables.  None if a range failed."""
+    columns = [np.empty(capacity, dtype=np.int64) for _ in range(n_columns)]
+    filled = 0
+    for part in parts:
+        if part is None:
+            return None
+        n = len(part[0])
+        for column, values in zip(columns, part):
+            column[filled:filled + n] = values
+        filled += n
+    return [column[:filled] if filled < capacity else column for column in columns]
 
 
 def _put_in_rowid_order(columns: list[np.ndarray]) -> None:
