@@ -6,8 +6,8 @@ arrays with mmap above its mmap threshold and unmaps them on free, so every new 
 is fresh memory: the kernel zeroes and maps it page by page on first touch.  On the
 2-core VM of issue 10 that was ~380,000 page faults, 1.5-2 s of system time, a quarter
 of the report's CPU.  Below the threshold, freed arrays stay in malloc's heap and the
-next one reuses them, but a heap only shrinks from its top, so holes left between live
-arrays stay resident.
+next one reuses them (a heap only shrinks by itself from its top, so holes left between
+live arrays stay resident until handed back).
 
 So the CLI (``configure``) keeps arrays up to 32 MB (a 4M-row int64 column) on the
 heap, and long computations hand the free parts of the heap back at points where most
@@ -25,9 +25,8 @@ import sys
 from typing import Any
 
 # <malloc.h>
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8
+_M_MMAP_THRESHOLD, _M_ARENA_MAX = -3, -8
 HEAP_ARRAYS_UP_TO = 32 * 1024 * 1024  # glibc's largest allowed mmap threshold on 64-bit
-KEEP_FREE_AT_TOP = 128 * 1024 * 1024  # free heap top kept before malloc trims it by itself
 ARENAS = 2
 
 _libc: Any = None
@@ -42,8 +41,7 @@ def configure() -> bool:
         import ctypes
 
         libc = ctypes.CDLL("libc.so.6")
-        if not (libc.mallopt(_M_MMAP_THRESHOLD, HEAP_ARRAYS_UP_TO) and libc.mallopt(_M_ARENA_MAX, ARENAS)
-                and libc.mallopt(_M_TRIM_THRESHOLD, KEEP_FREE_AT_TOP)):
+        if not (libc.mallopt(_M_MMAP_THRESHOLD, HEAP_ARRAYS_UP_TO) and libc.mallopt(_M_ARENA_MAX, ARENAS)):
             return False
         libc.malloc_trim.argtypes = [ctypes.c_size_t]
         _libc = libc

@@ -25,9 +25,13 @@ CHURN = textwrap.dedent("""
         import ctypes
         ctypes.CDLL("libc.so.6").mallopt(-3, 128 * 1024)
     faults = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    np.ones(1_000_000); before = faults()
-    for _ in range(40):  # a report section's pattern: an 8 MB column's worth, made and dropped
-        column = np.ones(1_000_000); doubled = column * 2; del column, doubled
+    # a report's pattern: temporaries made and dropped below long-lived columns
+    first, second = np.ones(1_000_000), np.ones(1_000_000)
+    column = np.ones(1_000_000)
+    del first, second
+    before = faults()
+    for _ in range(40):  # 8 MB arrays, as a 1M-row column's
+        values = np.ones(1_000_000); doubled = values * 2; del values, doubled
     churn = faults() - before
     kept = np.ones(4_000_000); del kept
     allocator.give_back()

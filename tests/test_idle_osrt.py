@@ -228,3 +228,38 @@ def test_the_report_names_what_the_host_did_in_the_steady_states_longest_idle() 
         assert steps.loc[row["step"], "start_ns"] <= row["start_ns"] < steps.loc[row["step"], "end_ns"]
         assert row["osrt"][0]["name"] == "clock_nanosleep" and "OS: clock_nanosleep 5." in row["cpu"]
     assert [r["duration_ns"] for r in rows] == sorted((r["duration_ns"] for r in rows), reverse=True)
+
+
+def _gaps_sql(conn: sqlite3.Connection, lo: int, hi: int, top: int) -> list[tuple[int, int, int]]:
+    """Every idle stretch of every device inside [lo, hi), by a sweep over the raw rows."""
+    found = []
+    rows = conn.execute(" UNION ALL ".join(
+        f'SELECT deviceId, max(start, {lo}), min("end", {hi}) FROM {table} WHERE "end" > {lo} AND start < {hi}'
+        for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)).fetchone())
+        + " ORDER BY 1, 2").fetchall()
+    by_device: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for device, start, end in rows:
+        by_device[device].append((start, end))
+    for device, ops in by_device.items():
+        reach = None
+        for start, end in ops:
+            if reach is not None and start > reach:
+                found.append((reach, start, device))
+            reach = end if reach is None else max(reach, end)
+    found.sort(key=lambda g: (g[0] - g[1], g[0]))
+    return found[:top]
+
+
+@pytest.mark.parametrize("name", ["nsys2023_sync", "nsys2025_mlp_sleep", "nsys2025_train_print", "nsys2025_gelu"])
+def test_longest_gaps_within_a_window_equal_a_sweep_over_the_raw_rows(name: str) -> None:
+    """The steady state's idle stretches come from the merged busy intervals, clipped to the
+    window; oracle: a sweep over the export's own rows, clipped first, per device."""
+    from profkit.analysis.breakdown.idle import longest_gaps_within
+
+    with open_trace(nsys_fixture(name)) as trace, sql(name) as conn:
+        first, last = conn.execute('SELECT min(start), max("end") FROM CUPTI_ACTIVITY_KIND_KERNEL').fetchone()
+        span = last - first
+        for lo, hi in ((first, last + 1), (first + span // 3, first + 2 * span // 3),
+                       (first + span // 2, last - span // 10), (first - 10, first + span // 7)):
+            assert longest_gaps_within(trace, lo, hi, top=5) == _gaps_sql(conn, lo, hi, 5)

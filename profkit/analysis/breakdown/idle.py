@@ -105,19 +105,19 @@ def cpu_in_gaps(trace: Trace, gaps: Sequence[tuple[int, int, int]]) -> list[dict
 
 def longest_gaps_within(trace: Trace, lo: int, hi: int, top: int = 5) -> list[tuple[int, int, int]]:
     """The ``top`` longest stretches ``(start_ns, end_ns, device)`` inside ``[lo, hi)`` with no
-    kernel, memcpy or memset on a device, between two of its operations; longest first."""
-    frames = [trace.table(t, ["start", "end", "device"]) for t in _GPU_TABLES]
-    start = np.concatenate([f["start"].to_numpy() for f in frames])
-    end = np.concatenate([f["end"].to_numpy() for f in frames])
-    device = np.concatenate([f["device"].to_numpy() for f in frames])
+    kernel, memcpy or memset on a device, between two of its operations; longest first.
+
+    Read off the device's busy intervals, merged once per trace (``timeline.gpu_busy_segments``):
+    the union clipped to the window is the union of the clipped operations, so its holes are
+    the window's idle stretches, with no second sort of a million operations."""
+    from profkit.analysis.timeline import gpu_busy_segments
+
     found: list[tuple[int, int, int]] = []
-    devices = np.unique(device)
-    for d in devices:
-        mine = slice(None) if len(devices) == 1 else device == d  # one GPU: no copies
-        s, e, _ = intervals.clip(start[mine], end[mine], lo, hi)
-        g0, g1 = intervals.gaps(s, e)
-        for i in np.argsort(-(g1 - g0), kind="stable")[:top]:
-            found.append((int(g0[i]), int(g1[i]), int(d)))
+    for device, busy in gpu_busy_segments(trace).items():
+        s, e, _ = intervals.clip(busy.starts, busy.ends, lo, hi)
+        g0, g1 = e[:-1], s[1:]
+        for i in np.argsort(g0 - g1, kind="stable")[:top]:
+            found.append((int(g0[i]), int(g1[i]), device))
     found.sort(key=lambda g: (g[0] - g[1], g[0]))
     return found[:top]
 
