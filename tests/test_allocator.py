@@ -50,13 +50,13 @@ def test_configured_process_reuses_freed_arrays_instead_of_faulting_them_in_agai
     if not configured:
         pytest.skip("not glibc")
     # 40 rounds of two 8 MB arrays are 160,000 fresh 4 kB pages when every free unmaps them
-    # (fewer faults where the kernel maps 2 MB pages: over 40,000 here with the old setting);
-    # reused heap memory faults only while the heap first grows
-    assert faults < 10_000
+    # (fewer faults where the kernel maps 2 MB pages: 30,000-55,000 with the old setting);
+    # arrays reusing the holes below a live one fault nothing (1 here)
+    assert faults < 1_000
 
 
 def test_a_fixed_small_mmap_threshold_faults_every_array_in_again() -> None:
     """The setting the CLI had before: the same churn costs a fault per page of every array."""
     if not _churn("configured")[0]:
         pytest.skip("not glibc")
-    assert _churn("small_threshold")[1] > 40_000
+    assert _churn("small_threshold")[1] > 10_000
