@@ -250,15 +250,18 @@ LAUNCH_CONFIG_COLUMNS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "bl
 # (a damaged file's out-of-range value keeps its column int64: never wrapped).
 # Audited (grep of every use, issue 10): they are compared, grouped, formatted,
 # added to small offsets (GPU pid bases) or multiplied into launch shapes as Python
-# ints (occupancy) or within CUDA's limits (threads per block <= 1024).  Left
-# int64 on purpose: times, durations, correlation and external ids, bytes and
-# message sizes, pid/tid/end_tid, which analyses shift into 64-bit thread keys
-# (``pid << 24 | tid``) without widening first, and the syncs table (small; nsys
+# ints (occupancy) or within CUDA's limits (threads per block <= 1024).  The CUDA
+# calls' pid and tid too (2.5M calls: 20 MB): every analysis that shifts them into a
+# 64-bit thread key (``pid << 24 | tid``: sync_inputs, nvtx_projection, launch_calls,
+# export/tracks) widens them to int64 first, and track ids add int64 lanes to them.
+# Left int64 on purpose: times, durations, correlation and external ids, bytes and
+# message sizes, the other tables' pid/tid/end_tid, and the syncs table (small; nsys
 # writes its "no stream" as streamId 4294967295, past int32).
 NARROW: dict[str, frozenset[str]] = {
     "kernels": frozenset({"device", "stream", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
                           "registers_per_thread", "static_smem_bytes", "dynamic_smem_bytes", "smem_config_bytes",
                           "local_memory_per_thread"}),
+    "api": frozenset({"pid", "tid"}),
     "memcpy": frozenset({"device", "stream"}),
     "memset": frozenset({"device", "stream"}),
     "ranges": frozenset({"device", "stream"}),

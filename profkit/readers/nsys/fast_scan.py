@@ -108,18 +108,16 @@ def scan_ints(path: Path, selects: Sequence[str], source: str, where: str, rowid
             if type(exc).__name__ != "PanicException":
                 raise
             return None
-        return _int_columns(result, len(selects) + 1)  # the masks and blocks go with ``result``
+        columns = _int_columns(result, len(selects) + 1)  # the masks and blocks go with ``result``
+        if columns is not None:
+            _put_in_rowid_order(columns)  # within the range; the ranges are gathered in order
+        return columns
 
     capacity = sum(hi - lo for lo, hi in chunks)
     if len(queries) == 1:
-        columns = read(queries[0])
-    else:
-        columns = _gathered(map(read, queries) if workers <= 1 else _in_order_on_threads(read, queries, workers),
-                            len(selects) + 1, capacity)
-    if columns is None:
-        return None
-    _put_in_rowid_order(columns)
-    return columns
+        return read(queries[0])
+    return _gathered(map(read, queries) if workers <= 1 else _in_order_on_threads(read, queries, workers),
+                     len(selects), capacity)
 
 
 def _in_order_on_threads(read: Any, queries: list[str], workers: int) -> Iterator[list[np.ndarray] | None]:
