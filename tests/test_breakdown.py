@@ -290,3 +290,24 @@ def test_cli_steady_says_what_it_counted() -> None:
         assert row["window"]["start_ns"] <= row["span_start_ns"] <= row["span_end_ns"] <= row["window"]["end_ns"]
     else:
         assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("name", ["nsys2025_train_print", "nsys2025_gpt_eager", "nsys2023_sync"])
+def test_idle_totals_in_a_window_equal_those_of_the_events_cut_to_it(name: str) -> None:
+    """``idle_totals_of(..., window=)`` (the report's steady-state idle causes) equals the
+    totals of the events first cut to the window and then counted whole."""
+    import numpy as np
+
+    from profkit.analysis.breakdown import intervals
+
+    with open_trace(nsys_fixture(name)) as trace:
+        events, _ = gpu_events(trace, include_syncs=False, hta_filter=False, launch_columns=("launch_start",),
+                               columns=("stream", "source", "kernel_type"))
+    start, end, stream, launch = (events[c].to_numpy() for c in ("start", "end", "stream", "launch_start"))
+    first, last = int(start.min()), int(end.max())
+    span = last - first
+    for lo, hi in ((first, last), (first + span // 4, first + 3 * span // 4), (first + span // 3, first + span // 3 + 7)):
+        s, e, keep = intervals.clip(start, end, lo, hi)
+        expected = temporal.idle_totals_of(s, e, stream[keep], launch[keep])
+        assert temporal.idle_totals_of(start, end, stream, launch, window=(lo, hi)) == expected
+        assert np.array_equal(start, events["start"].to_numpy())  # the columns are left alone

@@ -47,24 +47,45 @@ def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, n
     del order
     np.maximum(reach, s, out=reach)
     np.maximum.accumulate(reach, out=reach)  # the furthest end so far
-    # A new merged interval begins where a start lies beyond everything before it.
-    begins = np.ones(len(s), dtype=bool)
-    begins[1:] = s[1:] > reach[:-1]
-    first = np.flatnonzero(begins)
-    last = np.append(first[1:] - 1, len(s) - 1)
-    return s[first], reach[last]
+    # A new merged interval begins where a start lies beyond everything before it, and the
+    # one before ends there.  Boolean masks, not index arrays: a million intervals that
+    # rarely overlap are a million merged ones, and two int64 index arrays of them 16 MB.
+    begins = np.empty(len(s), dtype=bool)
+    begins[0] = True
+    np.greater(s[1:], reach[:-1], out=begins[1:])
+    merged_starts = s[begins]
+    del s
+    begins[:-1] = begins[1:]  # now: where a merged interval ends
+    begins[-1] = True
+    return merged_starts, reach[begins]
 
 
 def busy_until(merged_starts: np.ndarray, merged_ends: np.ndarray, t: np.ndarray) -> np.ndarray:
     """Busy nanoseconds in ``(-inf, t)`` for each ``t``, given merged intervals."""
+    return _busy_until(merged_starts, merged_ends, _busy_before(merged_starts, merged_ends), t)
+
+
+def busy_within(merged_starts: np.ndarray, merged_ends: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Busy nanoseconds in each window ``[lo, hi)``, given merged intervals (one prefix sum for both ends)."""
+    before = _busy_before(merged_starts, merged_ends)
+    return _busy_until(merged_starts, merged_ends, before, hi) - _busy_until(merged_starts, merged_ends, before, lo)
+
+
+def _busy_before(merged_starts: np.ndarray, merged_ends: np.ndarray) -> np.ndarray:
+    """Busy time before each merged interval (and, last, in all of them): one array, no temporaries."""
+    before = np.zeros(len(merged_starts) + 1, dtype=np.int64)
+    np.subtract(merged_ends, merged_starts, out=before[1:])
+    np.cumsum(before[1:], out=before[1:])
+    return before
+
+
+def _busy_until(merged_starts: np.ndarray, merged_ends: np.ndarray, before: np.ndarray, t: np.ndarray) -> np.ndarray:
     t = np.asarray(t, dtype=np.int64)
     if len(merged_starts) == 0:
         return np.zeros(len(t), dtype=np.int64)
-    lengths = merged_ends - merged_starts
-    before = np.concatenate(([0], np.cumsum(lengths)))
     i = np.searchsorted(merged_starts, t, side="right")  # intervals starting at or before t
     j = np.maximum(i - 1, 0)  # the last interval starting at or before t
-    inside = np.clip(t - merged_starts[j], 0, lengths[j])
+    inside = np.clip(t - merged_starts[j], 0, merged_ends[j] - merged_starts[j])
     return np.where(i > 0, before[j] + inside, 0)
 
 

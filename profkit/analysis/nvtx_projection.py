@@ -130,10 +130,10 @@ def _label_and_style(ranges: Any) -> tuple[np.ndarray, list[tuple[str | None, st
 
 
 def _at(values: np.ndarray, rows: np.ndarray, valid: np.ndarray, missing: int) -> np.ndarray:
-    """``values[rows]`` as int64, ``missing`` where not ``valid``."""
+    """``values[rows]`` (in the column's own width), ``missing`` where not ``valid``."""
     if not len(values):
         return np.full(len(rows), missing, dtype=np.int64)
-    out = values[rows].astype(np.int64, copy=False)
+    out = values[rows]
     out[~valid] = missing
     return out
 
@@ -154,17 +154,20 @@ def containment_pairs(l_thread: np.ndarray, l_valid: np.ndarray,
         launches = np.flatnonzero(l_valid & (l_thread == thread))
         ranges = np.flatnonzero(r_thread == thread)
         starts, ends = l_times(launches)
+        # the launches in start order through ``order``: only the starts are reordered (a
+        # million launches' columns are not all copied at once)
         order = np.argsort(starts, kind="stable")
-        launches, starts, ends = launches[order], starts[order], ends[order]
-        del order
+        starts = starts[order]
         lo = np.searchsorted(starts, r_start[ranges], side="left")
         hi = np.searchsorted(starts, r_end[ranges], side="right")
+        del starts
         counts = np.maximum(hi - lo, 0)
         total = int(counts.sum())
         if total == 0:
             continue
         pair_range = np.repeat(ranges, counts)
-        at = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(total)
+        at = order[np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(total)]
+        del order
         inside = ends[at] <= r_end[pair_range]
         out_l.append(launches[at[inside]].astype(np.int32))
         out_r.append(pair_range[inside].astype(np.int32))

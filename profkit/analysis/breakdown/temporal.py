@@ -142,16 +142,34 @@ def idle_by_stream(events: pd.DataFrame, threshold_ns: int = KERNEL_WAIT_THRESHO
 
 
 def idle_totals_of(start: np.ndarray, end: np.ndarray, stream: np.ndarray, launch_start: np.ndarray,
-                   threshold_ns: int = KERNEL_WAIT_THRESHOLD_NS) -> dict[str, int]:
+                   threshold_ns: int = KERNEL_WAIT_THRESHOLD_NS,
+                   window: tuple[int, int] | None = None) -> dict[str, int]:
     """``idle_totals(idle_by_stream(events))`` from the columns of kernels, memcpy and
-    memset sorted by start (no sync records), without a frame per stream."""
-    by_stream = np.argsort(stream, kind="stable")  # each stream's events stay in start order
-    start, end, launch, stream = start[by_stream], end[by_stream], launch_start[by_stream], stream[by_stream]
-    del by_stream
-    same = stream[1:] == stream[:-1]  # consecutive events of one stream: a gap between them
-    prev_end = end[:-1]
-    gap = start[1:] - prev_end
-    host = same & (launch[1:] >= 0) & (launch[1:] > prev_end)
+    memset sorted by start (no sync records), without a frame per stream.  ``window``
+    (lo, hi): only the events overlapping it, cut to it (``intervals.clip``).
+
+    Each column is gathered in stream order once and dropped when used: a million
+    events' temporaries a few at a time."""
+    rows = None if window is None else np.flatnonzero((end > window[0]) & (start < window[1]))
+    key = stream if rows is None else stream[rows]
+    order = np.argsort(key, kind="stable")  # each stream's events stay in start order
+    key = key[order]
+    same = key[1:] == key[:-1]  # consecutive events of one stream: a gap between them
+    del key
+    if rows is not None:
+        order = rows[order]
+        del rows
+    prev_end = end[order][:-1]
+    next_start = start[order][1:]
+    if window is not None:
+        np.minimum(prev_end, window[1], out=prev_end)
+        np.maximum(next_start, window[0], out=next_start)
+    gap = next_start - prev_end
+    del next_start
+    launch = launch_start[order][1:]
+    del order
+    host = same & (launch >= 0) & (launch > prev_end)
+    del launch, prev_end
     kernel = same & ~host & (gap < threshold_ns)
     other = same & ~host & ~kernel
     return {"host_wait_ns": int(gap[host].sum()), "kernel_wait_ns": int(gap[kernel].sum()),

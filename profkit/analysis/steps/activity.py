@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from profkit.analysis.busy_bins import busy_until, merge_intervals
+from profkit.analysis.busy_bins import busy_within, merge_intervals
 from profkit.analysis.launch_calls import CallIndex, launch_calls
 from profkit.model import Trace
 
@@ -58,10 +58,10 @@ def load_activity(trace: Trace) -> Activity:
         if label_column:
             labels = trace.codes(table, label_column)
             prefix = "memcpy " if table == "memcpy" else ""
-            tokens.append(labels.codes.astype(np.int64) + len(names))
+            tokens.append(labels.codes.astype(np.int32) + np.int32(len(names)))
             names += [prefix + str(c) for c in labels.categories]
         else:
-            tokens.append(np.full(len(start), len(names), dtype=np.int64))
+            tokens.append(np.full(len(start), len(names), dtype=np.int32))
             names.append("memset")
         starts.append(start)
         ends.append(trace.array(table, "end"))
@@ -80,21 +80,26 @@ def load_activity(trace: Trace) -> Activity:
         pid = int(busiest.idxmax())
         mine = pid_of == pid
     del pid_of, pids
-    token, call, corr = (np.concatenate(x)[mine] for x in (tokens, calls, corrs))
-    del tokens, calls, corrs
+    call, corr = (np.concatenate(x)[mine] for x in (calls, corrs))
+    del calls, corrs
     my_start, my_end = start[mine], end[mine]
     launch = _launch_times(trace, my_start, corr, call)
     del corr, call
-    # dense tokens over the names this process used, in first-use order (stable across runs)
-    used, dense = _dense(token)
     # launch order, GPU start order among equal launches (a (start, launch) lexsort done as two
     # stable sorts of nearly sorted keys, each a few merges of presorted runs)
     by_start = np.argsort(my_start, kind="stable")
     order = by_start[np.argsort(launch[by_start], kind="stable")]
     del by_start
+    # each column put in order and its unordered copy dropped before the next: a million
+    # rows' temporaries one at a time
+    launch = launch[order]
+    # dense tokens over the names this process used, in first-use order (stable across runs)
+    used, dense = _dense(np.concatenate(tokens)[mine])
+    del tokens
+    dense = dense[order]
     return Activity(
-        pid=pid, token=dense[order], names=[names[u] for u in used.tolist()],
-        start=my_start[order], end=my_end[order], launch=launch[order], all_start=start, all_end=end)
+        pid=pid, token=dense, names=[names[u] for u in used.tolist()],
+        start=my_start[order], end=my_end[order], launch=launch, all_start=start, all_end=end)
 
 
 def _dense(token: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -141,4 +146,4 @@ def merged_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, 
 def busy_in_windows(starts: np.ndarray, ends: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """Time covered by at least one interval inside each window [lo, hi) (ns, int64)."""
     ms, me = merged_intervals(starts, ends)
-    return (busy_until(ms, me, hi) - busy_until(ms, me, lo)).astype(np.int64)
+    return busy_within(ms, me, lo, hi).astype(np.int64)

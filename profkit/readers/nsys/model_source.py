@@ -45,7 +45,7 @@ import numpy as np
 
 from profkit.capture.sync_hook import PREFIX as SYNC_SITE_PREFIX
 from profkit.model import schema
-from profkit.model.trace import DURATION, NSYS, Coded, Trace, TraceMeta
+from profkit.model.trace import DURATION, NSYS, Coded, Trace, TraceMeta, narrowed
 from profkit.readers.nsys import launches, queries, sync
 from profkit.readers.nsys.reader import (
     GLOBAL_TID_ID_MASK,
@@ -333,6 +333,8 @@ class NsysSource:
             elif users[_scanned_sql(column)] > 1:
                 values = values.copy()  # two columns never share one array
             data[name] = self._column(column, values)
+            if schema.is_narrow(table, name):  # now, not after every column is read: one int64 copy at a time
+                data[name] = narrowed(data[name])
         del raw
         for name, values in zip(texts, text_values):
             data[name] = _coded_strings(["" if v is None else str(v) for v in values])
@@ -403,7 +405,8 @@ def _scanned_sql(spec: Spec) -> str:
 
 def _unpack(global_tid: np.ndarray, shift: int) -> np.ndarray:
     """pid (shift 24) or tid (0) out of globalTid values, as ``pid_sql``/``tid_sql`` compute them; NULL stays NULL."""
-    out = (global_tid >> shift) & GLOBAL_TID_ID_MASK
+    out = np.right_shift(global_tid, shift)
+    np.bitwise_and(out, GLOBAL_TID_ID_MASK, out=out)  # in place: one array of 2.5M, not two
     out[global_tid == NULL_INT] = NULL_INT
     return out
 

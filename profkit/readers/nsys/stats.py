@@ -104,9 +104,12 @@ def collect_columns(export: NsysExport, query: ColumnsQuery,
     workers = _workers(hi - lo + 1) if not query.text_columns else 1
     if (not query.text_columns and not query.with_clause and keep is None
             and len(query.int_columns) >= FAST_SCAN_MIN_COLUMNS):
-        # connectorx where it can (see fast_scan), ranges of at most CHUNK_ROWS rows on
-        # ``workers`` threads: a range's rows are held twice until copied into the columns
-        size = -(-(hi - lo + 1) // (workers * -(-(hi - lo + 1) // (workers * CHUNK_ROWS))))
+        # connectorx where it can (see fast_scan), on ``workers`` threads, in ranges of about
+        # CHUNK_CELLS values: a range is held twice (with its NULL masks) until copied into
+        # the columns, and ``workers`` + 1 are in flight (20 kernel columns in 250k-row
+        # ranges were 135 MB at once)
+        rows = min(CHUNK_ROWS, max(CHUNK_ROWS // 10, CHUNK_CELLS // (len(query.int_columns) + 1)))
+        size = -(-(hi - lo + 1) // (workers * -(-(hi - lo + 1) // (workers * rows))))
         fast = fast_scan.scan_ints(export.path, [_fast_select(expr) for expr in query.int_columns], query.source,
                                    query.where, query.rowid,
                                    [(start, min(start + size, hi + 1)) for start in range(lo, hi + 1, size)], workers)
