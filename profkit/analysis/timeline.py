@@ -296,6 +296,12 @@ def gpu_busy_segments(trace: Trace) -> dict[int, BusySegments]:
     return out
 
 
+def forget_busy_segments(trace: Trace) -> None:
+    """Drop the trace's merged busy intervals (a later call merges them again): the report
+    does once its last user has run, to bound its peak memory (16 MB for a million kernels)."""
+    _SEGMENTS.pop(trace, None)
+
+
 def _union(device: int, s: np.ndarray, e: np.ndarray) -> BusySegments:
     """The merged busy intervals; the gaps are what lies between consecutive ones."""
     starts, ends = merge_intervals(s, e)

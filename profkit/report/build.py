@@ -138,24 +138,29 @@ def _steady_kernels(trace: Trace, steps: Any) -> list[dict[str, Any]] | None:
 # The order sections are computed in (the report shows them in the order they were
 # added).  Sections that read the same columns run next to each other and the columns
 # are dropped once no later section needs them (RELEASE), which bounds the peak
-# memory on big traces: the kernels' launch configurations are dropped after occupancy,
-# the API durations after the API summary.  The capture runs
-# after the API summary so that its row counts come from columns already read.
+# memory on big traces: the kernels' launch configurations and durations are dropped
+# after occupancy (kernels per NVTX range derives the durations again, and drops them),
+# the API durations after the API summary.  The capture runs after the API summary so
+# that its row counts come from columns already read; the interactive timeline before
+# kernels per NVTX range, so that the merged busy intervals are gone by then.
 INTERACTIVE = "interactive_timeline"  # report.html's canvas timeline: built here, not a section
 # The CPU side of the longest idle stretches (fills the utilization section's table):
 # after the CUDA API section, whose columns it reads.
 IDLE_CPU = "idle_cpu"
 # The steps come before the timeline, whose zoom shows a few steady-state steps.
 BUILD_ORDER = ("kernels", "occupancy", "api", "steps", "timeline", "utilization", IDLE_CPU, "nvtx", "capture",
-               "nvtx_kernels", INTERACTIVE, "memory", "stalls", "ncu")
+               INTERACTIVE, "nvtx_kernels", "memory", "stalls", "ncu")
 # Columns read in one scan of their table before the section that first needs them
 # (where ``columns.start_loading`` did not start them on a background thread already).
 PREFETCH: dict[str, dict[str, tuple[str, ...]]] = {
     "kernels": {"kernels": columns.KERNEL_COLUMNS},
     "api": {"api": columns.API_COLUMNS},
 }
-RELEASE = {"occupancy": {"kernels": LAUNCH_CONFIG_COLUMNS}, "api": {"api": (DURATION,)}, IDLE_CPU: {"osrt": None},
-           "stalls": {"api": None, "syncs": None}}
+RELEASE = {"occupancy": {"kernels": (*LAUNCH_CONFIG_COLUMNS, DURATION)}, "api": {"api": (DURATION,)},
+           IDLE_CPU: {"osrt": None}, "nvtx_kernels": {"kernels": (DURATION,)}, "stalls": {"api": None, "syncs": None}}
+# Per-trace caches dropped after their last user (the merged GPU busy intervals: timeline,
+# utilization, capture, the interactive timeline).
+RELEASE_CACHES: dict[str, Callable[[Trace], None]] = {INTERACTIVE: timeline.forget_busy_segments}
 
 
 def _build_sections(plan: list[tuple[str, str, Callable[[Section], Section | None]]], trace: Trace) -> list[Section]:
@@ -175,6 +180,8 @@ def _build_sections(plan: list[tuple[str, str, Callable[[Section], Section | Non
         built[key] = section
         for table, dropped in RELEASE.get(key, {}).items():
             trace.forget(table, dropped)
+        if key in RELEASE_CACHES:
+            RELEASE_CACHES[key](trace)
         allocator.give_back()  # the section's temporaries are gone: their memory goes back
     return [built[key] for key, _, _ in plan]
 
