@@ -361,11 +361,11 @@ def gpu_utilization(trace: Trace, bins: TimeBins, gaps: int = 5) -> list[Utiliza
         last = np.searchsorted(seg.gap_ends, bins.end_ns, side="right")
         gs, ge = seg.gap_starts[first:last], seg.gap_ends[first:last]
         out.append(Utilization(device, busy, int(busy.sum()), max(seg.first_ns, bins.start_ns),
-                               min(seg.last_ns, bins.end_ns), _longest(gs, ge, gaps)))
+                               min(seg.last_ns, bins.end_ns), longest_intervals(gs, ge, gaps)))
     return out
 
 
-def _longest(starts: np.ndarray, ends: np.ndarray, count: int) -> list[tuple[int, int]]:
+def longest_intervals(starts: np.ndarray, ends: np.ndarray, count: int) -> list[tuple[int, int]]:
     """The ``count`` longest intervals, longest first, then earliest: only those at least as long
     as the count-th longest are sorted (a million gaps hold a handful of candidates)."""
     if count <= 0 or not len(starts):

@@ -110,14 +110,12 @@ def longest_gaps_within(trace: Trace, lo: int, hi: int, top: int = 5) -> list[tu
     Read off the device's busy intervals, merged once per trace (``timeline.gpu_busy_segments``):
     the union clipped to the window is the union of the clipped operations, so its holes are
     the window's idle stretches, with no second sort of a million operations."""
-    from profkit.analysis.timeline import gpu_busy_segments
+    from profkit.analysis.timeline import gpu_busy_segments, longest_intervals
 
     found: list[tuple[int, int, int]] = []
     for device, busy in gpu_busy_segments(trace).items():
         s, e, _ = intervals.clip(busy.starts, busy.ends, lo, hi)
-        g0, g1 = e[:-1], s[1:]
-        for i in np.argsort(g0 - g1, kind="stable")[:top]:
-            found.append((int(g0[i]), int(g1[i]), device))
+        found += [(g0, g1, device) for g0, g1 in longest_intervals(e[:-1], s[1:], top)]
     found.sort(key=lambda g: (g[0] - g[1], g[0]))
     return found[:top]
 
