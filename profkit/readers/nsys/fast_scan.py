@@ -151,9 +151,10 @@ def _gathered(parts: Iterable[list[np.ndarray] | None], n_columns: int, capacity
 def _put_in_rowid_order(columns: list[np.ndarray]) -> None:
     """Drop the last column (the rowids) and put the others in rowid order, in place.
 
-    SQLite returns a rowid range in rowid order and the ranges are joined in order, so this
-    only checks; rows out of order (a table scanned in another order) are put back by a
-    stable sort (numpy's radix sort for integers: linear).  The peak is one column over the table."""
+    Called per range (``scan_ints`` gathers the ranges in order).  SQLite returns a rowid
+    range in rowid order, so this only checks; rows out of order (a table scanned in another
+    order) are put back by a stable sort (numpy's radix sort for integers: linear).  The
+    peak is one column over the range."""
     rowids = columns.pop()
     if len(rowids) < 2 or bool(np.all(rowids[1:] > rowids[:-1])):
         return
