@@ -73,7 +73,8 @@ def build_report(trace: Trace, *, ncu_csv: Path | None = None, partial: bool = F
 
     add("capture", "Capture", capture_section)
     add("steps", "Steps", lambda s: steps_section.fill_steps(s, trace, found))
-    add("timeline", "Timeline", lambda s: fill.fill_timeline(s, trace, bins, found))
+    add("timeline", "Timeline", lambda s: fill.fill_timeline(s, trace, bins, found, zoom=False))
+    add(TIMELINE_ZOOM, "", lambda s: fill.fill_timeline_zoom(trace, bins, found))
     add("utilization", "GPU utilization", lambda s: fill.fill_utilization(s, trace, found))
     nsys = trace.meta.source == NSYS
     add("kernels", "CUDA kernels", lambda s: kernel_table.fill_kernels(
@@ -98,7 +99,7 @@ def build_report(trace: Trace, *, ncu_csv: Path | None = None, partial: bool = F
         add("ncu", "Nsight Compute (ncu)", lambda s: fill.fill_ncu(s, Path(ncu_csv), top, found))
     add(INTERACTIVE, "", lambda s: found.update(interactive_timeline=_interactive_timeline(trace)))
     add(IDLE_CPU, "", lambda s: idle_section.describe_idle_cpu(trace, found))
-    sections = [s for s in _build_sections(plan, trace) if s.key not in (INTERACTIVE, IDLE_CPU)]
+    sections = [s for s in _build_sections(plan, trace) if s.key not in (INTERACTIVE, IDLE_CPU, TIMELINE_ZOOM)]
 
     # The steady state leads: a headline over the whole capture is made by start-up.
     items = steps_section.findings_for(trace, found)
@@ -147,9 +148,11 @@ INTERACTIVE = "interactive_timeline"  # report.html's canvas timeline: built her
 # The CPU side of the longest idle stretches (fills the utilization section's table):
 # after the CUDA API section, whose columns it reads.
 IDLE_CPU = "idle_cpu"
-# The steps come before the timeline, whose zoom shows a few steady-state steps.
-BUILD_ORDER = ("kernels", "occupancy", "api", "steps", "timeline", "utilization", IDLE_CPU, "nvtx", "capture",
-               INTERACTIVE, "nvtx_kernels", "memory", "stalls", "ncu")
+# The whole capture's timeline needs no CUDA API call: it is drawn while they load.  Its
+# zoom (fills the timeline section) shows a few steady-state steps: after the steps.
+TIMELINE_ZOOM = "timeline_zoom"
+BUILD_ORDER = ("kernels", "occupancy", "timeline", "api", "steps", TIMELINE_ZOOM, "utilization", IDLE_CPU, "nvtx",
+               "capture", INTERACTIVE, "nvtx_kernels", "memory", "stalls", "ncu")
 # Columns read in one scan of their table before the section that first needs them
 # (where ``columns.start_loading`` did not start them on a background thread already).
 PREFETCH: dict[str, dict[str, tuple[str, ...]]] = {
@@ -158,9 +161,12 @@ PREFETCH: dict[str, dict[str, tuple[str, ...]]] = {
 }
 RELEASE = {"occupancy": {"kernels": (*LAUNCH_CONFIG_COLUMNS, DURATION)}, "api": {"api": (DURATION,)},
            IDLE_CPU: {"osrt": None}, "nvtx_kernels": {"kernels": (DURATION,)}, "stalls": {"api": None, "syncs": None}}
-# Per-trace caches dropped after their last user (the merged GPU busy intervals: timeline,
-# utilization, capture, the interactive timeline).
-RELEASE_CACHES: dict[str, Callable[[Trace], None]] = {INTERACTIVE: timeline.forget_busy_segments}
+# Per-trace caches dropped where the next sections do not need them: the merged GPU busy
+# intervals (16 MB for a million kernels) after the whole timeline (not held through the
+# steps) and after their last user, the interactive timeline (utilization, capture and it
+# share one merge).
+RELEASE_CACHES: dict[str, Callable[[Trace], None]] = {"timeline": timeline.forget_busy_segments,
+                                                      INTERACTIVE: timeline.forget_busy_segments}
 
 
 def _build_sections(plan: list[tuple[str, str, Callable[[Section], Section | None]]], trace: Trace) -> list[Section]:

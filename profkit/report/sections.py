@@ -172,18 +172,40 @@ def fill_memory(section: Section, trace: Trace, top: int, found: dict[str, Any])
     section.tables.append(Table("memory", section.title, MEMORY_COLUMNS, rows, top))
 
 
-def fill_timeline(section: Section, trace: Trace, bins: int, found: dict[str, Any]) -> None:
+def fill_timeline(section: Section, trace: Trace, bins: int, found: dict[str, Any], zoom: bool = True) -> None:
+    """The whole capture's timeline and its zoom; with ``zoom=False`` the zoom waits for
+    ``fill_timeline_zoom`` (the report draws the whole capture while the CUDA API calls are
+    still loading, and the zoom once the steps are known)."""
     window = timeline.time_window(trace)
     if window is None:
         section.notes.append("No GPU operations or NVTX ranges to draw.")
         return
     whole = timeline.make_bins(*window, bins, origin_ns=timeline.time_origin(trace))
     utilization = timeline.gpu_utilization(trace, whole)
-    views = [(whole, utilization, "Whole capture")]
     section.intro = ("Each row is a CUDA stream: a light column marks a bin with any GPU work, the solid fill is "
                      f"the share of the bin that was busy, white is idle. {_ranges_word(trace, capital=True)} are "
                      "drawn above, one row per nesting level and thread.")
     section.figures.append(_timeline_figure("timeline", "Whole capture", trace, whole))
+    found["timeline_whole"] = (section, whole, utilization)
+    found["utilization"], found["utilization_views"] = utilization, [(whole, utilization, "Whole capture")]
+    if zoom:
+        fill_timeline_zoom(trace, bins, found)
+
+
+def fill_timeline_zoom(trace: Trace, bins: int, found: dict[str, Any]) -> None:
+    """The timeline's zoom (a few steady-state steps, else the busiest stretch), after ``fill_timeline``."""
+    if "timeline_whole" not in found:
+        return
+    section, whole, utilization = found.pop("timeline_whole")
+    try:
+        _add_zoom(section, trace, bins, found, whole, utilization)
+    except ProfkitError as exc:  # the timeline section's note, as for its first part
+        section.notes.append(exc.one_line())
+
+
+def _add_zoom(section: Section, trace: Trace, bins: int, found: dict[str, Any], whole: timeline.TimeBins,
+              utilization: list[timeline.Utilization]) -> None:
+    views = [(whole, utilization, "Whole capture")]
     zoom, title, steps = _steady_zoom(found.get("steps"))
     if zoom is None and utilization:
         # no steps to show: the shortest stretch holding most of the GPU's work
