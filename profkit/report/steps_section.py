@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from profkit import allocator
 from profkit.analysis.steps import KERNEL_PATTERN, PROFILER_STEP, StepResult, find_steps
 from profkit.analysis.steps.activity import busy_in_windows, load_activity
 from profkit.analysis.steps.per_step import PARTS, per_step_breakdown
@@ -96,6 +97,7 @@ def _startup_line(trace: Trace, result: StepResult, busy: int | None = None) -> 
 
 def fill_steps(section: Section, trace: Trace, found: dict[str, Any]) -> None:
     result = find_steps(trace)
+    allocator.give_back()  # the step finder's temporaries (a million GPU operations' worth) go back first
     found["steps"] = result
     section.intro = ("One step is one iteration of the program's loop: from the user's step ranges (NVTX, "
                      "record_function, ProfilerStep#N; never a library's range), otherwise from the repeating "
@@ -108,6 +110,7 @@ def fill_steps(section: Section, trace: Trace, found: dict[str, Any]) -> None:
     # One frame of the GPU work for the per-step parts and the idle causes (a million
     # kernels joined to their launches once), made while the API columns are loaded.
     events = _gpu_work(trace)
+    allocator.give_back()
     parts = per_step_breakdown(trace, result, events)
     found["step_parts"] = parts
     found["steady_idle_causes"] = _steady_idle_causes(result, events)
