@@ -19,6 +19,7 @@ import pandas as pd
 
 from profkit.analysis.breakdown import intervals
 from profkit.analysis.launch_calls import launch_calls
+from profkit.analysis.timeline import gpu_busy_segments, longest_intervals
 from profkit.model import Trace
 
 TOP_PER_KIND = 5
@@ -42,12 +43,10 @@ def longest_idle(trace: Trace, events: pd.DataFrame, top: int = 5) -> list[dict[
     gap_start, gap_end = intervals.gaps(events["start"].to_numpy(), events["end"].to_numpy())
     if gap_start.size == 0:
         return []
-    order = np.argsort(-(gap_end - gap_start), kind="stable")[:top]
     starts = events["start"].to_numpy()
     cpu = _cpu_tables(trace)
     out = []
-    for i in order:
-        g0, g1 = int(gap_start[i]), int(gap_end[i])
+    for g0, g1 in longest_intervals(gap_start, gap_end, top):
         nxt = events.iloc[int(np.searchsorted(starts, g1, side="left"))]
         pid, tid = int(nxt["launch_pid"]), int(nxt["launch_tid"])
         if tid < 0:
@@ -110,8 +109,6 @@ def longest_gaps_within(trace: Trace, lo: int, hi: int, top: int = 5) -> list[tu
     Read off the device's busy intervals, merged once per trace (``timeline.gpu_busy_segments``):
     the union clipped to the window is the union of the clipped operations, so its holes are
     the window's idle stretches, with no second sort of a million operations."""
-    from profkit.analysis.timeline import gpu_busy_segments, longest_intervals
-
     found: list[tuple[int, int, int]] = []
     for device, busy in gpu_busy_segments(trace).items():
         s, e, _ = intervals.clip(busy.starts, busy.ends, lo, hi)
