@@ -102,26 +102,23 @@ def collect_columns(export: NsysExport, query: ColumnsQuery,
     if lo is None:
         return [np.zeros(0, dtype=np.int64) for _ in query.int_columns], texts
     workers = _workers(hi - lo + 1) if not query.text_columns else 1
-    if (not query.text_columns and not query.with_clause and keep is None
-            and len(query.int_columns) >= FAST_SCAN_MIN_COLUMNS):
-        # connectorx where it can (see fast_scan), on ``workers`` threads, in ranges of about
-        # CHUNK_CELLS values: a range is held twice (with its NULL masks) until copied into
-        # the columns, and ``workers`` + 1 are in flight (20 kernel columns in 250k-row
-        # ranges were 135 MB at once)
-        rows = min(CHUNK_ROWS, max(CHUNK_ROWS // 10, CHUNK_CELLS // (len(query.int_columns) + 1)))
-        size = -(-(hi - lo + 1) // (workers * -(-(hi - lo + 1) // (workers * rows))))
-        fast = fast_scan.scan_ints(export.path, [_fast_select(expr) for expr in query.int_columns], query.source,
-                                   query.where, query.rowid,
-                                   [(start, min(start + size, hi + 1)) for start in range(lo, hi + 1, size)], workers)
-        if fast is not None:
-            return fast, texts
-    # Equal chunks, a multiple of the worker count, none above CHUNK_ROWS.
-    # Rows per chunk fall as columns grow: a chunk's text stays near CHUNK_CELLS values.
+    # Equal chunks, a multiple of the worker count, none above CHUNK_ROWS.  Rows per chunk
+    # fall as columns grow: a chunk's text stays near CHUNK_CELLS values, and so does a
+    # connectorx range, which is held twice (with its NULL masks) until copied into the
+    # columns, ``workers`` + 1 of them at once (20 kernel columns in 250k-row ranges were
+    # 135 MB).
     chunk_rows = max(CHUNK_ROWS // 10, CHUNK_CELLS // max(1, len(query.int_columns) + len(query.text_columns)))
     chunk_rows = min(chunk_rows, CHUNK_ROWS)
     n_chunks = workers * -(-(hi - lo + 1) // (workers * chunk_rows))
     size = -(-(hi - lo + 1) // n_chunks)
-    chunks = [(start, start + size) for start in range(lo, hi + 1, size)]
+    chunks = [(start, min(start + size, hi + 1)) for start in range(lo, hi + 1, size)]
+    if (not query.text_columns and not query.with_clause and keep is None
+            and len(query.int_columns) >= FAST_SCAN_MIN_COLUMNS):
+        # connectorx where it can (see fast_scan), the same chunks on ``workers`` threads
+        fast = fast_scan.scan_ints(export.path, [_fast_select(expr) for expr in query.int_columns], query.source,
+                                   query.where, query.rowid, chunks, workers)
+        if fast is not None:
+            return fast, texts
     selects = [f"group_concat(coalesce(({expr}), {NULL_INT}))" for expr in query.int_columns]
     tag = next(_collector_ids)
     sink_names = [f"_profkit_text{tag}_{i}" for i in range(len(query.text_columns))]
