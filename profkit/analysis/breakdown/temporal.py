@@ -122,16 +122,9 @@ def idle_by_stream(events: pd.DataFrame, threshold_ns: int = KERNEL_WAIT_THRESHO
         start = g["start"].to_numpy()
         end = g["end"].to_numpy()
         launch = g["launch_start"].to_numpy()
-        if start.size < 2:
-            gap = np.empty(0, dtype=np.int64)
-            host = kernel = np.empty(0, dtype=bool)
-        else:
-            prev_end = end[:-1]
-            gap = start[1:] - prev_end
-            has_launch = launch[1:] >= 0
-            host = has_launch & (launch[1:] > prev_end)
-            kernel = ~host & (gap < threshold_ns)
-        other = ~host & ~kernel
+        prev_end = end[:-1]
+        gap = start[1:] - prev_end
+        host, kernel, other = _idle_causes(gap, prev_end, launch[1:], threshold_ns)
         row: dict[str, Any] = {"stream": int(stream), "host_wait_ns": int(gap[host].sum()),
                                "kernel_wait_ns": int(gap[kernel].sum()), "other_ns": int(gap[other].sum())}
         row["idle_ns"] = row["host_wait_ns"] + row["kernel_wait_ns"] + row["other_ns"]
@@ -168,12 +161,20 @@ def idle_totals_of(start: np.ndarray, end: np.ndarray, stream: np.ndarray, launc
     del next_start
     launch = launch_start[order][1:]
     del order
-    host = same & (launch >= 0) & (launch > prev_end)
+    host, kernel, other = (same & cause for cause in _idle_causes(gap, prev_end, launch, threshold_ns))
     del launch, prev_end
-    kernel = same & ~host & (gap < threshold_ns)
-    other = same & ~host & ~kernel
     return {"host_wait_ns": int(gap[host].sum()), "kernel_wait_ns": int(gap[kernel].sum()),
             "other_ns": int(gap[other].sum())}
+
+
+def _idle_causes(gap: np.ndarray, prev_end: np.ndarray, next_launch: np.ndarray,
+                 threshold_ns: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Masks (host wait, kernel wait, other) of the gaps before each next operation, HTA's
+    causes: its launch came after the previous operation ended (host), else a gap under
+    ``threshold_ns`` (kernel), else other."""
+    host = (next_launch >= 0) & (next_launch > prev_end)
+    kernel = ~host & (gap < threshold_ns)
+    return host, kernel, ~host & ~kernel
 
 
 def idle_totals(per_stream: list[dict[str, Any]]) -> dict[str, int]:
