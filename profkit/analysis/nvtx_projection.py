@@ -68,10 +68,11 @@ def kernel_range_pairs(trace: Trace) -> KernelRangePairs:
         has_call[:] = False
     call = np.where(has_call, launch_call, 0)
     del launch_call
-    launch_thread = np.full(len(call), -1, dtype=np.int64)
     if has_call.any():
         launch_thread = api_pid[call].astype(np.int64) << _TID_BITS
         launch_thread |= api_tid[call]
+    else:
+        launch_thread = np.full(len(call), -1, dtype=np.int64)
 
     # nvtx_kern_sum: an open range ends at the last range timestamp; ranges
     # ended on another thread are left out.
