@@ -5,6 +5,8 @@ Sized so 30 steps take seconds on one GPU; the fixtures under tests/data/kineto
 and tests/data/nsys (nsys2025_gpt_*) are traces of this loop.
 
   --compile          torch.compile the model (inductor)
+  --compile-mode M   torch.compile's mode (implies --compile): reduce-overhead
+                     replays the forward and backward passes as CUDA graphs
   --print-loss       print loss.item() every step (a sync per step)
   profiling and step annotation flags: see sample_kernels/profiling.py
 
@@ -87,6 +89,9 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--compile", action="store_true", help="torch.compile the model")
+    parser.add_argument("--compile-mode", default=None,
+                        choices=("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
+                        help="torch.compile mode (implies --compile); reduce-overhead uses CUDA graphs")
     parser.add_argument("--print-loss", action="store_true", help="print loss.item() every step (syncs)")
     add_profile_args(parser)
 
@@ -105,11 +110,18 @@ def train(args: argparse.Namespace, model: nn.Module, optimizer: torch.optim.Opt
           x: torch.Tensor, y: torch.Tensor, extra_work=None) -> list[float]:
     """The training loop; returns the losses (read once at the end unless --print-loss).
     extra_work(step), when given, runs inside each step before the backward pass."""
-    step_fn = torch.compile(model) if args.compile else model
+    graphs = args.compile_mode in ("reduce-overhead", "max-autotune")
+    if args.compile or args.compile_mode:
+        step_fn = torch.compile(model, mode=args.compile_mode)
+    else:
+        step_fn = model
     losses = torch.zeros(args.steps, device=x.device)
     with profiler(args, args.steps) as prof:
         for step in range(args.steps):
             with step_range(args, STEP_RANGE):
+                if graphs:
+                    # a new iteration: the CUDA graphs' output buffers may be reused from here on
+                    torch.compiler.cudagraph_mark_step_begin()
                 optimizer.zero_grad(set_to_none=True)
                 loss = step_fn(x, y)
                 if extra_work is not None:
