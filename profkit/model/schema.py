@@ -129,6 +129,25 @@ MEMSET = _cols(
     ("dst_kind", CATEGORY, "memory kind set ('Device', 'Managed', ...; '' unknown)"),
 )
 
+# One row per replay of a CUDA graph whose nodes were not traced one by one:
+# nsys's default ``--cuda-graph-trace=graph`` records a replay as one
+# CUPTI_ACTIVITY_KIND_GRAPH_TRACE row (the graph's whole execution on its
+# stream) and none of the kernels inside it.  Such a replay is GPU work like a
+# kernel: it counts in busy time, idle gaps, steps and utilization.  Where the
+# kernels of a replay are traced (nsys ``--cuda-graph-trace=node``, Kineto),
+# they are ``kernels`` rows launched by the replay's ``cudaGraphLaunch``
+# (same correlation) and this table is empty, so no work is counted twice.
+GRAPHS = _cols(
+    ("start", INT, "ns"), ("end", INT, "ns"),
+    ("device", INT, "device of the graph's first node"),
+    ("stream", INT, "stream the graph was launched on"),
+    ("pid", INT, ""),
+    ("correlation", INT, "the launching cudaGraphLaunch's correlation id"),
+    ("graph_id", INT, "CUDA's graph id (nsys graphId)"),
+    ("graph_exec_id", INT, "the executable graph's id (nsys graphExecId), -1 unknown"),
+    ("name", CATEGORY, "'CUDA graph <graph_id>': a label that reads like a kernel name in tables"),
+)
+
 # One row per CUDA runtime or driver API call on a CPU thread.
 API = _cols(
     ("start", INT, "ns"), ("end", INT, "ns"),
@@ -222,11 +241,16 @@ THREADS = _cols(
     ("name", CATEGORY, "thread name ('' unknown)"),
 )
 
+# The tables of GPU work: every row is time a GPU was busy.  Analyses of busy
+# and idle time, steps and timelines read all of them.
+GPU_WORK_TABLES = ("kernels", "memcpy", "memset", "graphs")
+
 TABLES: dict[str, tuple[Column, ...]] = {
     "devices": DEVICES,
     "kernels": KERNELS,
     "memcpy": MEMCPY,
     "memset": MEMSET,
+    "graphs": GRAPHS,
     "api": API,
     "ranges": RANGES,
     "cpu_ops": CPU_OPS,
@@ -264,6 +288,7 @@ NARROW: dict[str, frozenset[str]] = {
     "api": frozenset({"pid", "tid"}),
     "memcpy": frozenset({"device", "stream"}),
     "memset": frozenset({"device", "stream"}),
+    "graphs": frozenset({"device", "stream"}),
     "ranges": frozenset({"device", "stream"}),
 }
 

@@ -22,6 +22,8 @@ devices     TARGET_INFO_GPU (limits via ``launches.gpu_info``)
 kernels     CUPTI_ACTIVITY_KIND_KERNEL
 memcpy      CUPTI_ACTIVITY_KIND_MEMCPY (+ ENUM_CUDA_MEMCPY_OPER, ENUM_CUDA_MEM_KIND)
 memset      CUPTI_ACTIVITY_KIND_MEMSET (+ ENUM_CUDA_MEM_KIND)
+graphs      CUPTI_ACTIVITY_KIND_GRAPH_TRACE (``--cuda-graph-trace=graph``: one row
+            per replay; nsys 2023.4 writes no such table)
 api         CUPTI_ACTIVITY_KIND_RUNTIME (runtime and driver: eventClass 0 / 1)
 ranges      NVTX_EVENTS push/pop and start/end ranges (+ domain-create events)
 syncs       CUPTI_ACTIVITY_KIND_SYNCHRONIZATION (+ ENUM_CUPTI_SYNC_TYPE)
@@ -157,6 +159,25 @@ def _memset(export: NsysExport) -> TableSpec:
     return TableSpec(t, columns=cols)
 
 
+GRAPH_TRACE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
+
+
+def _graphs(export: NsysExport) -> TableSpec:
+    t = GRAPH_TRACE
+    cols = _activity(export, t)
+    cols.update({
+        "graph_id": _int(export, t, "graphId"), "graph_exec_id": _int(export, t, "graphExecId"),
+        # a label that reads like a kernel name: "CUDA graph 4"
+        "name": Spec(ENUM, _col(export, t, "graphId"), _graph_labels),
+    })
+    return TableSpec(t, columns=cols)
+
+
+def _graph_labels(export: NsysExport) -> dict[int, str]:
+    ids = export.rows(f'SELECT DISTINCT graphId FROM "{GRAPH_TRACE}"')
+    return {int(v): f"CUDA graph {int(v)}" for (v,) in ids if v is not None}
+
+
 # ENUM_NSYS_EVENT_CLASS: 0 "CUDA runtime", 1 "CUDA driver" (same ids in 3.7 and 3.20).
 _LAYERS = {0: "runtime", 1: "driver"}
 
@@ -235,12 +256,12 @@ def _threads(export: NsysExport) -> TableSpec:
 
 
 _SPECS: dict[str, Callable[[NsysExport], TableSpec]] = {
-    "kernels": _kernels, "memcpy": _memcpy, "memset": _memset, "api": _api, "ranges": _ranges,
+    "kernels": _kernels, "memcpy": _memcpy, "memset": _memset, "graphs": _graphs, "api": _api, "ranges": _ranges,
     "syncs": _syncs, "osrt": _osrt, "processes": _processes, "threads": _threads,
 }
 _NSYS_TABLES = {
     "devices": "TARGET_INFO_GPU", "kernels": queries.KERNELS.table, "memcpy": queries.MEMCPY.table,
-    "memset": queries.MEMSET.table, "api": queries.RUNTIME.table, "ranges": queries.NVTX.table,
+    "memset": queries.MEMSET.table, "graphs": GRAPH_TRACE, "api": queries.RUNTIME.table, "ranges": queries.NVTX.table,
     "syncs": sync.SYNC, "osrt": queries.OSRT.table, "processes": "PROCESSES", "threads": "ThreadNames",
 }
 _RANGE_TEXT_COLUMNS = ("name", "domain", "kind")
