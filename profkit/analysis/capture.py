@@ -21,8 +21,8 @@ from profkit.analysis.timeline import gpu_busy
 from profkit.model import NSYS, Trace
 
 TOOL_NAMES = {"nsys": "Nsight Systems", "kineto": "PyTorch profiler (Kineto)"}
-COUNTED = {"kernels": "kernels", "memcpys": "memcpy", "memsets": "memset", "api_calls": "api",
-           "nvtx_ranges": "ranges"}
+COUNTED = {"kernels": "kernels", "memcpys": "memcpy", "memsets": "memset", "graph_replays": "graphs",
+           "api_calls": "api", "nvtx_ranges": "ranges"}
 
 
 def capture_info(trace: Trace) -> dict[str, Any]:
@@ -64,7 +64,9 @@ def capture_info(trace: Trace) -> dict[str, Any]:
         "gpu_busy_pct": busy["busy_pct"],
         "gpu_busy_pct_of_capture": round(100.0 * busy["busy_ns"] / span, 2) if span else None,
         "per_device_busy": busy["per_device"],
-        "counts": {key: trace.count(table) if trace.has(table) else 0 for key, table in COUNTED.items()},
+        "counts": {key: trace.count(table) if trace.has(table) else 0 for key, table in COUNTED.items()
+                   # graph replays whose kernels were not traced: only where there are any
+                   if table != "graphs" or (trace.has(table) and trace.count(table))},
         "traced": list(meta.traced),
         "processes": _processes(trace, extras.get("launched") or []),
         "rank": meta.rank,

@@ -1,6 +1,6 @@
 """Each GPU operation's launching CUDA call: one join per trace, shared by the analyses.
 
-Kernels, memcpy, memset and CUPTI sync records carry the correlation id of
+Kernels, memcpy, memset, CUDA graph replays and CUPTI sync records carry the correlation id of
 the runtime/driver call that launched them.  Correlation ids are per
 process in nsys and per trace in Kineto (whose reader gives every GPU event
 the trace's pid), so ``(pid, correlation)`` names the call in both.
@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from profkit.model import Trace
+from profkit.model import Trace, schema
 
-GPU_TABLES = ("kernels", "memcpy", "memset", "syncs")
+GPU_TABLES = (*schema.GPU_WORK_TABLES, "syncs")
 _CORRELATION_BITS = 40
 
 

@@ -38,7 +38,7 @@ from profkit.model import NSYS, Coded, Trace
 
 _COPY_KINDS = kind_values(COPY_KIND_LABELS)
 _MEM_KINDS = kind_values(MEM_KIND_LABELS)
-_GPU_TABLES = (("kernels", "kernel"), ("memcpy", "memcpy"), ("memset", "memset"))
+_GPU_TABLES = (("kernels", "kernel"), ("memcpy", "memcpy"), ("memset", "memset"), ("graphs", "graph"))
 
 
 def _keys(pid: np.ndarray, correlation: np.ndarray) -> np.ndarray:
@@ -213,7 +213,7 @@ def _or_none(value: Any) -> int | None:
 
 # -- GPU activity -------------------------------------------------------------------------
 def gpu_devices(trace: Trace) -> list[int]:
-    """Devices that ran any kernel, memcpy or memset."""
+    """Devices that ran any kernel, memcpy, memset or graph replay."""
     found: set[int] = set()
     for table, _ in _GPU_TABLES:
         if trace.has(table):

@@ -32,7 +32,8 @@ from profkit.analysis.ranges import cpu_ranges
 from profkit.model import NSYS, Trace
 
 # Kinds of GPU operation, drawn in this order; each is a table of the model.
-ACTIVITY_TABLES = (("kernel", "kernels"), ("memcpy", "memcpy"), ("memset", "memset"))
+# A CUDA graph replay is a row of its own only where its kernels were not traced (schema.GRAPHS).
+ACTIVITY_TABLES = (("kernel", "kernels"), ("memcpy", "memcpy"), ("memset", "memset"), ("graph", "graphs"))
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ class StreamActivity:
     device_id: int
     pid: int | None
     stream_id: int | None
-    kind: str  # kernel | memcpy | memset
+    kind: str  # kernel | memcpy | memset | graph
     operations: int
     busy_ns: int
     busy_per_bin: np.ndarray = field(repr=False)  # int64 ns, len == bins.count
@@ -112,7 +113,7 @@ class Utilization:
 
 # -- the GPU operations -------------------------------------------------------------------
 def _operations(trace: Trace, columns: tuple[str, ...] = ("device", "start", "end")) -> dict[str, np.ndarray]:
-    """Every kernel, memcpy and memset as aligned columns; ``kind`` indexes ACTIVITY_TABLES."""
+    """Every kernel, memcpy, memset and graph replay as aligned columns; ``kind`` indexes ACTIVITY_TABLES."""
     parts: dict[str, list[np.ndarray]] = {c: [] for c in ("kind", *columns)}
     for index, (_, table) in enumerate(ACTIVITY_TABLES):
         if not trace.has(table):
@@ -128,7 +129,7 @@ def _operations(trace: Trace, columns: tuple[str, ...] = ("device", "start", "en
 
 
 def gpu_window(trace: Trace) -> tuple[int, int] | None:
-    """(first start, last end) of all kernels, memcpys and memsets; None without any."""
+    """(first start, last end) of all GPU work (kernels, memcpys, memsets, graph replays); None without any."""
     segments = gpu_busy_segments(trace)
     if not segments:
         return None

@@ -17,6 +17,7 @@ import click
 
 from profkit.analysis import summaries
 from profkit.analysis.capture import capture_info
+from profkit.analysis.graphs import unrecorded_kernels_note
 from profkit.cli.kernel_code_options import kernel_target_options
 from profkit.model import Trace
 from profkit.readers import open_trace
@@ -49,13 +50,17 @@ _TOP_OPTION = click.option(
 
 
 def _print_summary(summarize: Callable, columns: list[Column], title: str,
-                   export: Path, top: int | None, fmt: str, wide: bool = False) -> None:
+                   export: Path, top: int | None, fmt: str, wide: bool = False,
+                   note: Callable[[Trace], str | None] | None = None) -> None:
     with open_trace(export) as trace:
         _one_scan_then_exit(trace)
         rows = summarize(trace)
+        said = note(trace) if note is not None else None
     if top is not None:
         rows = summaries.top_n(rows, top)
     emit_rows(rows, columns, fmt, title=title, wide=wide)
+    if said and fmt in ("table", "md"):  # JSON and CSV stay rows only, for machines
+        click.echo(said, err=True)
 
 
 def _one_scan_then_exit(trace: Trace) -> None:
@@ -109,7 +114,8 @@ def kernels(export: Path, top: int | None, wide: bool, fmt: str, with_code: bool
     if with_code or code_dirs or kernel_targets or ncu_csv is not None:
         _print_kernels_with_code(export, top, fmt, wide, code_dirs, ncu_csv, kernel_targets)
         return
-    _print_summary(summaries.kernel_summary, KERNEL_COLUMNS, "CUDA kernels", export, top, fmt, wide)
+    _print_summary(summaries.kernel_summary, KERNEL_COLUMNS, "CUDA kernels", export, top, fmt, wide,
+                   note=unrecorded_kernels_note)
 
 
 def _print_kernels_with_code(export: Path, top: int | None, fmt: str, wide: bool, code_dirs: tuple[Path, ...],

@@ -26,6 +26,7 @@ from typing import Any
 from profkit import __version__, allocator
 from profkit.analysis import summaries, timeline
 from profkit.analysis.capture import capture_info
+from profkit.analysis.graphs import has_graphs
 from profkit.analysis.steps.windows import kernels_in_window
 from profkit.errors import ProfkitError
 from profkit.model import NSYS, Trace
@@ -33,7 +34,7 @@ from profkit.model.schema import LAUNCH_CONFIG_COLUMNS
 from profkit.model.trace import DURATION
 from profkit.output import API_COLUMNS, NVTX_COLUMNS
 from profkit.report import sections as fill
-from profkit.report import columns, idle_section, kernel_table, steps_section
+from profkit.report import columns, graphs_section, idle_section, kernel_table, steps_section
 from profkit.report.findings import findings as make_findings
 from profkit.report.findings import longest_gap
 from profkit.report.model import Figure, Report, Section, Table
@@ -73,6 +74,8 @@ def build_report(trace: Trace, *, ncu_csv: Path | None = None, partial: bool = F
 
     add("capture", "Capture", capture_section)
     add("steps", "Steps", lambda s: steps_section.fill_steps(s, trace, found))
+    if has_graphs(trace):
+        add("graphs", "CUDA graphs", lambda s: graphs_section.fill_graphs(s, trace, found))
     add("timeline", "Timeline", lambda s: fill.fill_timeline(s, trace, bins, found, zoom=False))
     add(TIMELINE_ZOOM, "", lambda s: fill.fill_timeline_zoom(trace, bins, found))
     add("utilization", "GPU utilization", lambda s: fill.fill_utilization(s, trace, found))
@@ -104,6 +107,7 @@ def build_report(trace: Trace, *, ncu_csv: Path | None = None, partial: bool = F
     # The steady state leads: a headline over the whole capture is made by start-up.
     items = steps_section.findings_for(trace, found)
     items[1:1] = idle_section.steady_idle_finding(found)  # right after the steady-state headline
+    items[1:1] = graphs_section.graphs_finding(found)  # what the steady state runs in, first
     items += list(found.get("stall_findings", []))
     gap = longest_gap(found.get("utilization"))
     gap_ranges = timeline.enclosing_ranges(trace, gap[0], gap[1]) if gap else []
@@ -151,7 +155,7 @@ IDLE_CPU = "idle_cpu"
 # The whole capture's timeline needs no CUDA API call: it is drawn while they load.  Its
 # zoom (fills the timeline section) shows a few steady-state steps: after the steps.
 TIMELINE_ZOOM = "timeline_zoom"
-BUILD_ORDER = ("kernels", "occupancy", "timeline", "api", "steps", TIMELINE_ZOOM, "utilization", IDLE_CPU, "nvtx",
+BUILD_ORDER = ("kernels", "occupancy", "timeline", "api", "steps", "graphs", TIMELINE_ZOOM, "utilization", IDLE_CPU, "nvtx",
                "capture", INTERACTIVE, "nvtx_kernels", "memory", "stalls", "ncu")
 # Columns read in one scan of their table before the section that first needs them
 # (where ``columns.start_loading`` did not start them on a background thread already).

@@ -27,7 +27,8 @@ from matplotlib.patches import Patch
 from profkit.analysis.timeline import NvtxBar, StreamActivity, TimeBins, Utilization
 from profkit.report.text import duration as _duration
 
-KIND_COLORS = {"kernel": "#1f6fb4", "memcpy": "#d1495b", "memset": "#8e6bbf"}
+# one colour per kind of GPU work, in every figure of the report
+KIND_COLORS = {"kernel": "#1f6fb4", "memcpy": "#d1495b", "memset": "#8e6bbf", "graph": "#2a9d8f"}
 NVTX_PALETTE = [matplotlib.colormaps["tab20"](i) for i in range(20)]
 DPI = 100
 WIDTH_IN = 12.0

@@ -42,7 +42,7 @@ from profkit.model import Trace
 
 MAX_OPERATIONS = 60_000   # ~1.2 MB of JSON at most: the report of a 1M-kernel run stays small
 OVERVIEW_BINS = 800
-GPU_TABLES = (("kernels", 0), ("memcpy", 1), ("memset", 2))  # (table, kind code in the page)
+GPU_TABLES = (("kernels", 0), ("memcpy", 1), ("memset", 2), ("graphs", 3))  # (table, kind code in the page)
 SCRIPT = Path(__file__).with_name("templates") / "timeline.js"
 
 
@@ -66,12 +66,12 @@ def _script() -> tuple[str, str]:
 
 def _gpu_tables(trace: Trace) -> list[tuple[int, pd.DataFrame]]:
     """(kind code, frame) of each GPU table with rows: start, end, device, stream and what names
-    its operations (kernels: name, memcpy: copy_kind), in GPU_TABLES order."""
+    its operations (kernels and graph replays: name, memcpy: copy_kind), in GPU_TABLES order."""
     out = []
     for table, kind in GPU_TABLES:
         if not trace.has(table):
             continue
-        extra = {"kernels": ["name"], "memcpy": ["copy_kind"]}.get(table, [])
+        extra = {"kernels": ["name"], "graphs": ["name"], "memcpy": ["copy_kind"]}.get(table, [])
         frame = trace.table(table, ["start", "end", "device", "stream", *extra])
         if not frame.empty:
             out.append((kind, frame))
@@ -81,7 +81,7 @@ def _gpu_tables(trace: Trace) -> list[tuple[int, pd.DataFrame]]:
 def _names(kind: int, frame: pd.DataFrame, rows: np.ndarray) -> pd.Categorical:
     """The names of ``rows`` of one table, categorical: a few hundred names never become
     a Python string per operation."""
-    if kind == 0:
+    if kind in (0, 3):  # kernels, graph replays
         return frame["name"].array[rows]
     if kind == 1:
         kinds = frame["copy_kind"].array
@@ -192,7 +192,7 @@ def build_interactive_timeline(trace: Trace, steps: pd.DataFrame | None = None) 
         "span": [span_lo - origin, span_hi - origin],
         "rows": [f"GPU {d} · stream {s}" for d, s in tracks],
         "names": [str(n) for n in names.categories],
-        "kinds": ["kernel", "memcpy", "memset"],
+        "kinds": ["kernel", "memcpy", "memset", "graph"],
         # starts as differences from the previous one: short numbers, a third of the size
         "start_delta": np.diff(relative, prepend=0).tolist(),
         "duration": (shown["end"].to_numpy() - shown["start"].to_numpy()).tolist(),

@@ -20,6 +20,7 @@ from typing import Any
 from profkit.analysis import summaries
 from profkit.analysis.kernel_bandwidth import attach_bandwidth, bandwidth_note, peak_bandwidth
 from profkit.analysis.kernel_code import attach_code, launch_shapes
+from profkit.analysis.graphs import unrecorded_kernels_note
 from profkit.analysis.kernel_targets import KernelTargets, code_for_trace, code_notes
 from profkit.errors import ProfkitError
 from profkit.model import Trace
@@ -57,6 +58,9 @@ def fill_kernels(section: Section, trace: Trace, top: int, found: dict[str, Any]
     peaks = peak_bandwidth(trace)
     rows = attach_bandwidth(rows, launches or [], peaks)
     notes.append(bandwidth_note(rows, launches, peaks))
+    graph_note = unrecorded_kernels_note(trace)
+    if graph_note:
+        notes.insert(0, graph_note)  # first: the table leaves out GPU time
     extra = []
     if any(r.get("code_variants") and r.get("registers") is not None for r in rows):
         extra.append(KERNEL_CODE_COLUMNS)

@@ -19,8 +19,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from profkit.analysis.stalls import Timeline
+from profkit.report.figures import KIND_COLORS
 
-KIND_COLORS = {"kernel": "#1f6fb4", "memcpy": "#d1495b", "memset": "#8e6bbf"}
 SYNC_COLOR = "#c0392b"
 IDLE_COLOR = "#f39c12"
 STEP_SHADE = "#eef2f7"

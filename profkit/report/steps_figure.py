@@ -16,11 +16,12 @@ from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from profkit.report.figures import KIND_COLORS
+
 PART_COLORS = {"compute_ns": "#1f6fb4", "communication_ns": "#f28e2b", "memory_ns": "#d1495b",
                "other_ns": "#8c8c8c", "idle_ns": "#e6e6e6"}
 PART_LABELS = {"compute_ns": "compute", "communication_ns": "communication", "memory_ns": "memory",
                "other_ns": "other GPU work", "idle_ns": "idle"}
-KIND_COLORS = {"kernel": "#1f6fb4", "memcpy": "#d1495b", "memset": "#8e6bbf"}
 _RC = {"text.parse_math": False, "text.usetex": False, "font.size": 9}
 WIDTH_IN, DPI = 12.0, 100
 
@@ -139,7 +140,8 @@ def steps_zoom_png(zoom: dict[str, Any]) -> bytes:
         ax.set_ylim(-0.6, len(lanes) + 0.2)
         ax.set_xlim(0, (hi - lo) / divisor)
         ax.set_xlabel(f"time from step {zoom['steps'][0]['index']}'s start ({unit})")
-        ax.legend(handles=[Patch(color=c, label=k) for k, c in KIND_COLORS.items()], loc="upper right",
+        ax.legend(handles=[Patch(color=c, label=k) for k, c in KIND_COLORS.items()
+                           if k != "graph" or (events["kind"] == k).any()], loc="upper right",
                   ncols=3, fontsize=8, frameon=False, bbox_to_anchor=(1.0, 1.25))
         fig.tight_layout()
         return png_bytes(fig, DPI)

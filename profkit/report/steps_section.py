@@ -19,6 +19,7 @@ from profkit import allocator
 from profkit.analysis.steps import KERNEL_PATTERN, PROFILER_STEP, StepResult, find_steps
 from profkit.analysis.steps.activity import busy_in_windows, load_activity
 from profkit.analysis.steps.per_step import PARTS, per_step_breakdown
+from profkit.analysis.timeline import ACTIVITY_TABLES
 from profkit.model import Trace
 from profkit.output import Column
 from profkit.report.model import Figure, Section, Table
@@ -179,7 +180,7 @@ def zoom_window(trace: Trace, result: StepResult, n: int = ZOOM_STEPS) -> dict[s
         return None
     lo, hi = int(chosen["start_ns"].iloc[0]), int(chosen["end_ns"].iloc[-1])
     events = []
-    for table, kind in (("kernels", "kernel"), ("memcpy", "memcpy"), ("memset", "memset")):
+    for kind, table in ACTIVITY_TABLES:
         frame = trace.table(table, ["start", "end", "device", "stream"])
         inside = frame[(frame["end"].to_numpy() > lo) & (frame["start"].to_numpy() < hi)]
         if len(inside):

@@ -12,7 +12,8 @@ each event's kernel type and the CPU call that launched it.
 
 Columns of the returned frame (one row per GPU event, sorted by start):
 ``start``, ``end`` (ns), ``stream``, ``device``, ``pid``, ``correlation``,
-``source`` ('kernel', 'memcpy', 'memset', 'sync'), ``name`` (kernel name;
+``source`` ('kernel', 'memcpy', 'memset', 'graph', 'sync'), ``name`` (kernel name;
+'CUDA graph <id>' for a graph replay whose kernels were not traced;
 'Memcpy <kind>' / 'Memset' / the sync type otherwise), ``kernel_type``
 ('computation', 'communication', 'memory', 'other'), and from the launching
 runtime/driver call (-1 / '' when the trace has none): ``launch_start``,
@@ -66,7 +67,8 @@ def gpu_events(trace: Trace, include_syncs: bool = True, hta_filter: bool = True
     and end always come."""
     wanted = {"start", "end", *columns}
     parts: list[dict[str, Any]] = []
-    for table, source in (("kernels", "kernel"), ("memcpy", "memcpy"), ("memset", "memset"), ("syncs", "sync")):
+    for table, source in (("kernels", "kernel"), ("memcpy", "memcpy"), ("memset", "memset"), ("graphs", "graph"),
+                          ("syncs", "sync")):
         if table == "syncs" and not include_syncs:
             continue
         rows: np.ndarray | slice = slice(None)
@@ -82,7 +84,10 @@ def gpu_events(trace: Trace, include_syncs: bool = True, hta_filter: bool = True
             part["name"] = _names(trace, table, rows, n)
         if "kernel_type" in wanted:
             # HTA types every "... Sync" record 'other'; a "Stream Wait Event" too on its main branch.
-            part["kernel_type"] = kernel_origin.kernel_types(_names(trace, table, rows, n)) if table == "kernels" \
+            # A graph replay whose kernels were not traced is typed by its label ("CUDA graph 4"):
+            # computation, the type of what cannot be told apart.
+            part["kernel_type"] = kernel_origin.kernel_types(_names(trace, table, rows, n)) \
+                if table in ("kernels", "graphs") \
                 else kernel_origin.OTHER if table == "syncs" else kernel_origin.MEMORY
         parts.append(part)
     events = _concat(parts, [c for c in (*_EVENT_COLUMNS, *EVENT_COLUMNS) if c in wanted])
@@ -114,7 +119,7 @@ def _names(trace: Trace, table: str, rows: np.ndarray | slice, n: int) -> pd.Cat
     """The events' names: kernel names, 'Memcpy <kind>', 'Memset', the sync type."""
     if table == "memset":
         return _constant("Memset", n)
-    column = {"kernels": "name", "memcpy": "copy_kind", "syncs": "sync_type"}[table]
+    column = {"kernels": "name", "graphs": "name", "memcpy": "copy_kind", "syncs": "sync_type"}[table]
     names = trace.table(table, [column])[column].array[rows]
     return names.rename_categories(lambda kind: f"Memcpy {kind}") if table == "memcpy" else names
 

@@ -20,12 +20,12 @@ import pandas as pd
 from profkit.analysis.breakdown import intervals
 from profkit.analysis.launch_calls import launch_calls
 from profkit.analysis.timeline import gpu_busy_segments, longest_intervals
-from profkit.model import Trace
+from profkit.model import Trace, schema
 
 TOP_PER_KIND = 5
 # What the launching thread did, one list per kind: the keys of a gap's row.
 CPU_KINDS = ("ranges", "api", "cpu_ops", "osrt")
-_GPU_TABLES = ("kernels", "memcpy", "memset")
+_GPU_TABLES = schema.GPU_WORK_TABLES
 
 
 def longest_idle(trace: Trace, events: pd.DataFrame, top: int = 5) -> list[dict[str, Any]]:
@@ -66,7 +66,7 @@ def cpu_in_gaps(trace: Trace, gaps: Sequence[tuple[int, int, int]]) -> list[dict
     """What the launching thread did in each ``(start_ns, end_ns, device)`` idle gap.
 
     The gap's launching thread is the one whose CUDA call launched the GPU
-    operation (kernel, memcpy, memset) that ended it: the first one on that
+    operation (kernel, memcpy, memset, graph replay) that ended it: the first one on that
     device starting at or after ``end_ns``, found by correlation id.  Each
     row: pid, tid (-1 unknown), next_op (its name), launched_ns_into_gap (as
     in ``longest_idle``; None unknown) and the CPU_KINDS lists.  For the
@@ -80,7 +80,8 @@ def cpu_in_gaps(trace: Trace, gaps: Sequence[tuple[int, int, int]]) -> list[dict
     by_start = {kind: _ByStart(table) for kind, table in cpu.items()}
     gpu = [trace.table(t, ["start", "device", "pid", "correlation"]) for t in _GPU_TABLES]
     gpu_by_start = [_ByStart(frame) for frame in gpu]
-    names = [trace.table("kernels", ["name"])["name"].array, None, None]
+    # what names the operation that ends a gap: kernels and graph replays by name, the rest by table
+    names = [trace.table(t, ["name"])["name"].array if t in ("kernels", "graphs") else None for t in _GPU_TABLES]
     out = []
     for g0, g1, device in gaps:
         nxt = _first_op_from(gpu, gpu_by_start, g1, device)

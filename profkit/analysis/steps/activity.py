@@ -1,6 +1,7 @@
 """GPU activity in launch order: the sequence the step finder works on.
 
-One row per kernel, memcpy and memset of one process, with the CPU time of
+One row per kernel, memcpy, memset and CUDA graph replay (where its kernels were
+not traced) of one process, with the CPU time of
 the API call that launched it (joined by correlation id), ordered by that
 launch time.  Launch order rather than GPU start order because it is the
 order the program issued the work in: it is the same every iteration even
@@ -17,9 +18,11 @@ import pandas as pd
 
 from profkit.analysis.busy_bins import busy_within, merge_intervals
 from profkit.analysis.launch_calls import CallIndex, launch_calls
-from profkit.model import Trace
+from profkit.model import Trace, schema
 
-ACTIVITY_TABLES = ("kernels", "memcpy", "memset")
+ACTIVITY_TABLES = schema.GPU_WORK_TABLES
+# what names a row in the launch sequence (None: the table name)
+_LABELS = {"kernels": "name", "memcpy": "copy_kind", "memset": None, "graphs": "name"}
 
 
 @dataclass
@@ -54,7 +57,7 @@ def load_activity(trace: Trace) -> Activity:
         if not len(start):
             continue
         # names stay integer codes (a million kernels of a few hundred names): no string per row
-        label_column = {"kernels": "name", "memcpy": "copy_kind", "memset": None}[table]
+        label_column = _LABELS[table]
         if label_column:
             labels = trace.codes(table, label_column)
             prefix = "memcpy " if table == "memcpy" else ""

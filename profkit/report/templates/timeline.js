@@ -42,6 +42,7 @@
     var kind = data.kinds[data.kind[i]];
     if (kind === "memcpy") { return "#d62728"; }
     if (kind === "memset") { return "#9467bd"; }
+    if (kind === "graph") { return "#2a9d8f"; }
     var h = 0, s = data.names[data.name[i]];
     for (var k = 0; k < s.length; k++) { h = (h * 31 + s.charCodeAt(k)) | 0; }
     return "hsl(" + (((h % 360) + 360) % 360) + ",55%,50%)";
