@@ -56,9 +56,9 @@ def _decompressed(packed: Path) -> Path:
     return plain
 
 
-def oracle_csv(export_name: str, report: str) -> Path:
+def oracle_csv(export_name: str, report: str, folder: Path = NSYS_DATA) -> Path:
     """The `nsys stats --report <report>` CSV made on the GPU host for an export."""
-    return NSYS_DATA / f"{export_name}__{report}.csv"
+    return folder / f"{export_name}__{report}.csv"
 
 
 def recorded_gpu_name(export_name: str) -> str:

@@ -15,12 +15,16 @@ import statistics
 from pathlib import Path
 
 
+# every table of GPU work: a CUDA graph replay recorded as one row (nsys --cuda-graph-trace=graph) too
+GPU_WORK = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
+            "CUPTI_ACTIVITY_KIND_GRAPH_TRACE")
+
+
 def gpu_step_spans(export: Path, text: str = "step") -> list[tuple[int, int]]:
     """(start, end) of each step whose push/pop range text is ``text``, in time order."""
     with sqlite3.connect(f"file:{export}?mode=ro", uri=True) as db:
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        ops = " UNION ALL ".join(f"SELECT start, end, correlationId, globalPid FROM {t}" for t in (
-            "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET") if t in tables)
+        ops = " UNION ALL ".join(f"SELECT start, end, correlationId, globalPid FROM {t}" for t in GPU_WORK if t in tables)
         rows = db.execute(f"""
             WITH steps AS (
                 SELECT ne.start, ne.end, ne.globalTid & 0xFFFFFFFFFF000000 AS gpid FROM NVTX_EVENTS ne

@@ -22,7 +22,7 @@ def test_default_command_line():
     assert build() == [
         "/opt/nsys/bin/nsys", "profile",
         "--trace=cuda,nvtx,osrt", "--sample=none", "--cpuctxsw=none", "--export=sqlite",
-        "--force-overwrite=true", "--output=/tmp/pk/trace",
+        "--force-overwrite=true", "--cuda-graph-trace=node", "--output=/tmp/pk/trace",
         *PROGRAM,
     ]
 
@@ -50,6 +50,7 @@ def test_nvtx_range_with_a_domain_is_kept():
     (["--trace=cuda,cublas"], "--trace=cuda,nvtx,osrt", "--trace=cuda,cublas"),
     (["--sample=process-tree"], "--sample=none", "--sample=process-tree"),
     (["--capture-range-end=repeat:3"], "--capture-range-end=stop", "--capture-range-end=repeat:3"),
+    (["--cuda-graph-trace=graph"], "--cuda-graph-trace=node", "--cuda-graph-trace=graph"),
 ])
 def test_user_flags_replace_ours(user_args, dropped, kept):
     cmd = build(nvtx_range="step", extra_args=user_args)

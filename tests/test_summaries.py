@@ -28,9 +28,10 @@ NSYS_SQLITE3 = Path(__file__).parents[1] / ".tools/nsys/target-linux-x64/sqlite3
 
 
 # -- oracle CSVs ---------------------------------------------------------------
-def read_oracle(export_name: str, report: str) -> list[dict[str, str]]:
-    """Rows of an oracle CSV; ``[]`` when nsys wrote no table (no such data)."""
-    path = oracle_csv(export_name, report)
+def read_oracle(export_name: str, report: str, folder: Path | None = None) -> list[dict[str, str]]:
+    """Rows of an oracle CSV (beside the export in ``folder``, default tests/data/nsys);
+    ``[]`` when nsys wrote no table (no such data)."""
+    path = oracle_csv(export_name, report) if folder is None else oracle_csv(export_name, report, folder)
     if not path.exists():
         pytest.skip(f"no oracle {path.name}")
     lines = [ln for ln in path.read_text().splitlines() if ln.strip()]

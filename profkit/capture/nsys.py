@@ -38,7 +38,7 @@ TRACE_APIS = "cuda,nvtx,osrt"
 # them wins, so ours is dropped.  Short forms map to the long ones.
 _SHORT_OPTIONS = {"-t": "--trace", "-s": "--sample", "-c": "--capture-range", "-p": "--nvtx-capture",
                   "-f": "--force-overwrite", "-o": "--output"}
-_PROFKIT_SET = ("--trace", "--sample", "--cpuctxsw", "--export", "--force-overwrite",
+_PROFKIT_SET = ("--trace", "--sample", "--cpuctxsw", "--export", "--force-overwrite", "--cuda-graph-trace",
                 "--capture-range", "--nvtx-capture", "--capture-range-end")
 # Options that would move or rename the files profkit has to find afterwards.
 _FORBIDDEN = {"--output": "use `profkit trace -o DIR` to choose the run folder"}
@@ -85,6 +85,10 @@ def build_profile_command(nsys: Path | str, request: ProfileRequest) -> list[str
         ("--cpuctxsw", "--cpuctxsw=none"),
         ("--export", "--export=sqlite"),
         ("--force-overwrite", "--force-overwrite=true"),
+        # every kernel of every CUDA graph replay, not one row per replay (nsys's default
+        # `graph`, whose kernels the kernel tables cannot show); measured on the committed
+        # reduce-overhead capture: the same 11.1 ms steps, cudaGraphLaunch 168 us instead of 48 us
+        ("--cuda-graph-trace", "--cuda-graph-trace=node"),
     ]
     if request.nvtx_range:
         ours += [

@@ -105,6 +105,23 @@ def kernel_events(k: pd.DataFrame, pid: np.ndarray) -> Iterator[Lines]:
                for g, a, b, d, e, co in zip(group[part].tolist(), ts, tsf, du, duf, corr[part].tolist())]
 
 
+def graph_events(g: pd.DataFrame, pid: np.ndarray) -> Iterator[Lines]:
+    """CUDA graph replays whose kernels were not traced, on their GPU track (``cat: "cuda_graph"``:
+    Kineto has no such events; profkit's Kineto reader reads them back as graph replays)."""
+    code, names = json_names(g["name"])
+    group, combos = combinations({"name": code, "pid": pid, "device": g["device"].to_numpy(),
+                                  "stream": g["stream"].to_numpy(), "graph": g["graph_id"].to_numpy()})
+    heads = [f'{{"ph":"X","cat":"cuda_graph","name":{names[r.name]},"pid":{r.pid},"tid":{r.stream},"ts":'
+             for r in combos.itertuples(index=False)]
+    tails = [f'"device":{r.device},"stream":{r.stream},"graph id":{r.graph}' for r in combos.itertuples(index=False)]
+    start, end, corr = g["start"].to_numpy(), g["end"].to_numpy(), g["correlation"].to_numpy()
+    for part in _chunks(len(g)):
+        ts, tsf = _us(start[part])
+        du, duf = _us(end[part] - start[part])
+        yield [f'{heads[k]}{a}.{b},"dur":{d}.{e},"args":{{{tails[k]},"correlation":{co}}}}}'
+               for k, a, b, d, e, co in zip(group[part].tolist(), ts, tsf, du, duf, corr[part].tolist())]
+
+
 # nsys copy kinds -> Kineto's short labels ("Memcpy HtoD (Pageable -> Device)")
 COPY_LABELS = {"Host-to-Device": "HtoD", "Device-to-Host": "DtoH", "Device-to-Device": "DtoD",
                "Host-to-Host": "HtoH", "Peer-to-Peer": "PtoP", "Device-to-Peer": "DtoP"}

@@ -112,6 +112,8 @@ def export_perfetto(trace: Trace, out: str | os.PathLike[str], *, window_ns: tup
         stream.write_all(ev.kernel_events(k, k["device"].to_numpy() + gpu_base))
         for table, cat in (("memcpy", "gpu_memcpy"), ("memset", "gpu_memset")):
             stream.write_all(ev.memory_events(tables[table], tables[table]["device"].to_numpy() + gpu_base, cat))
+        g = tables["graphs"]
+        stream.write_all(ev.graph_events(g, g["device"].to_numpy() + gpu_base))
         api_tid = tracks.api_tids(tables["api"])
         stream.write_all(ev.api_events(tables["api"].assign(tid=api_tid)))
         chunks, names = tracks.range_events(tables["ranges"], tables["cpu_ops"], gpu_base)

@@ -25,7 +25,7 @@ from profkit.capture.sync_hook import decode_site
 from profkit.errors import ProfkitError
 from profkit.export import chrome_events as ev
 from profkit.export.lanes import MAX_LANES, nesting_lanes
-from profkit.model import Trace
+from profkit.model import Trace, schema
 
 PSEUDO_TID = 1 << 22            # above every Linux pid/tid (PID_MAX_LIMIT)
 API_LANE_SLOT = MAX_LANES + 1   # slots of API calls that do not nest (rare), after the range lanes
@@ -38,11 +38,12 @@ COLUMNS = {
     "memcpy": ["start", "end", "device", "stream", "pid", "correlation", "bytes", "copy_kind", "src_kind",
                "dst_kind"],
     "memset": ["start", "end", "device", "stream", "pid", "correlation", "bytes", "dst_kind"],
+    "graphs": ["start", "end", "device", "stream", "pid", "correlation", "name", "graph_id"],
     "api": ["start", "end", "pid", "tid", "correlation", "name", "layer"],
     "ranges": ["start", "end", "pid", "tid", "device", "stream", "name", "domain", "kind"],
     "cpu_ops": ["start", "end", "pid", "tid", "name", "external_id"],
 }
-GPU_TABLES = ("kernels", "memcpy", "memset")
+GPU_TABLES = schema.GPU_WORK_TABLES
 
 
 def trace_span(trace: Trace) -> tuple[int, int] | None:

@@ -54,8 +54,10 @@ COPY_KINDS = {"HtoD": "Host-to-Device", "DtoH": "Device-to-Host", "HtoA": "Host-
 SYNC_TYPES = {"Event Sync": "Event sync", "Stream Wait Event": "Stream wait sync", "Stream Sync": "Stream sync",
               "Context Sync": "Context sync", "Unknown Sync": "Unknown"}
 
-GPU_TABLES = {"kernel": "kernels", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
-CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver", "user_annotation",
+# "cuda_graph": a graph replay whose kernels were not traced, as `profkit export` writes an nsys
+# graph-level export's replays (torch.profiler itself records graph kernels one by one)
+GPU_TABLES = {"kernel": "kernels", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "cuda_graph": "graphs"}
+CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_graph", "cuda_runtime", "cuda_driver", "user_annotation",
               "gpu_user_annotation", "cpu_op", "cuda_sync", "python_function", "Trace")
 NO_ARGS = Args()
 
@@ -130,7 +132,8 @@ class TraceBuilder:
 
     def __init__(self) -> None:
         self.tables = {name: Table(name) for name in
-                       ("kernels", "memcpy", "memset", "api", "ranges", "cpu_ops", "syncs", "processes", "threads")}
+                       ("kernels", "memcpy", "memset", "graphs", "api", "ranges", "cpu_ops", "syncs", "processes",
+                        "threads")}
         for name in ("memcpy", "memset"):  # the event name, kept to derive the copy kinds from
             self.tables[name] = Table(name, {**self.tables[name].kinds, "name": schema.CATEGORY})
         # NCCL kernels' External ids, to find their record_param_comms op (comms.py)
@@ -153,7 +156,7 @@ class TraceBuilder:
             elif e.ph == "M":
                 metadata.append(e)
         events.clear()  # the caller's list: its events go as soon as their bucket does
-        for cat in ("kernel", "gpu_memcpy", "gpu_memset"):
+        for cat in GPU_TABLES:
             if buckets[cat]:
                 self._gpu(cat, buckets.pop(cat))
         for cat in ("cuda_runtime", "cuda_driver"):
@@ -223,6 +226,8 @@ class TraceBuilder:
                 "dynamic_smem_bytes": np.where(smem >= 0, 0, -1),
                 **comms.kernel_columns(table, names, args),
             })
+        elif cat == "cuda_graph":
+            columns["graph_id"] = ints([a.graph_id for a in args])
         else:
             columns["bytes"] = ints([a.bytes for a in args])
         table.append(len(evs), columns, keep)

@@ -66,6 +66,7 @@ class Args(msgspec.Struct, gc=False):
     registers: Any = msgspec.field(default=None, name="registers per thread")
     shared_memory: Any = msgspec.field(default=None, name="shared memory")  # static + dynamic
     bytes: Any = None
+    graph_id: Any = msgspec.field(default=None, name="graph id")  # profkit's cuda_graph events
     external_id: Any = msgspec.field(default=None, name="External id")
     sync_kind: Any = msgspec.field(default=None, name="cuda_sync_kind")
     name: Any = None  # process_name / thread_name metadata
