@@ -267,3 +267,14 @@ def test_busy_time_counts_replays_once_where_kernels_are_traced() -> None:
         node_busy = find_steps(n).steady["gpu_busy_ns"].to_numpy()
     # the same work: within 1% of each other per step on average (separate runs)
     assert abs(np.median(graph_busy) / np.median(node_busy) - 1) < 0.01
+
+
+def test_diff_compares_replays_and_says_when_the_levels_differ() -> None:
+    same = CliRunner().invoke(cli, ["diff", str(export("probe_graph")), str(export("probe_graph")), "--format", "json"])
+    result = json.loads(same.output)
+    assert result["notes"] == []
+    replay = next(k for k in result["kernels"] if k["name"] == "CUDA graph 1")
+    assert replay["status"] == "same" and replay["base_ns_per_step"] > 0
+    mixed = CliRunner().invoke(cli, ["diff", str(export("gpt_graphs_graph")), str(export("gpt_graphs_node"))])
+    assert mixed.exit_code == 0, mixed.output
+    assert "recorded each CUDA graph replay as one row" in mixed.output

@@ -54,8 +54,12 @@ def kernel_step_table(trace: Trace, windows: list[tuple[int, int]]) -> pd.DataFr
     """GPU time per (kernel, steady step): columns name (canonical), step, ns; ``attrs["display"]``
     maps each canonical name to an original spelling.
 
-    Without steps the whole trace is one "step" (index 0)."""
+    Without steps the whole trace is one "step" (index 0).  A CUDA graph replay whose kernels
+    were not traced counts as one kernel named "CUDA graph <id>"."""
     kernels = trace.table("kernels", ["name", "start", "end"])
+    if trace.has("graphs") and trace.count("graphs"):
+        kernels = pd.concat([kernels, trace.table("graphs", ["name", "start", "end"])], ignore_index=True)
+        kernels["name"] = kernels["name"].astype("category")
     names, display = canonical_column(kernels["name"].array)
     start = kernels["start"].to_numpy()
     ns = (kernels["end"] - kernels["start"]).to_numpy()
@@ -200,12 +204,22 @@ def diff_traces(base: Trace, new: Trace, *, min_effect_pct: float = noise.MIN_EF
     base_res, new_res = kernel_resources(base), kernel_resources(new)
     kernels = kernel_changes(base_k, new_k, len(base_windows), len(new_windows))
     return {
-        "base": base.name, "new": new.name, "step": step,
+        "base": base.name, "new": new.name, "step": step, "notes": _capture_notes(base, new),
         "kernels": _with_registers(kernels, base_res, new_res),
         "syncs": sync_changes(base, new),
         "resources": resource_changes(base_res, new_res),
         "breakdown": breakdown_shift(base, new),
     }
+
+
+def _capture_notes(base: Trace, new: Trace) -> list[str]:
+    """What makes the two kernel lists differ beyond the program: one side recorded CUDA graph
+    replays as one row each (nsys --cuda-graph-trace=graph), the other their kernels."""
+    graph_level = [t.name for t in (base, new) if t.has("graphs") and t.count("graphs")]
+    if len(graph_level) == 1:
+        return [f"{graph_level[0]} recorded each CUDA graph replay as one row, the other trace its kernels: "
+                "kernels inside graphs show as new or gone; capture both with --cuda-graph-trace=node"]
+    return []
 
 
 def regression_pct(result: dict[str, Any]) -> float | None:

@@ -51,6 +51,7 @@ def render_markdown(result: dict[str, Any]) -> str:
     step = result["step"]
     parts = [f"### profkit diff: {VERDICT_WORDS.get(step['verdict'], step['verdict'])}", "",
              f"`{_code(result['base'])}` → `{_code(result['new'])}`", "", md_escape(headline(result)), ""]
+    parts += [f"> {md_escape(n)}\n" for n in result.get("notes", ())]
     changes = top_changes(result)
     if changes:
         parts += ["**Top changes**", ""] + [f"- {c}" for c in changes] + [""]
@@ -104,7 +105,7 @@ def _fit(rows: list[str], budget: int) -> str:
 
 
 def render_text(result: dict[str, Any]) -> str:
-    lines = [headline(result)]
+    lines = [headline(result), *(f"Note: {n}" for n in result.get("notes", ()))]
     lines += [f"  - {c.replace('`', '')}" for c in top_changes(result)]
     return "\n".join(lines)
 
