@@ -269,3 +269,4 @@ def test_gpu_torch_backend_leaves_no_planted_secret(tmp_path: Path, monkeypatch:
     assert record["status"] == "ok" and {"report_html", "report_md", "report_json"} <= set(record["files"])
     assert any(e.get("cat") == "kernel" for e in raw_events(run_dir / KINETO_JSON))
     assert b"upload [redacted]" in (run_dir / "report.json").read_bytes()
+

@@ -8,7 +8,14 @@ this under nsys:
 or, for `profkit trace --backend torch`, runs it with PROFKIT_TORCH_TRACE=PATH:
 the whole program then runs inside torch.profiler (CPU + CUDA activities,
 Python stacks) and the Kineto trace is written to PATH when it ends, also
-when it fails or is interrupted.
+when it fails or is interrupted.  "{rank}" in PATH becomes the process's
+RANK, so each rank of a distributed job writes its own trace.
+
+    python -m profkit.capture.launch --distributed [torchrun options] script.py [args]
+
+runs torchrun (``torch.distributed.run``) itself unprofiled, with each worker
+started through this shim (torchrun's ``--module profkit.capture.launch
+script.py args``), so every rank runs inside its own profiler.
 
 PROFKIT_SYNC_SITES=0 turns the sync-site hook off.
 """
@@ -22,17 +29,23 @@ from collections.abc import Callable
 
 USAGE = "usage: python -m profkit.capture.launch (script.py | -m module) [args]"
 TORCH_TRACE_ENV = "PROFKIT_TORCH_TRACE"
+DISTRIBUTED = "--distributed"
+RANK_FIELD = "{rank}"
 
 
 def main(argv: list[str]) -> None:
     if not argv or argv[0] == "-m" and len(argv) < 2:
         raise SystemExit(USAGE)
+    if argv[0] == DISTRIBUTED:
+        run_distributed(argv[1:])
+        return
     if os.environ.get("PROFKIT_SYNC_SITES", "1") != "0":
         from profkit.capture import sync_hook
 
         sync_hook.install_when_imported()
     trace_path = os.environ.get(TORCH_TRACE_ENV)
     if trace_path:
+        trace_path = trace_path.replace(RANK_FIELD, os.environ.get("RANK", "0"))
         run_under_torch_profiler(lambda: run_program(argv), trace_path)
     else:
         run_program(argv)
@@ -51,6 +64,22 @@ def run_program(argv: list[str]) -> None:
     sys.argv = list(argv)
     sys.path[0] = os.path.dirname(os.path.abspath(script))
     runpy.run_path(script, run_name="__main__")
+
+
+def run_distributed(torchrun_args: list[str]) -> None:
+    """torchrun with every worker started through this shim: torchrun's own parser reads the
+    options, then the training script becomes the shim's argument (``--module``)."""
+    from torch.distributed.run import get_args_parser, run
+
+    args = get_args_parser().parse_args(torchrun_args)
+    if args.no_python:
+        raise SystemExit("profkit: torchrun --no-python runs a program that is not Python; "
+                         "use profkit trace --backend nsys for it")
+    script = ["-m", args.training_script] if args.module else [args.training_script]
+    args.training_script_args = [*script, *args.training_script_args]
+    args.training_script = "profkit.capture.launch"
+    args.module = True
+    run(args)
 
 
 def run_under_torch_profiler(run: Callable[[], None], trace_path: str) -> None:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from profkit.capture import nsys as nsys_mod
 from profkit.capture.keep import keep_trace
-from profkit.capture.launch import TORCH_TRACE_ENV
+from profkit.capture.launch import DISTRIBUTED, TORCH_TRACE_ENV
 from profkit.capture.run import KINETO_JSON, LOG, RunRecord, Stopwatch
 from profkit.capture.sync_hook import RANGES_ENV, RECORD_FUNCTION
 from profkit.errors import ProfkitError
@@ -49,8 +49,19 @@ def torch_version(python: str, env: Mapping[str, str]) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
+DISTRIBUTED_MODULES = ("torch.distributed.run",)
+RANK_TRACE = "trace_rank{rank}.json"
+
+
+def is_distributed(options: TraceOptions) -> bool:
+    """``profkit trace -m torch.distributed.run -- ...``: one trace per rank, not one of the launcher."""
+    return bool(options.module) and options.target in DISTRIBUTED_MODULES
+
+
 def program_argv(options: TraceOptions) -> list[str]:
     """python -m profkit.capture.launch (script.py | -m module) args: Python programs only."""
+    if is_distributed(options):
+        return [options.python, "-m", LAUNCH_MODULE, DISTRIBUTED, *options.args]
     if options.module:
         entry = ["-m", options.target]
     else:
@@ -78,8 +89,9 @@ def torch_environment(base: Mapping[str, str], trace_path: Path, *, sync_sites: 
 
 
 def profile(options: TraceOptions, program: list[str], run_dir: Path, base_env: Mapping[str, str],
-            record: RunRecord, clock: Stopwatch, reporter: nsys_mod.Reporter) -> tuple[Path, int, bool]:
-    """Run the program inside torch.profiler; (kept trace path, exit status, interrupted).
+            record: RunRecord, clock: Stopwatch, reporter: nsys_mod.Reporter) -> tuple[list[Path], int, bool]:
+    """Run the program inside torch.profiler; (kept trace paths, exit status, interrupted):
+    one trace, or one per rank of a distributed job (``is_distributed``).
 
     The shim writes the trace into a temporary folder; the run folder gets
     the copy ``profkit.scrub`` made of it (``keep_trace``), as the nsys
@@ -88,7 +100,8 @@ def profile(options: TraceOptions, program: list[str], run_dir: Path, base_env: 
     """
     temp_dir = Path(tempfile.mkdtemp(prefix="profkit-trace-", dir=options.temp_root)).resolve()
     try:
-        raw = temp_dir / KINETO_JSON
+        distributed = is_distributed(options)
+        raw = temp_dir / (RANK_TRACE if distributed else KINETO_JSON)
         env = torch_environment(base_env, raw, sync_sites=options.sync_sites)
         log_path = run_dir / LOG
         reporter.stage("profiling", " ".join([options.target, *options.args]))
@@ -96,7 +109,9 @@ def profile(options: TraceOptions, program: list[str], run_dir: Path, base_env: 
             result = nsys_mod.run_streaming(program, env=env, cwd=None, log_path=log_path, reporter=reporter,
                                             classify_stdout=_program_output)
         record.files["log"] = LOG
-        if not raw.exists():
+        written = sorted(temp_dir.glob("trace_rank*.json"), key=_rank_of) if distributed else \
+            [raw] if raw.exists() else []
+        if not written:
             from profkit.capture.trace import ProgramFailed
 
             record.exit_code = result.returncode
@@ -105,12 +120,21 @@ def profile(options: TraceOptions, program: list[str], run_dir: Path, base_env: 
             last = next((line for line in reversed(result.tail) if line.strip()), "no output")
             raise ProgramFailed(f"torch.profiler wrote no trace (exit status {result.returncode}; "
                                 f"last output: {last.strip()})", result.returncode, f"see {log_path}")
-        keep_trace(raw, run_dir / KINETO_JSON, keep_env=options.keep_env, environment=env, record=record,
-                   clock=clock, returncode=result.returncode)
+        kept = [run_dir / (f"{path.stem}.json.gz" if distributed else KINETO_JSON) for path in written]
+        for path, target in zip(written, kept):
+            keep_trace(path, target, keep_env=options.keep_env, environment=env, record=record,
+                       clock=clock, returncode=result.returncode)
     finally:
         shutil.rmtree(temp_dir, ignore_errors=True)
-    record.files["trace"] = KINETO_JSON
-    return run_dir / KINETO_JSON, result.returncode, result.interrupted
+    record.files["trace"] = kept[0].name
+    if distributed:
+        record.files["rank_traces"] = [p.name for p in kept]  # type: ignore[assignment]
+    return kept, result.returncode, result.interrupted
+
+
+def _rank_of(path: Path) -> int:
+    digits = "".join(c for c in path.stem.rsplit("rank", 1)[-1] if c.isdigit())
+    return int(digits) if digits else 0
 
 
 def _program_output(segment: str) -> nsys_mod.NsysEvent:

@@ -32,6 +32,7 @@ import profkit
 from profkit.capture import ncu as ncu_mod
 from profkit.capture import nsys as nsys_mod
 from profkit.capture import torch_backend
+from profkit.capture.launch import DISTRIBUTED
 from profkit.capture.gpu import detect_gpus
 from profkit.capture.nsys import ProfileRequest, Reporter
 from profkit.capture.run import (
@@ -115,6 +116,9 @@ def program_argv(options: TraceOptions) -> list[str]:
         entry = [f"./{target}" if target.startswith("-") else target]
     else:
         return [str(Path(target).resolve()) if os.sep in target else target, *args]
+    if options.sync_sites and torch_backend.is_distributed(options):
+        # torchrun itself unhooked; each rank's worker through the launcher, so every rank has its sync sites
+        return [options.python, "-m", LAUNCH_MODULE, DISTRIBUTED, *args]
     if options.sync_sites:
         return [options.python, "-m", LAUNCH_MODULE, *entry, *args]
     return [options.python, *entry, *args]
@@ -193,9 +197,11 @@ def run_trace(options: TraceOptions, reporter: Reporter, *, env: Mapping[str, st
     record.write(run_dir)
     clock = Stopwatch(record)
 
+    rank_traces: list[Path] = []
     if nsys is None:
-        export, returncode, interrupted = torch_backend.profile(options, program, run_dir, base_env, record,
-                                                                clock, reporter)
+        rank_traces, returncode, interrupted = torch_backend.profile(options, program, run_dir, base_env, record,
+                                                                     clock, reporter)
+        export = rank_traces[0]
     else:
         temp_dir = Path(tempfile.mkdtemp(prefix="profkit-trace-", dir=options.temp_root)).resolve()
         try:
@@ -216,7 +222,9 @@ def run_trace(options: TraceOptions, reporter: Reporter, *, env: Mapping[str, st
 
     ncu_csv = None
     if ncu is not None:
-        if record.partial:
+        if len(rank_traces) > 1:
+            record.warnings.append("ncu skipped: it profiles one process, and this job ran one per rank")
+        elif record.partial:
             record.warnings.append("ncu skipped: the program did not finish cleanly")
         elif not kernels:
             record.warnings.append("ncu skipped: the trace has no kernels")
@@ -227,7 +235,8 @@ def run_trace(options: TraceOptions, reporter: Reporter, *, env: Mapping[str, st
     reporter.stage("report")
     try:
         with clock("report"):
-            report = _write_report(export, run_dir, ncu_csv, record)
+            report = _write_report(export, run_dir, ncu_csv, record) if len(rank_traces) <= 1 else \
+                _write_job_report(rank_traces, run_dir)
     except ProfkitError as exc:
         record.warnings.append(f"report: {exc.one_line()}")
         record.finish("failed")
@@ -383,6 +392,15 @@ def _write_report(export: Path, run_dir: Path, ncu_csv: Path | None, record: Run
         raise ProfkitError(f"the report writer is not available ({exc})") from None
     return write_report(export, run_dir, ncu_csv=ncu_csv, partial=record.partial, run_info=record.report_info(),
                         code_dirs=list(record.kernel_caches.values()))
+
+
+def _write_job_report(traces: list[Path], run_dir: Path) -> Any:
+    """The cross-rank report of a distributed job's per-rank traces, into the run folder."""
+    from profkit.report import JSON_NAME, MD_NAME, ReportPaths
+    from profkit.report.ranks import write_job_report
+
+    html = write_job_report(traces, run_dir)
+    return ReportPaths(html=html, md=html.with_name(MD_NAME), json=html.with_name(JSON_NAME))
 
 
 def _tool_info(tool: FoundTool) -> dict[str, str | None]:

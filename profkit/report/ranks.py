@@ -238,6 +238,18 @@ def _step_time_png(rows: list[dict[str, Any]], rank_keys: list[str]) -> bytes:
     return png_bytes(fig)
 
 
+def write_job_report(traces: list[Path], out_dir: Path, top: int = 20) -> Path:
+    """Read each rank's trace (on a local Dask cluster) and write the cross-rank report into
+    ``out_dir``; the HTML's path.  For ``profkit trace`` of a distributed job."""
+    from profkit.analysis.ranks import cross_rank
+    from profkit.ranks.engine import map_ranks
+    from profkit.ranks.inputs import rank_inputs
+    from profkit.ranks.per_rank import summarize_rank
+
+    summaries = map_ranks(summarize_rank, rank_inputs(list(traces), None), scheduler=None, workers=None)
+    return write_ranks_report(cross_rank(summaries), summaries, out_dir, top)
+
+
 def write_ranks_report(job: dict[str, Any], summaries: list[dict[str, Any]], out_dir: Path, top: int = 20) -> Path:
     """Write report.html, report.md and report.json of several ranks into ``out_dir``; the HTML's path."""
     from profkit.atomic import write_text
