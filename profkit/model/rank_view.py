@@ -279,3 +279,27 @@ def rank_view(trace: Trace, rank: int, owns_parent: bool = False) -> Trace:
     if not layout.is_job:
         raise ProfkitError(f"{trace.name} is one rank, not a whole job: --rank does not apply to it")
     return Trace(RankSource(trace, layout, rank, _RowIndex(trace, layout), owns_parent), native=trace.native)
+
+
+def select_ranks(trace: Trace, rank: int | None = None) -> list[Trace]:
+    """What a single-trace command reads: every rank of a whole-job trace (``rank_views``), or
+    only ``rank``; a trace that is one rank is itself (``rank`` must not contradict the rank it
+    records)."""
+    views = rank_views(trace)
+    if rank is None:
+        return views
+    if views == [trace]:
+        if trace.meta.rank is not None and trace.meta.rank != rank:
+            raise ProfkitError(f"{trace.name} is rank {trace.meta.rank}, not rank {rank}")
+        return views
+    chosen = [v for v in views if v.meta.rank == rank]
+    if not chosen:
+        have = ", ".join(str(v.meta.rank) for v in views)
+        raise ProfkitError(f"{trace.name} holds ranks {have}: there is no rank {rank}")
+    return chosen
+
+
+def rank_label(trace: Trace) -> str:
+    """``"rank 1 (rank from: NCCL payload)"`` for a rank of a whole-job trace, else ``""``."""
+    source = trace.meta.extra.get("rank_source") if isinstance(trace.source, RankSource) else None
+    return f"rank {trace.meta.rank} (rank from: {source})" if source else ""
