@@ -43,8 +43,8 @@ KERNEL_SKEW_MIN = 0.10
 # rank shares all but one of ~30 names, the GELU and MLP samples a few).
 SAME_PROGRAM_MIN_SHARED = 0.5
 
-RANK_KEYS = ("rank", "file", "steps", "step_median_ns", "kernel_ns", "compute_kernel_ns", "comm_kernel_ns",
-             "memory_ns", "idle_ns", "comm_comp_overlap_pct")
+RANK_KEYS = ("rank", "rank_source", "file", "steps", "step_median_ns", "kernel_ns", "compute_kernel_ns",
+             "comm_kernel_ns", "memory_ns", "idle_ns", "comm_comp_overlap_pct")
 
 
 def rank_rows(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

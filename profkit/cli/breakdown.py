@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from profkit.cli.ranks import job_rank_option
 from profkit.output import Column, emit_rows, format_option, rows_to_json, wide_option
 
 # Flat columns: the table shows them, CSV writes them, JSON rows carry them (and more).
@@ -39,9 +40,10 @@ IDLE_COLUMNS = [
 @click.command()
 @click.argument("traces", nargs=-1, required=True, metavar="TRACE...", type=click.Path(path_type=Path))
 @click.option("--steady", is_flag=True, help="Count only the steady-state steps (after start-up and warm-up).")
+@job_rank_option
 @wide_option()
 @format_option()
-def breakdown(traces: tuple[Path, ...], steady: bool, wide: bool, fmt: str) -> None:
+def breakdown(traces: tuple[Path, ...], steady: bool, rank: int | None, wide: bool, fmt: str) -> None:
     """Where the GPU time goes, per rank, with HTA's definitions.
 
     \b
@@ -57,19 +59,25 @@ def breakdown(traces: tuple[Path, ...], steady: bool, wide: bool, fmt: str) -> N
     launch-bound verdict.  JSON rows carry rank, kernel_time_ns, idle_ns,
     compute_ns, non_compute_ns, idle_pct, compute_pct, non_compute_pct,
     comm_comp_overlap_pct and the details (kernel_types, idle_by_stream,
-    longest_idle, launch, queue).  One row per trace (rank).
+    longest_idle, launch, queue).  One row per trace (rank); an export of a
+    whole multi-GPU job (one process per GPU) gives a row per rank (--rank N:
+    only rank N's), with rank_source saying where its rank came from.
     """
     from profkit.analysis.breakdown import rank_breakdown
+    from profkit.model.rank_view import rank_label, select_ranks
     from profkit.readers import open_trace
 
     rows = []
     for position, path in enumerate(traces):
-        with open_trace(path) as trace:
-            row = rank_breakdown(trace, steady=steady)
-        if row["rank"] is None:
-            row["rank"] = position
-        row["launch_bound"] = row["launch"]["launch_bound"]
-        rows.append(row)
+        with open_trace(path) as whole:
+            for trace in select_ranks(whole, rank):
+                row = rank_breakdown(trace, steady=steady)
+                if rank_label(trace):
+                    row["rank_source"] = trace.meta.extra.get("rank_source")
+                if row["rank"] is None:
+                    row["rank"] = position
+                row["launch_bound"] = row["launch"]["launch_bound"]
+                rows.append(row)
     rows.sort(key=lambda r: r["rank"])
     if fmt == "json":
         click.echo(rows_to_json(rows))

@@ -14,6 +14,8 @@ from typing import Any
 import click
 
 from profkit.cli.kernel_code_options import kernel_target_options
+from profkit.cli.ranks import job_rank_option
+from profkit.errors import ProfkitError
 from profkit.output import Column, emit_rows
 
 KERNEL_DIFF_COLUMNS = [
@@ -40,8 +42,9 @@ KERNEL_DIFF_COLUMNS = [
               metavar="DIR", help="Inductor/Triton caches: add the machine code (registers, spills, "
                                   "vectorization) of the Triton kernels that changed (repeatable).")
 @kernel_target_options
+@job_rank_option
 def diff(base: Path, new: Path, fmt: str, fail_pct: float | None, min_effect: float | None,
-         code_dirs: tuple[Path, ...], kernel_targets: Any) -> None:
+         code_dirs: tuple[Path, ...], kernel_targets: Any, rank: int | None) -> None:
     """Compare two traces of the same program: step time, kernels, sync sites, registers, breakdown.
 
     \b
@@ -50,17 +53,22 @@ def diff(base: Path, new: Path, fmt: str, fail_pct: float | None, min_effect: fl
       profkit diff before.sqlite after.sqlite
       profkit diff base.json.gz new.json.gz --format md >> "$GITHUB_STEP_SUMMARY"
       profkit diff base.sqlite new.sqlite --fail-on-regression 5
+      profkit diff whole_base.sqlite whole_new.sqlite --rank 1   # exports of a whole multi-GPU job
+
+    An export of a whole multi-GPU job (one process per GPU) holds several
+    ranks; --rank N compares its rank N (with a file of one rank: that file).
     """
     from contextlib import ExitStack
 
     from profkit.analysis import noise
     from profkit.analysis.diff import check_comparable, diff_traces, regression_pct
+    from profkit.model.rank_view import select_ranks
     from profkit.readers import open_trace
     from profkit.report.diff import render_markdown, render_text
 
     with ExitStack() as stack:
-        base_trace = stack.enter_context(open_trace(base))
-        new_trace = stack.enter_context(open_trace(new))
+        base_trace = _one_rank(select_ranks(stack.enter_context(open_trace(base)), rank), base)
+        new_trace = _one_rank(select_ranks(stack.enter_context(open_trace(new)), rank), new)
         check_comparable(base_trace, new_trace)
         result = diff_traces(base_trace, new_trace,
                              min_effect_pct=noise.MIN_EFFECT_PCT if min_effect is None else min_effect)
@@ -86,3 +94,12 @@ def diff(base: Path, new: Path, fmt: str, fail_pct: float | None, min_effect: fl
     if fail_pct is not None and pct is not None and pct >= fail_pct:
         click.echo(f"profkit: step time regressed {pct:.1f}% (>= {fail_pct:g}%)", err=True)
         sys.exit(1)
+
+
+def _one_rank(traces: list[Any], path: Path) -> Any:
+    """The one trace to compare; a whole-job export needs --rank (a diff compares one rank)."""
+    if len(traces) > 1:
+        source = traces[0].meta.extra.get("rank_source")
+        raise ProfkitError(f"{path.name} holds {len(traces)} ranks (rank from: {source}): "
+                           "pass --rank N to compare one of them")
+    return traces[0]

@@ -28,6 +28,7 @@ RANK_COLUMNS = [
     Column("memory_ns", "Memory (ns)", "ns"),
     Column("idle_ns", "Idle (ns)", "ns"),
     Column("comm_comp_overlap_pct", "Comm/comp overlap %", "pct"),
+    Column("rank_source", "Rank from"),
     Column("file", "File"),
 ]
 
@@ -37,6 +38,9 @@ scheduler_option = click.option(
     help="Where ranks are read: a local Dask cluster by default, or an existing dask.distributed scheduler.")
 workers_option = click.option("--workers", type=click.IntRange(min=1), default=None,
                               help="Local workers (default: one per core, at most one per rank).")
+job_rank_option = click.option(
+    "--rank", "rank", type=click.IntRange(min=0), default=None, metavar="N",
+    help="Of an export of a whole multi-GPU job (one process per GPU), only rank N (default: every rank).")
 rank_from_option = click.option("--rank-from", "rank_from", default=None, metavar="REGEX",
                                 help="Regex whose first group is the rank in each file name.")
 
@@ -51,11 +55,13 @@ def read_ranks(traces: tuple[Path, ...], scheduler: str | None, workers: int | N
     inputs = rank_inputs(list(traces), rank_from)
     done = 0
 
-    def progress(inp: Any, result: dict[str, Any]) -> None:
+    def progress(inp: Any, result: dict[str, Any], total: int) -> None:
         nonlocal done
         done += 1
         status = f"error: {result['error']}" if "error" in result else f"rank {result.get('rank')}"
-        click.echo(f"profkit: [{done}/{len(inputs)}] {inp.path.name}: {status}", err=True)
+        if "error" not in result and inp.job_rank is not None:  # one rank of a whole-job export
+            status += f" (rank from: {result.get('rank_source')})"
+        click.echo(f"profkit: [{done}/{total}] {inp.path.name}: {status}", err=True)
 
     return map_ranks(summarize_rank, inputs, scheduler=scheduler, workers=workers, on_done=progress)
 
@@ -79,9 +85,14 @@ def ranks(traces: tuple[Path, ...], fmt: str, scheduler: str | None, workers: in
 
     \b
     TRACES are nsys exports and/or PyTorch profiler traces (one per rank), or
-    folders of them.  Exit code 3 when some ranks could not be read.
+    folders of them, or one export of the whole job (`nsys profile torchrun
+    ...`: one process per GPU), which is split into its ranks (the rank from
+    NCCL's NVTX payloads where exported, else the device index, else the
+    process order; "Rank from" says which).  Exit code 3 when some ranks could
+    not be read.
     Examples:
       profkit ranks run/rank0.sqlite run/rank1.sqlite
+      profkit ranks whole_job.sqlite
       profkit ranks traces/ --scheduler tcp://10.0.0.5:8786 --format json
     """
     from profkit.analysis.ranks import check_one_job, failed_ranks, rank_rows

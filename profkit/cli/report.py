@@ -62,6 +62,7 @@ def report(exports: tuple[Path, ...], out_dir: Path | None, top: int, baseline: 
       profkit report --example                   # the bundled real export
       profkit report rank0.sqlite rank1.sqlite -o job/   # several ranks: the cross-rank report
                                                  # (exit code 3 when some rank could not be read)
+      profkit report whole_job.sqlite -o job/    # one export of a whole multi-GPU job: the same
 
     report.html is one self-contained file (figures and CSS inline, nothing
     loaded from the network): findings, the capture (GPU, versions, GPU
@@ -77,7 +78,8 @@ def report(exports: tuple[Path, ...], out_dir: Path | None, top: int, baseline: 
 
     if example == bool(exports):
         raise click.UsageError("give either a TRACE or --example")
-    if len(exports) > 1 or (exports and _is_folder_of_ranks(exports[0])):  # several ranks: the cross-rank report
+    if len(exports) > 1 or (exports and (_is_folder_of_ranks(exports[0]) or _is_whole_job(exports[0]))):
+        # several ranks (files, a folder of them, or one export of the whole job): the cross-rank report
         if baseline is not None or ncu_csv is not None or code_dirs or kernel_targets:
             raise click.UsageError("--baseline, --ncu, --inductor and --kernels take a single trace, not several ranks")
         html = write_ranks_report_cli(exports, out_dir, top, scheduler, workers, rank_from)
@@ -97,6 +99,13 @@ def _is_folder_of_ranks(path: Path) -> bool:
 
     return path.is_dir() and not (path / "run.json").exists() and \
         sum(1 for f in path.iterdir() if is_trace_file(f)) > 1
+
+
+def _is_whole_job(path: Path) -> bool:
+    """One export of a whole multi-GPU job (one process per GPU): its ranks get the cross-rank report."""
+    from profkit.readers import file_layout
+
+    return file_layout(path).is_job
 
 
 def write_ranks_report_cli(traces: tuple[Path, ...], out_dir: Path | None, top: int, scheduler: str | None,

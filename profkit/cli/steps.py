@@ -12,6 +12,9 @@ from pathlib import Path
 import click
 
 from profkit.analysis.steps import find_steps, headline
+from profkit.analysis.steps.result import StepResult
+from profkit.cli.ranks import job_rank_option
+from profkit.model.rank_view import rank_label, select_ranks
 from profkit.output import Column, emit_rows, format_option
 from profkit.readers import open_trace
 
@@ -31,8 +34,9 @@ STEP_CSV = [Column(k, k) for k in ("index", "start_ns", "end_ns", "duration_ns",
 @click.option("--no-ranges", is_flag=True, help="Ignore annotations: find steps from the repeating launch pattern.")
 @click.option("--limit", type=click.IntRange(min=0), default=50, show_default=True, metavar="N",
               help="table/md: show at most N steps (0: all).  json/csv list every step.")
+@job_rank_option
 @format_option()
-def steps(trace_path: Path, step_range: str | None, no_ranges: bool, limit: int, fmt: str) -> None:
+def steps(trace_path: Path, step_range: str | None, no_ranges: bool, limit: int, rank: int | None, fmt: str) -> None:
     """Steps: what one iteration is, its phases (start-up, warm-up, steady state, teardown), step times.
 
     \b
@@ -47,21 +51,37 @@ def steps(trace_path: Path, step_range: str | None, no_ranges: bool, limit: int,
     sequence of launched kernels, which needs no annotation.  Step times run
     from a step's first GPU operation to the next step's; the summary is over
     the steady state only.
+
+    An export of a whole multi-GPU job (one process per GPU) gives each
+    rank's steps (json: a list, one object per rank; csv: a rank column);
+    --rank N only rank N's.
     """
     with open_trace(trace_path) as trace:
-        result = find_steps(trace, use_ranges=not no_ranges, step_range=step_range)
+        results = [(t, find_steps(t, use_ranges=not no_ranges, step_range=step_range))
+                   for t in select_ranks(trace, rank)]
+    several = any(rank_label(t) for t, _ in results)  # ranks of a whole-job export, even one of them
     if fmt == "json":
-        click.echo(json.dumps(result.to_dict(), indent=2))
+        out = [{"rank": t.meta.rank, "rank_source": t.meta.extra.get("rank_source"), **result.to_dict()}
+               for t, result in results] if several else results[0][1].to_dict()
+        click.echo(json.dumps(out, indent=2))
         return
+    for t, result in results:
+        _emit(trace_path, t.meta.rank if several else None, rank_label(t), result, limit, fmt)
+
+
+def _emit(trace_path: Path, rank: int | None, label: str, result: StepResult, limit: int, fmt: str) -> None:
     rows = result.steps.to_dict(orient="records")
     origin = result.startup[0] if result.startup else 0
     for row in rows:
         row["start_ms"] = (row["start_ns"] - origin) / 1e6
         row["gpu_busy_pct"] = 100.0 * row["gpu_busy_ns"] / row["duration_ns"] if row["duration_ns"] else None
     if fmt == "csv":
-        emit_rows(rows, STEP_CSV, fmt)
+        if rank is not None:
+            for row in rows:
+                row["rank"] = rank
+        emit_rows(rows, ([Column("rank", "rank")] if rank is not None else []) + STEP_CSV, fmt)
         return
-    click.echo(f"{trace_path.name}: {headline(result)}")
+    click.echo(f"{trace_path.name}{', ' + label if label else ''}: {headline(result)}")
     if not rows:
         return
     shown = rows if limit == 0 or len(rows) <= limit else rows[:limit]

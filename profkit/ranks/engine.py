@@ -70,26 +70,53 @@ def dask_client(scheduler: str | None, n_inputs: int, workers: int | None = None
 
 def map_ranks(task: Callable[[RankInput], dict[str, Any]], inputs: Sequence[RankInput], *,
               scheduler: str | None = None, workers: int | None = None,
-              on_done: Callable[[RankInput, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+              on_done: Callable[[RankInput, dict[str, Any], int], None] | None = None) -> list[dict[str, Any]]:
     """``task(input)`` for every input on Dask; results in input order.
 
     ``task`` must return a plain dict and never raise for a bad file (it
     returns ``{"error": ...}``); a task that dies anyway (a worker killed, say)
-    becomes such an error row here, so one bad rank never stops the others."""
+    becomes such an error row here, so one bad rank never stops the others.
+
+    A file that turns out to hold a whole job answers ``{"job_ranks": [...]}``
+    instead of a summary (``per_rank.summarize_rank``): each of its ranks is
+    then a task of its own, ``(path, rank)``, and their summaries take the
+    file's place, in rank order.  A local cluster grows to one worker per core
+    for them (it was sized by the number of files).  ``on_done`` gets each
+    finished rank and the number of ranks known so far."""
     from distributed import as_completed
 
-    results: list[dict[str, Any] | None] = [None] * len(inputs)
+    slots: list[list[dict[str, Any] | None]] = [[None] for _ in inputs]
+    total = len(inputs)
     with dask_client(scheduler, len(inputs), workers) as client:
         futures = client.map(task, list(inputs), pure=False)
-        index = {f.key: i for i, f in enumerate(futures)}
-        for future in as_completed(futures, loop=client.loop):
-            i = index[future.key]
+        where = {f.key: (i, 0, inputs[i]) for i, f in enumerate(futures)}
+        pending = as_completed(futures, loop=client.loop)
+        for future in pending:
+            i, j, inp = where.pop(future.key)
             try:
                 result = future.result()
             except Exception as exc:  # the worker died or the task could not run: report it per rank
-                result = {"file": str(inputs[i].path), "rank": inputs[i].rank_hint,
+                result = {"file": str(inp.path), "rank": inp.job_rank if inp.job_rank is not None else inp.rank_hint,
                           "error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
-            results[i] = result
+            ranks = result.get("job_ranks") if inp.job_rank is None else None
+            if ranks:
+                slots[i] = [None] * len(ranks)
+                total += len(ranks) - 1
+                _grow(client, scheduler, workers, total)
+                more = [RankInput(inp.path, inp.rank_hint, job_rank=r) for r in ranks]
+                for k, f in enumerate(client.map(task, more, pure=False)):
+                    where[f.key] = (i, k, more[k])
+                    pending.add(f)
+                continue
+            slots[i][j] = result
             if on_done is not None:
-                on_done(inputs[i], result)
-    return [r for r in results if r is not None]
+                on_done(inp, result, total)
+    return [r for slot in slots for r in slot if r is not None]
+
+
+def _grow(client: Any, scheduler: str | None, workers: int | None, total: int) -> None:
+    """One local worker per core, at most one per rank, once a whole-job file adds ranks."""
+    if workers is None and (scheduler is None or "://" not in scheduler):
+        cluster = getattr(client, "cluster", None)
+        if cluster is not None and len(cluster.workers) < default_workers(total):
+            cluster.scale(default_workers(total))

@@ -8,6 +8,11 @@ The rank of a file comes, in this order, from:
    before the extension (``trace_3.json.gz``, ``worker-3.pt.trace.json``); not the
    ``host_pid.timestamp.pt.trace.json`` names of ``tensorboard_trace_handler``.
 
+A file that holds a whole job (one export of ``torchrun``: one process per GPU)
+is several ranks; the worker that first opens it says so, and each rank then
+becomes a task of its own (``RankInput.job_rank``, see ``engine.map_ranks``),
+whose rank comes from the trace (``profkit.model.rank_view``).
+
 Never from the recorded environment (``RANK=`` in an export's environment
 tables): that is the profiled process's environment, which profkit never reads.
 """
@@ -29,6 +34,9 @@ _TRAILING_NUMBER = re.compile(r"[_-](\d+)\.(?:pt\.trace\.)?(?:sqlite|json)(?:\.g
 class RankInput:
     path: Path
     rank_hint: int | None  # from the name or --rank-from; the trace may override it
+    # One rank of a whole-job export (``profkit.model.rank_view``): the worker opens the
+    # file and takes this rank's view.  None: the file is one rank, or not yet looked at.
+    job_rank: int | None = None
 
 
 def is_trace_file(path: Path) -> bool:

@@ -25,12 +25,25 @@ __all__ = ["collective_type", "summarize_rank", "summarize_trace"]
 
 
 def summarize_rank(inp: RankInput) -> dict[str, Any]:
-    """The rank's summary, or ``{"error": one line}`` for a file that cannot be read."""
+    """The rank's summary, or ``{"error": one line}`` for a file that cannot be read.
+
+    A file that holds a whole job (``profkit.model.rank_view``) and no ``job_rank``
+    gives ``{"job_ranks": [0, 1, ...], "rank_source": ...}``: the engine then asks
+    for each rank, and the worker of ``(path, rank)`` summarizes that rank's view."""
+    from profkit.model.rank_view import job_layout, rank_view
     from profkit.readers import open_trace
 
-    base = {"file": str(inp.path), "rank": inp.rank_hint}
+    rank = inp.job_rank if inp.job_rank is not None else inp.rank_hint
+    base = {"file": str(inp.path), "rank": rank}
     try:
-        with open_trace(inp.path) as trace:
+        with open_trace(inp.path) as whole:
+            if inp.job_rank is not None:
+                trace = rank_view(whole, inp.job_rank)
+            else:
+                layout = job_layout(whole)
+                if layout.is_job:
+                    return {**base, "job_ranks": [p.rank for p in layout.ranks], "rank_source": layout.source}
+                trace = whole
             return {**base, **summarize_trace(trace, inp.rank_hint), "worker_peak_rss_bytes": _peak_rss_bytes()}
     except ProfkitError as exc:
         return {**base, "error": exc.one_line()}
@@ -66,7 +79,10 @@ def summarize_trace(trace: Trace, rank_hint: int | None = None) -> dict[str, Any
     steady = per_step[per_step["phase"] == "steady"] if len(per_step) else per_step
     return {
         "rank": trace.meta.rank if trace.meta.rank is not None else rank_hint,
-        "rank_source": "trace" if trace.meta.rank is not None else ("file name" if rank_hint is not None else None),
+        # what the rank came from: the trace's own record ("trace": Kineto's distributedInfo), for one
+        # rank of a whole-job export how it was told ("NCCL payload", "device index", "process order")
+        "rank_source": trace.meta.extra.get("rank_source") or (
+            "trace" if trace.meta.rank is not None else ("file name" if rank_hint is not None else None)),
         "world_size": trace.meta.world_size,
         "source": trace.meta.source,
         "steps": int(steps.summary.get("count", 0)) if steps.summary else 0,

@@ -9,12 +9,11 @@
 
 from __future__ import annotations
 
-
-
 from pathlib import Path
 
 from profkit.errors import ProfkitError
 from profkit.model import Trace
+from profkit.model.rank_view import RankLayout, job_layout
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 GZIP_MAGIC = b"\x1f\x8b"
@@ -95,3 +94,14 @@ def open_trace(path: str | Path) -> Trace:
         return open_nsys_trace(path)
     from profkit.readers.kineto import open_kineto_trace
     return open_kineto_trace(path)
+
+
+def file_layout(path: str | Path) -> RankLayout:
+    """The ranks a trace file holds (``profkit.model.rank_view.job_layout``), for a caller
+    that hands the ranks to workers.  Only nsys exports are opened for it: a PyTorch
+    profiler trace is one process's (its GPU work carries the profiled process's pid), so
+    it is one rank, and parsing its JSON here would only cost time."""
+    if detect_source(path) != "nsys":
+        return RankLayout((), None)
+    with open_trace(path) as trace:
+        return job_layout(trace)

@@ -28,6 +28,7 @@ RANK_TABLE_COLUMNS = [
     Column("memory_ns", "Memory (ns)", "ns"),
     Column("idle_ns", "Idle (ns)", "ns"),
     Column("comm_comp_overlap_pct", "Overlap %", "pct"),
+    Column("rank_source", "Rank from"),
     Column("file", "File"),
 ]
 COLLECTIVE_COLUMNS = [
@@ -72,7 +73,8 @@ def build_ranks_report(job: dict[str, Any], summaries: list[dict[str, Any]], top
     files = [r["file"] for r in job["ranks"]]
     return Report(
         title=f"profkit report: {len(job['ranks'])} ranks",
-        export_name=", ".join(f.rsplit("/", 1)[-1] for f in files),
+        # a whole-job export is every rank's file: named once
+        export_name=", ".join(dict.fromkeys(f.rsplit("/", 1)[-1] for f in files)),
         generated_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         profkit_version=__version__, partial=job["partial"],
         partial_reason=f"{len(job['failed'])} rank file(s) could not be read" if job["partial"] else None,

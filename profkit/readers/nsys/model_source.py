@@ -48,7 +48,7 @@ import numpy as np
 from profkit.capture.sync_hook import PREFIX as SYNC_SITE_PREFIX
 from profkit.model import schema
 from profkit.model.trace import DURATION, NSYS, Coded, Trace, TraceMeta, narrowed
-from profkit.readers.nsys import launches, queries, sync
+from profkit.readers.nsys import launches, nccl_payload, queries, sync
 from profkit.readers.nsys.reader import (
     GLOBAL_TID_ID_MASK,
     GLOBAL_TID_PID_SHIFT,
@@ -298,6 +298,11 @@ class NsysSource:
 
     def close(self) -> None:
         self.export.close()
+
+    def nccl_ranks(self) -> list[nccl_payload.NcclRank]:
+        """Each process's NCCL rank, where NCCL's NVTX payloads were exported (``nccl_payload``);
+        ``profkit.model.rank_view`` splits a whole-job export by them."""
+        return nccl_payload.nccl_ranks(self.export)
 
     def require(self, table: str, what: str) -> None:
         req = _REQUIREMENTS.get(table)
