@@ -219,10 +219,12 @@ def run_trace(options: TraceOptions, reporter: Reporter, *, env: Mapping[str, st
 
     with clock("summary"):
         kernels, total_ns = kernel_rows(export)
+    # a distributed job: one trace per rank (torch backend), or one nsys export of every rank's process
+    job = rank_traces if len(rank_traces) > 1 else [export] if nsys is not None and _is_whole_job(export) else []
 
     ncu_csv = None
     if ncu is not None:
-        if len(rank_traces) > 1:
+        if job:
             record.warnings.append("ncu skipped: it profiles one process, and this job ran one per rank")
         elif record.partial:
             record.warnings.append("ncu skipped: the program did not finish cleanly")
@@ -235,8 +237,7 @@ def run_trace(options: TraceOptions, reporter: Reporter, *, env: Mapping[str, st
     reporter.stage("report")
     try:
         with clock("report"):
-            report = _write_report(export, run_dir, ncu_csv, record) if len(rank_traces) <= 1 else \
-                _write_job_report(rank_traces, run_dir)
+            report = _write_job_report(job, run_dir) if job else _write_report(export, run_dir, ncu_csv, record)
     except ProfkitError as exc:
         record.warnings.append(f"report: {exc.one_line()}")
         record.finish("failed")
@@ -392,6 +393,15 @@ def _write_report(export: Path, run_dir: Path, ncu_csv: Path | None, record: Run
         raise ProfkitError(f"the report writer is not available ({exc})") from None
     return write_report(export, run_dir, ncu_csv=ncu_csv, partial=record.partial, run_info=record.report_info(),
                         code_dirs=list(record.kernel_caches.values()))
+
+
+def _is_whole_job(export: Path) -> bool:
+    from profkit.readers import file_layout
+
+    try:
+        return file_layout(export).is_job
+    except ProfkitError:
+        return False  # the single-trace report says what is wrong with it
 
 
 def _write_job_report(traces: list[Path], run_dir: Path) -> Any:
