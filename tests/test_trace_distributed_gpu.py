@@ -48,7 +48,7 @@ def test_torchrun_job_gives_the_cross_rank_report(tmp_path: Path, backend: str) 
     ranks = report["sections"]["ranks"]["tables"]["ranks"]["rows"]
     assert len(ranks) == 2, text[:2000]
     assert "straggler" in text.lower()
-    assert any("rank 1" in f for f in report["findings"]), report["findings"]
+    assert any("rank 1 is the straggler" in f.lower() for f in report["findings"]), report["findings"]
 
 
 @pytest.mark.gpu
