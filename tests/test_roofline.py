@@ -194,3 +194,17 @@ def test_run_folder_prefers_raw_pages(tmp_path):
     (tmp_path / "ncu-2-raw.csv").write_bytes(lzma.open(_csv("memory")).read())
     rows = roofline(read_launches(tmp_path)).launches
     assert [r.roof for r in rows] == ["bf16 tensor", "DRAM", "DRAM"] and [r.id for r in rows] == [0, 1, 2]
+
+
+@pytest.mark.parametrize(("report", "page", "figure"), [("gelu", "raw", True), ("old_way", "details", False)])
+def test_report_ncu_section_gets_the_roofline(report, page, figure):
+    from profkit.report.model import Section
+    from profkit.report.sections import fill_ncu
+
+    section = Section("ncu", "Nsight Compute (ncu)")
+    fill_ncu(section, _csv(report, page), 20, {})
+    assert "roofline" in [t.key for t in section.tables]
+    assert bool(section.figures) is figure
+    assert any("--ncu-top" in n for n in section.notes) is not figure
+    if figure:
+        assert section.figures[0].png.startswith(b"\x89PNG") and section.figures[0].data["points"]
