@@ -45,7 +45,7 @@ class Column:
 
     key: str
     title: str
-    kind: str = "text"  # text | kernel (a kernel name) | int | ns | pct | float | bytes | widths
+    kind: str = "text"  # text | kernel (a kernel name) | int | ns | pct | float | bytes | si | widths
     missing: str = ""  # shown for an unknown value ("—" where a blank would read as zero)
 
     def show(self, value: Any) -> str:
@@ -70,6 +70,8 @@ def format_value(value: Any, kind: str = "text") -> str:
         return f"{value:,.2f}"
     if kind == "bytes":
         return human_bytes(value)
+    if kind == "si":
+        return si_number(value)
     if kind == "widths" and isinstance(value, dict):
         return memory_widths(value)
     return str(value)
@@ -79,6 +81,14 @@ def memory_widths(counts: dict[Any, int]) -> str:
     """``{"128": 30, "64": 0, "32": 1}`` (instructions per access width in bits) -> "30×128b, 1×32b"."""
     shown = [f"{n}×{w}b" for w, n in sorted(counts.items(), key=lambda item: -int(item[0])) if n]
     return ", ".join(shown) or "none"
+
+
+def si_number(value: float) -> str:
+    """1.117e12 -> "1.12 T": FLOPs and rates span 15 orders of magnitude, so a prefix, not commas."""
+    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {prefix}"
+    return f"{value:.3g}"
 
 
 def human_bytes(n: float) -> str:

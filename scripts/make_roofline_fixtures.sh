@@ -163,7 +163,7 @@ capture gelu gelu
 capture softmax softmax
 
 # ---- the OLD way: profkit's own sections and metrics, no roofline metrics
-OLD_FLAGS=($(python3 -c 'from profkit.capture.ncu import SECTIONS, METRICS
+OLD_FLAGS=($(python3 -c 'from profkit.capture.ncu import BASE_SECTIONS as SECTIONS, BASE_METRICS as METRICS
 print(" ".join(f"--section {s}" for s in SECTIONS), "--metrics", ",".join(METRICS))'))
 [ ${#OLD_FLAGS[@]} -gt 0 ] || OLD_FLAGS=(--section SpeedOfLight --section Occupancy --section LaunchStats
   --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum)

@@ -56,14 +56,32 @@ def test_ncu_command_line(tmp_path):
     assert cmd[0] == "/usr/local/cuda/bin/ncu"
     assert cmd[-4:] == ["python3", "gelu.py", "--n", "4096"]
     sections = [cmd[i + 1] for i, arg in enumerate(cmd) if arg == "--section"]
-    assert sections == ["SpeedOfLight", "Occupancy", "LaunchStats"]
+    assert sections == ["SpeedOfLight", "Occupancy", "LaunchStats", "SpeedOfLight_RooflineChart",
+                        "SpeedOfLight_HierarchicalTensorRooflineChart"]
     metrics = cmd[cmd.index("--metrics") + 1].split(",")
     assert {"dram__bytes_read.sum", "dram__bytes_write.sum", "gpu__time_duration.sum"} <= set(metrics)
+    # what the roofline reads: FMA counts and peaks, DRAM bytes and peak
+    assert {"smsp__sass_thread_inst_executed_op_ffma_pred_on.sum", "dram__bytes.sum.peak_sustained",
+            "sm__sass_thread_inst_executed_op_ffma_pred_on.sum.peak_sustained"} <= set(metrics)
     assert cmd[cmd.index("--kernel-name-base") + 1] == "mangled"
     assert cmd[cmd.index("--kernel-name") + 1] == "_Z11gelu_kernelPKfPfi"
     assert cmd[cmd.index("--launch-count") + 1] == "1"
     assert cmd[cmd.index("--export") + 1] == str(tmp_path / "ncu-1")
     assert ncu.report_path(tmp_path, target) == tmp_path / "ncu-1.ncu-rep"
+
+
+def test_ncu_command_line_without_roofline_is_the_old_one(tmp_path):
+    target = ncu.KernelTarget(1, "k", "k", "demangled", 1, 1)
+    cmd = ncu.build_ncu_command("ncu", target, tmp_path / "ncu-1", ["a.out"], roofline=False)
+    assert [cmd[i + 1] for i, arg in enumerate(cmd) if arg == "--section"] == ["SpeedOfLight", "Occupancy",
+                                                                                 "LaunchStats"]
+    assert cmd[cmd.index("--metrics") + 1] == "dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum"
+
+
+def test_roofline_refusal_is_told_apart_from_other_failures():
+    assert ncu.refused_roofline('==ERROR== Failed to find metric sm__sass_thread_inst_executed_op_hfma_pred_on.sum')
+    assert ncu.refused_roofline("==ERROR== Could not find section 'SpeedOfLight_HierarchicalTensorRooflineChart'")
+    assert not ncu.refused_roofline("==ERROR== ERR_NVGPUCTRPERM - no permission")
 
 
 def test_import_command():

@@ -25,9 +25,27 @@ from pathlib import Path
 
 from profkit.errors import ProfkitError
 
-SECTIONS = ("SpeedOfLight", "Occupancy", "LaunchStats")
+BASE_SECTIONS = ("SpeedOfLight", "Occupancy", "LaunchStats")
+# The roofline (profkit roofline, the report's roofline figure): ncu's FP roofline and the
+# hierarchical tensor chart, whose per-instruction tensor counters and dense peaks reach the
+# raw page (imported next to ncu.csv as ncu-<rank>-raw.csv).  Costs: tests/data/roofline/
+# capture_log.txt (17 replay passes per kernel; a few seconds per profiled kernel on an H100).
+ROOFLINE_SECTIONS = ("SpeedOfLight_RooflineChart", "SpeedOfLight_HierarchicalTensorRooflineChart")
+SECTIONS = BASE_SECTIONS + ROOFLINE_SECTIONS
 # dram bytes / duration = achieved DRAM bandwidth, independent of the section set.
-METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum", "gpu__time_duration.sum")
+BASE_METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum", "gpu__time_duration.sum")
+FLOP_OPS = ("ffma", "fadd", "fmul", "dfma", "dadd", "dmul", "hfma", "hadd", "hmul")
+# What ncu's own roofline sections read, on every chip since Volta (scripts/roofline_metrics.py's
+# "safe" list): FP instruction counts and their peaks, bytes per memory level, the clocks.
+# Chip-specific tensor counters are not named here: a name the chip lacks fails the whole
+# capture; the hierarchical tensor chart brings the ones the chip has.
+ROOFLINE_METRICS = (
+    "dram__bytes.sum", "dram__bytes.sum.per_second", "dram__bytes.sum.peak_sustained",
+    "sm__cycles_elapsed.avg.per_second", "lts__t_bytes.sum", "l1tex__t_bytes.sum",
+    *(f"smsp__sass_thread_inst_executed_op_{op}_pred_on.sum" for op in FLOP_OPS),
+    *(f"sm__sass_thread_inst_executed_op_{op}_pred_on.sum.peak_sustained" for op in ("ffma", "dfma", "hfma")),
+)
+METRICS = BASE_METRICS + ROOFLINE_METRICS
 
 PERMISSION_HINT = ("GPU performance counters are restricted to admin users: run as root, or load the driver with "
                    "NVreg_RestrictProfilingToAdminUsers=0 (see `profkit doctor`)")
@@ -68,12 +86,13 @@ def pick_targets(rows: Sequence[Mapping], n: int) -> list[KernelTarget]:
 
 
 def build_ncu_command(ncu: Path | str, target: KernelTarget, report_base: Path, program: Sequence[str],
-                      extra_args: Sequence[str] = ()) -> list[str]:
-    """``ncu --section ... -k NAME -c 1 -o REPORT program...``."""
+                      extra_args: Sequence[str] = (), roofline: bool = True) -> list[str]:
+    """``ncu --section ... -k NAME -c 1 -o REPORT program...``; ``roofline=False``: the
+    sections and metrics of before the roofline (the fallback where ncu refuses them)."""
     cmd = [str(ncu)]
-    for section in SECTIONS:
+    for section in SECTIONS if roofline else BASE_SECTIONS:
         cmd += ["--section", section]
-    cmd += ["--metrics", ",".join(METRICS)]
+    cmd += ["--metrics", ",".join(METRICS if roofline else BASE_METRICS)]
     # Clocks as the program sees them (ncu locks them to base by default),
     # so durations compare with the nsys trace.
     cmd += ["--clock-control", "none"]
@@ -86,10 +105,10 @@ def build_import_command(ncu: Path | str, report: Path, page: str = "details") -
     return [str(ncu), "--import", str(report), "--csv", "--page", page]
 
 
-def import_csv(ncu: Path | str, report: Path, env: Mapping[str, str] | None = None) -> str:
-    """The details page of an .ncu-rep as CSV text."""
+def import_csv(ncu: Path | str, report: Path, env: Mapping[str, str] | None = None, page: str = "details") -> str:
+    """A page (details or raw) of an .ncu-rep as CSV text."""
     try:
-        proc = subprocess.run(build_import_command(ncu, report), capture_output=True, text=True,
+        proc = subprocess.run(build_import_command(ncu, report, page), capture_output=True, text=True,
                               env=dict(env) if env is not None else None, check=False, timeout=600)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ProfkitError(f"ncu --import {report.name} failed ({exc})") from None
@@ -159,6 +178,17 @@ def ncu_environment(base: Mapping[str, str]) -> dict[str, str]:
     env = dict(base)
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
+
+
+def refused_roofline(output: str) -> bool:
+    """Whether ncu failed on a section or metric name (an older ncu or chip): retry without the roofline."""
+    return any(line.startswith("==ERROR==") and ("section" in line.lower() or "metric" in line.lower())
+               for line in output.splitlines())
+
+
+def raw_csv_name(target: KernelTarget) -> str:
+    # one file per report: raw pages of different reports print different units (ms vs us)
+    return f"ncu-{target.rank}-raw.csv"
 
 
 def report_path(run_dir: Path, target: KernelTarget) -> Path:

@@ -351,16 +351,23 @@ def _run_ncu(options: TraceOptions, ncu: FoundTool, kernels: list[dict[str, Any]
     for target in targets:
         reporter.stage("ncu", f"{target.rank}/{len(targets)} {target.name[:80]}")
         base = ncu_mod.report_base(run_dir, target)
-        cmd = ncu_mod.build_ncu_command(ncu.path, target, base, program)
-        record.ncu_commands.append(cmd)
-        result = nsys_mod.run_streaming(cmd, env=env, cwd=None, log_path=run_dir / "ncu.log",
-                                        reporter=_Quiet(), classify_stdout=_all_chatter)
         rep = ncu_mod.report_path(run_dir, target)
+        for roofline in (True, False):
+            cmd = ncu_mod.build_ncu_command(ncu.path, target, base, program, roofline=roofline)
+            record.ncu_commands.append(cmd)
+            result = nsys_mod.run_streaming(cmd, env=env, cwd=None, log_path=run_dir / "ncu.log",
+                                            reporter=_Quiet(), classify_stdout=_all_chatter)
+            if rep.exists() or not roofline or not ncu_mod.refused_roofline("\n".join(result.tail)):
+                break
+            record.warnings.append(f"ncu refused the roofline sections or metrics for {target.name[:80]}: "
+                                   "profiled without them")
         if not rep.exists():
             errors.append(f"{target.name}: {ncu_mod.first_error(chr(10).join(result.tail))}")
             continue
         try:
             texts.append(ncu_mod.import_csv(ncu.path, rep, env))
+            # the raw page carries every metric at full precision, the tensor chart's dense peaks included
+            write_text(run_dir / ncu_mod.raw_csv_name(target), ncu_mod.import_csv(ncu.path, rep, env, page="raw"))
         except ProfkitError as exc:
             errors.append(f"{target.name}: {exc.one_line()}")
             continue

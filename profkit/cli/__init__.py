@@ -33,6 +33,7 @@ COMMANDS: dict[str, str] = {
     "diff": "profkit.cli.diff:diff",
     "history": "profkit.cli.history:history",
     "occupancy": "profkit.cli.occupancy:occupancy",
+    "roofline": "profkit.cli.roofline:roofline",
     "ptx": "profkit.cli.ptx:ptx",
     "trace": "profkit.cli.trace:trace",
     "export": "profkit.cli.export:export",

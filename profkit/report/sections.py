@@ -367,6 +367,9 @@ def fill_ncu(section: Section, path: Path, top: int, found: dict[str, Any]) -> N
         section.notes.append(f"{path.name} holds no kernel launches.")
         return
     section.tables.append(Table("ncu", "Kernels profiled by ncu", NCU_COLUMNS, rows, top))
+    from profkit.report.roofline_section import fill_roofline
+
+    fill_roofline(section, path, top, found)
 
 
 _NCU_LIMITS = (("block_limit_sm", "blocks per SM"), ("block_limit_registers", "registers"),

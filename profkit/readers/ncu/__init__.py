@@ -1,6 +1,6 @@
 """Reading Nsight Compute (ncu) CSV output: ``read_ncu_csv(path) -> list[NcuLaunch]``."""
 
-from profkit.readers.ncu.csv_reader import NcuCsv, parse_csv_text, read_csv_file
+from profkit.readers.ncu.csv_reader import NcuCsv, nvtx_ranges, parse_csv_text, read_csv_file
 from profkit.readers.ncu.launches import (
            FIELDS,
            NcuLaunch,
@@ -9,5 +9,5 @@ from profkit.readers.ncu.launches import (
            read_ncu_csv,
 )
 
-__all__ = ["FIELDS", "NcuCsv", "NcuLaunch", "launches_frame", "launches_from_csv", "parse_csv_text",
+__all__ = ["FIELDS", "NcuCsv", "NcuLaunch", "launches_frame", "launches_from_csv", "nvtx_ranges", "parse_csv_text",
            "read_csv_file", "read_ncu_csv"]

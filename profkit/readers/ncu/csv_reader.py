@@ -21,6 +21,7 @@ import csv
 import io
 import lzma
 import os
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -181,3 +182,18 @@ def _raw(header: list[str], body: list[str]) -> tuple[list[RawLaunch], int]:
             launch.metrics[header[i]] = MetricRow("", header[i], units[i], fields[i])
         launches.append(launch)
     return launches, dropped
+
+
+_NVTX_RANGE = re.compile(r'<[^>]*>:([^:"]+):')
+
+
+def nvtx_ranges(raw: RawLaunch) -> list[str]:
+    """The NVTX ranges a launch ran inside (``ncu --nvtx``), outermost first.
+
+    ncu writes them into identity columns named like ``thread Domain:Push/Pop_Range:...``,
+    one cell per thread: ``1429  "<default domain>:gelu_manual:none:..."``."""
+    out: list[str] = []
+    for column, cell in raw.identity.items():
+        if "Range" in column and cell:
+            out += _NVTX_RANGE.findall(cell)
+    return out
