@@ -202,3 +202,15 @@ def test_payload_decoder_refuses_what_it_does_not_know() -> None:
         schemas.decode(struct.pack("<QQQQ", 1, 99, 0, 32), 1)
     with pytest.raises(ProfkitError, match="runs past"):
         schemas.decode(blob[:-8], 1)
+
+
+def test_report_has_a_host_section_and_leads_with_the_verdict(tmp_path: Path) -> None:
+    code, out = run("report", str(trace_path("generate", "kineto")), "-o", str(tmp_path))
+    assert code == 0, out
+    report = json.loads((tmp_path / "report.json").read_text())
+    text = json.dumps(report)
+    assert "Bound by Python/framework overhead" in text and "planted_host_work" in text
+    md = (tmp_path / "report.md").read_text()
+    first_finding = md.split("## Findings", 1)[1].strip().splitlines()[0]
+    assert first_finding.startswith("- Bound by Python/framework overhead") and "planted_host_work" in first_finding
+    assert "## Host" in md and "| planted_host_work | hf_llama.py:43 |" in md
