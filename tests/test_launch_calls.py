@@ -26,7 +26,8 @@ from tests.synthetic_trace import SyntheticSource
 
 MASK = 0xFFFFFF
 SQL_TABLES = {"kernels": "CUPTI_ACTIVITY_KIND_KERNEL", "memcpy": "CUPTI_ACTIVITY_KIND_MEMCPY",
-              "memset": "CUPTI_ACTIVITY_KIND_MEMSET", "syncs": "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"}
+              "memset": "CUPTI_ACTIVITY_KIND_MEMSET", "syncs": "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
+              "graphs": "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"}
 # One process; two processes calling CUDA (gelu, softmax: the key is (pid, correlation)); nsys 2023.4.
 NSYS = ["nsys2025_train_print", "nsys2025_gelu", "nsys2025_softmax", "nsys2023_sync"]
 KINETO = ["kineto/gpt_eager.json.gz", "kineto/mlp_print.json.gz", "ddp/kineto/rank1.json.gz"]
