@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "stalls": "profkit.cli.stalls:stalls",
     "steps": "profkit.cli.steps:steps",
     "breakdown": "profkit.cli.breakdown:breakdown",
+    "host": "profkit.cli.host:host",
     "ranks": "profkit.cli.ranks:ranks",
     "diff": "profkit.cli.diff:diff",
     "history": "profkit.cli.history:history",

@@ -200,6 +200,32 @@ PYTHON_SITES = _cols(
     ("function", CATEGORY, "'train_step' ('<module>' for top-level code)"),
 )
 
+# Python frames over time, one row per stretch of time a frame was on a thread's
+# stack: what the host was running.  Frames of one thread nest: a frame's
+# ``depth`` is one more than that of the frame it was called from (0: the
+# outermost), and the innermost frame at an instant is the deepest one open.
+# Built-in (C) functions are no frames here (nsys's sampler does not see them;
+# Kineto's ``<built-in method ...>`` events are left out), so time spent in
+# ``time.sleep`` or a CUDA call counts for the Python function that called it.
+# - Kineto ``with_stack=True``: each ``python_function`` event
+#   ``"file.py(25): train_step"``; ``line`` is the function's first line, as
+#   torch's tracer names it.
+# - nsys ``--python-sampling=true`` (exported with ``--include-blobs=true``):
+#   each periodic sample is an instant with a stack; sample i stands for the time
+#   to the thread's next sample (at most twice the median spacing of its samples:
+#   a longer gap is time nothing was sampled), and consecutive samples that share
+#   the outer frames (function, file and line) share those rows.  ``line`` is the
+#   line executing when sampled, so one call of a function may be several rows.
+PYTHON_FRAMES = _cols(
+    ("start", INT, "ns"), ("end", INT, "ns"),
+    ("pid", INT, ""), ("tid", INT, "the thread whose stack held the frame"),
+    ("depth", INT, "0 for the outermost frame of the thread"),
+    ("function", CATEGORY, "'train_step' ('<module>' for top-level code)"),
+    ("file", CATEGORY, "file as the trace names it (Kineto: relative to site-packages or the script's folder; "
+                       "nsys: absolute)"),
+    ("line", INT, "Kineto: the function's first line; nsys: the line sampled (-1 unknown)"),
+)
+
 # Framework CPU operators (Kineto cat 'cpu_op'; nsys has none).
 CPU_OPS = _cols(
     ("start", INT, "ns"), ("end", INT, "ns"),
@@ -255,6 +281,7 @@ TABLES: dict[str, tuple[Column, ...]] = {
     "ranges": RANGES,
     "cpu_ops": CPU_OPS,
     "python_sites": PYTHON_SITES,
+    "python_frames": PYTHON_FRAMES,
     "syncs": SYNCS,
     "osrt": OSRT,
     "processes": PROCESSES,

@@ -19,7 +19,7 @@ from profkit.model import schema
 from profkit.model.trace import KINETO, Coded, Trace, TraceMeta, empty_arrays
 from profkit.readers.kineto.events import TraceBuilder, copy_kinds, range_kind, short_kernel_name
 from profkit.readers.kineto.parse import read_events
-from profkit.readers.kineto.stacks import python_sites
+from profkit.readers.kineto.stacks import python_frames, python_sites
 
 # deviceProperties key -> devices column (Kineto's CudaDeviceProperties.cpp and
 # torch's Python exporter; the latter writes fewer keys, the rest stay -1).
@@ -111,6 +111,8 @@ class KinetoSource:
             return bool(len(self._devices()["device"]))
         if table == "python_sites":
             return bool(self.builder.frames.rows) and bool(self.tables["api"].rows)
+        if table == "python_frames":
+            return bool(self.builder.frames.rows)
         # a table Kineto never records (OS runtime calls) is absent, not an error
         return table in self.tables and bool(self.tables[table].rows)
 
@@ -121,7 +123,9 @@ class KinetoSource:
         how = {"kernels": "record with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] on a GPU",
                "api": "record with ProfilerActivity.CUDA on a GPU",
                "ranges": "annotate code with torch.profiler.record_function(...) or use a schedule and prof.step()",
-               "python_sites": "record with with_stack=True"}.get(table)
+               "python_sites": "record with with_stack=True",
+               "python_frames": "record with torch.profiler.profile(with_stack=True), as profkit trace "
+                                "--backend torch does"}.get(table)
         raise ProfkitError(f"{self.path.name} has no {what}: the PyTorch profiler trace holds none", hint=how)
 
     def load(self, table: str, columns: Sequence[str]) -> Any:
@@ -141,6 +145,10 @@ class KinetoSource:
             if "python_sites" not in self._finished:
                 self._finished["python_sites"] = python_sites(self.builder.frames, self.tables["api"])
             return {c: self._finished["python_sites"][c] for c in columns}
+        if table == "python_frames":
+            if "python_frames" not in self._finished:
+                self._finished["python_frames"] = python_frames(self.builder.frames)
+            return {c: self._finished["python_frames"][c] for c in columns}
         source = self.tables[table]
         derived: dict[str, Any] = {}
         if table in LAUNCHED_BY_TRACE_PROCESS and "pid" in columns:

@@ -110,3 +110,49 @@ def _enclosing(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
             parent[k] = stack[-1]
         stack.append(k)
     return parent
+
+
+def python_frames(frames: Table) -> dict[str, Any]:
+    """The model's python_frames (``schema.PYTHON_FRAMES``): every ``python_function`` event that
+    is a Python frame ("file.py(25): function"; built-ins left out), with its nesting depth
+    among those frames on its thread."""
+    if frames.rows == 0:
+        return empty_arrays("python_frames")
+    codes = frames.codes["name"]
+    parsed = [_frame_parts(n) for n in codes.index]
+    is_frame = np.array([p is not None for p in parsed], dtype=bool)
+    name = frames.column("name")
+    keep = np.flatnonzero(is_frame[name]) if len(is_frame) else np.empty(0, dtype=np.int64)
+    pid, tid = frames.column("pid")[keep], frames.column("tid")[keep]
+    start, end = frames.column("start")[keep], frames.column("end")[keep]
+    depth = np.zeros(len(keep), dtype=np.int64)
+    for p, t in set(zip(pid.tolist(), tid.tolist())):
+        on_thread = np.flatnonzero((pid == p) & (tid == t))
+        order = on_thread[np.lexsort((-end[on_thread], start[on_thread]))]  # outer before inner at equal starts
+        parent = _enclosing(start[order], end[order])
+        d = np.zeros(len(order), dtype=np.int64)
+        for k, up in enumerate(parent.tolist()):  # parents come first in start order
+            d[k] = d[up] + 1 if up >= 0 else 0
+        depth[order] = d
+    kept_name = name[keep]
+    return {
+        "start": start, "end": end, "pid": pid, "tid": tid, "depth": depth,
+        "function": codes.coded(kept_name, lambda n: _parts_or_blank(n)[0]),
+        "file": codes.coded(kept_name, lambda n: _parts_or_blank(n)[1]),
+        "line": _lines(parsed, kept_name),
+    }
+
+
+def _frame_parts(name: object) -> tuple[str, str, int] | None:
+    """(function, file, first line) of a Python frame's event name; None for built-ins."""
+    m = FRAME_NAME.fullmatch(name) if isinstance(name, str) else None
+    return None if m is None else (m.group("function"), m.group("file"), int(m.group("line")))
+
+
+def _parts_or_blank(name: object) -> tuple[str, str, int]:
+    return _frame_parts(name) or ("", "", -1)
+
+
+def _lines(parsed: list[tuple[str, str, int] | None], codes: np.ndarray) -> np.ndarray:
+    per_code = np.array([p[2] if p is not None else -1 for p in parsed], dtype=np.int64)
+    return per_code[codes] if len(per_code) else np.empty(0, dtype=np.int64)

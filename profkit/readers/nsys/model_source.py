@@ -28,6 +28,7 @@ api         CUPTI_ACTIVITY_KIND_RUNTIME (runtime and driver: eventClass 0 / 1)
 ranges      NVTX_EVENTS push/pop and start/end ranges (+ domain-create events)
 syncs       CUPTI_ACTIVITY_KIND_SYNCHRONIZATION (+ ENUM_CUPTI_SYNC_TYPE)
 osrt        OSRT_API calls (eventClass 27, as osrt_sum counts them)
+python_frames  NVTX_EVENTS eventType 34 with their payload blobs (``python_samples``)
 processes   PROCESSES
 threads     ThreadNames
 ==========  =====================================================
@@ -46,9 +47,10 @@ from typing import Any
 import numpy as np
 
 from profkit.capture.sync_hook import PREFIX as SYNC_SITE_PREFIX
+from profkit.errors import ProfkitError
 from profkit.model import schema
 from profkit.model.trace import DURATION, NSYS, Coded, Trace, TraceMeta, narrowed
-from profkit.readers.nsys import launches, nccl_payload, queries, sync
+from profkit.readers.nsys import launches, nccl_payload, python_samples, queries, sync
 from profkit.readers.nsys.reader import (
     GLOBAL_TID_ID_MASK,
     GLOBAL_TID_PID_SHIFT,
@@ -284,6 +286,7 @@ class NsysSource:
         self.meta = _meta(export)
         self._specs: dict[str, TableSpec] = {}
         self._labels: dict[int, dict[int, str]] = {}
+        self._frames: dict[str, Any] | None = None
 
     def background_source(self) -> NsysSource:
         """The same export on its own connection (``Trace.prefetch`` loads through it on
@@ -293,6 +296,8 @@ class NsysSource:
         return NsysSource(export)
 
     def has(self, table: str) -> bool:
+        if table == "python_frames":
+            return python_samples.has_python_sampling(self.export)
         nsys_table = _NSYS_TABLES.get(table)
         return nsys_table is not None and self.export.has_table(nsys_table)
 
@@ -305,6 +310,8 @@ class NsysSource:
         return nccl_payload.nccl_ranks(self.export)
 
     def require(self, table: str, what: str) -> None:
+        if table == "python_frames" and not self.has(table):
+            raise ProfkitError(f"{self.export.path.name} has no {what}", hint=python_samples.HOW)
         req = _REQUIREMENTS.get(table)
         if req is not None:
             self.export.require(req.table, req.what, req.trace_flag)
@@ -332,6 +339,10 @@ class NsysSource:
         if table == "devices":
             devices = _devices(self.export)
             return {c: devices[c] for c in columns}
+        if table == "python_frames":  # decoded from payload blobs, once: not a column scan
+            if self._frames is None:
+                self._frames = python_samples.python_frames(self.export)
+            return {c: self._frames[c] for c in columns}
         spec = self.spec(table)
         wanted = list(columns)
         text_columns = [c for c in wanted if c in _RANGE_TEXT_COLUMNS] if table == "ranges" else []

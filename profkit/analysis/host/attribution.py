@@ -1,0 +1,204 @@
+"""The attribution of a step's host time and GPU idle time to Python functions (see the package)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from profkit.analysis.steps import find_steps
+from profkit.analysis.steps.activity import load_activity, merged_intervals
+from profkit.errors import ProfkitError
+from profkit.model import Trace
+from profkit.model.trace import KINETO
+
+KINETO_STACKS = "kineto_stacks"
+NSYS_SAMPLING = "nsys_python_sampling"
+HOW = ("capture Python stacks: torch.profiler.profile(with_stack=True) (profkit trace --backend torch records "
+       "them), or nsys profile --python-sampling=true then nsys export --type sqlite --include-blobs=true")
+FUNCTION_COLUMNS = ("function", "file", "line", "self_ns_per_step", "inclusive_ns_per_step", "gpu_idle_ns_per_step")
+
+
+@dataclass
+class HostResult:
+    """``summary``: steady_steps, step_median_ns, gpu_idle_ns_per_step, explained_idle_pct, source,
+    main_tid; ``functions``: rows of ``FUNCTION_COLUMNS`` (main thread), most GPU idle first;
+    ``other_threads``: rows of ``tid`` + ``FUNCTION_COLUMNS``."""
+
+    summary: dict[str, Any]
+    functions: list[dict[str, Any]]
+    other_threads: list[dict[str, Any]] = field(default_factory=list)
+    step_windows: np.ndarray | None = None  # (n, 2) the steps' [start, end)
+    # the main thread's innermost-frame segments (start, end, "function (file:line)") and the idle intervals,
+    # for the verdict
+    segments: tuple[np.ndarray, np.ndarray, list[str]] | None = None
+    idle: tuple[np.ndarray, np.ndarray] | None = None
+    main: tuple[int, int] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"summary": self.summary, "functions": self.functions, "other_threads": self.other_threads}
+
+
+def host_time(trace: Trace, steady_only: bool = True) -> HostResult:
+    """The host time per step per Python function (see the package docstring): over the
+    steady-state steps, or with ``steady_only=False`` over every step (warm-up too)."""
+    if not trace.has("python_frames"):
+        raise ProfkitError(f"{trace.name} has no Python stacks", hint=HOW)
+    frames = trace.table("python_frames")
+    if frames.empty:
+        raise ProfkitError(f"{trace.name} has no Python stacks", hint=HOW)
+    steps = find_steps(trace)
+    if not steps.found or steps.steady.empty:
+        raise ProfkitError(f"{trace.name}: no steady-state steps to attribute host time to "
+                           f"({steps.message or 'no steps found'})", hint="see profkit steps")
+    steady = steps.steady if steady_only else steps.steps
+    lo, hi = steady["start_ns"].to_numpy(np.int64), steady["end_ns"].to_numpy(np.int64)
+    n = len(steady)
+    idle_start, idle_end = idle_intervals(trace, lo, hi)
+    idle_total = int((idle_end - idle_start).sum())
+    main = main_thread(trace, frames, steps)
+    tids = frames["tid"].to_numpy(np.int64)
+    pids = frames["pid"].to_numpy(np.int64)
+    threads = sorted(set(zip(pids.tolist(), tids.tolist())), key=lambda t: t != main)
+    functions: list[dict[str, Any]] = []
+    others: list[dict[str, Any]] = []
+    attributed = 0
+    main_segments = None
+    for pid, tid in threads:
+        rows, covered, segs = _thread_rows(frames[(pids == pid) & (tids == tid)], lo, hi, idle_start, idle_end, n)
+        if (pid, tid) == main:
+            functions, attributed, main_segments = rows, covered, segs
+        else:
+            others += [{"tid": tid, **r} for r in rows if r["self_ns_per_step"] > 0]
+    others.sort(key=lambda r: (-r["gpu_idle_ns_per_step"], -r["self_ns_per_step"]))
+    summary = {
+        "steady_steps": n,
+        "steady_only": steady_only,
+        "step_median_ns": float(np.median(hi - lo)),
+        "gpu_idle_ns_per_step": idle_total / n,
+        "explained_idle_pct": round(100.0 * attributed / idle_total, 2) if idle_total else None,
+        "source": KINETO_STACKS if trace.meta.source == KINETO else NSYS_SAMPLING,
+        "main_tid": main[1],
+        "step_source": steps.source,
+    }
+    return HostResult(summary, functions, others, np.column_stack((lo, hi)), main_segments,
+                      (idle_start, idle_end), main)
+
+
+def idle_intervals(trace: Trace, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The GPU-idle intervals inside the windows [lo, hi): each window minus the union of all GPU work."""
+    act = load_activity(trace)
+    busy_s, busy_e = merged_intervals(act.all_start, act.all_end)
+    starts, ends = [], []
+    for a, b in zip(lo.tolist(), hi.tolist()):
+        i = np.searchsorted(busy_e, a, side="right")  # first busy interval ending after a
+        j = np.searchsorted(busy_s, b, side="left")   # busy intervals starting before b
+        s, e = busy_s[i:j].clip(a, b), busy_e[i:j].clip(a, b)
+        gap_s = np.concatenate(([a], e))
+        gap_e = np.concatenate((s, [b]))
+        keep = gap_e > gap_s
+        starts.append(gap_s[keep])
+        ends.append(gap_e[keep])
+    return np.concatenate(starts).astype(np.int64), np.concatenate(ends).astype(np.int64)
+
+
+def main_thread(trace: Trace, frames: pd.DataFrame, steps: Any) -> tuple[int, int]:
+    """(pid, tid) of the thread that holds the step ranges, else of the Python thread launching the most."""
+    threads = set(zip(frames["pid"].tolist(), frames["tid"].tolist()))
+    if steps.tid is not None and (steps.pid, steps.tid) in threads:
+        return int(steps.pid), int(steps.tid)
+    api = trace.table("api", ["pid", "tid"])
+    counts = api.groupby(["pid", "tid"]).size().to_dict() if not api.empty else {}
+    span = frames.assign(d=frames["end"] - frames["start"]).groupby(["pid", "tid"])["d"].sum().to_dict()
+    return max(threads, key=lambda t: (counts.get(t, 0), span.get(t, 0)))
+
+
+def innermost_segments(start: np.ndarray, end: np.ndarray, depth: np.ndarray) -> tuple[np.ndarray, ...]:
+    """One thread's frames as disjoint segments (seg_start, seg_end, frame index): which frame was
+    innermost when.  Frames nest; a sweep with a stack, in start order (outer first at a tie)."""
+    order = np.lexsort((depth, start)).tolist()
+    s_list, e_list = start.tolist(), end.tolist()
+    seg_s: list[int] = []
+    seg_e: list[int] = []
+    seg_f: list[int] = []
+    stack: list[int] = []
+    cur = 0
+
+    def close_until(t: float) -> None:
+        nonlocal cur
+        while stack and e_list[stack[-1]] <= t:
+            top = stack.pop()
+            if e_list[top] > cur:
+                seg_s.append(cur)
+                seg_e.append(e_list[top])
+                seg_f.append(top)
+                cur = e_list[top]
+
+    for k in order:
+        s = s_list[k]
+        close_until(s)
+        if stack and s > cur:
+            seg_s.append(cur)
+            seg_e.append(s)
+            seg_f.append(stack[-1])
+        stack.append(k)
+        cur = max(cur, s) if stack[:-1] else s
+    close_until(float("inf"))
+    return (np.array(seg_s, dtype=np.int64), np.array(seg_e, dtype=np.int64), np.array(seg_f, dtype=np.int64))
+
+
+def covered(a: np.ndarray, b: np.ndarray, iv_s: np.ndarray, iv_e: np.ndarray) -> np.ndarray:
+    """Per interval [a, b): the time covered by the sorted, disjoint intervals (iv_s, iv_e)."""
+    if not len(iv_s):
+        return np.zeros(len(a), dtype=np.int64)
+    cum = np.concatenate(([0], np.cumsum(iv_e - iv_s)))
+
+    def upto(x: np.ndarray) -> np.ndarray:  # covered time in (-inf, x)
+        i = np.searchsorted(iv_s, x, side="right") - 1
+        inside = np.clip(x - iv_s[np.maximum(i, 0)], 0, (iv_e - iv_s)[np.maximum(i, 0)])
+        return np.where(i >= 0, cum[np.maximum(i, 0)] + inside, 0)
+
+    return upto(b) - upto(a)
+
+
+def _thread_rows(frames: pd.DataFrame, lo: np.ndarray, hi: np.ndarray, idle_s: np.ndarray, idle_e: np.ndarray,
+                 n: int) -> tuple[list[dict[str, Any]], int, tuple[np.ndarray, np.ndarray, list[str]]]:
+    """The function rows of one thread, and its GPU idle time in a frame (ns, all steps)."""
+    start, end = frames["start"].to_numpy(np.int64), frames["end"].to_numpy(np.int64)
+    key = pd.MultiIndex.from_arrays([frames["function"].astype(str), frames["file"].astype(str)])
+    codes, keys = pd.factorize(key)
+    line = frames["line"].to_numpy(np.int64)
+    seg_s, seg_e, seg_f = innermost_segments(start, end, frames["depth"].to_numpy(np.int64))
+    window_s, window_e = lo, hi  # steady steps tile: sorted and disjoint
+    self_t = covered(seg_s, seg_e, window_s, window_e)
+    idle_t = covered(seg_s, seg_e, idle_s, idle_e)
+    seg_key = codes[seg_f]
+    m = len(keys)
+    self_k = np.bincount(seg_key, weights=self_t, minlength=m)
+    idle_k = np.bincount(seg_key, weights=idle_t, minlength=m)
+    # the line: where the function spent the most self time (nsys samples lines; Kineto has one per function)
+    per_line = pd.DataFrame({"k": seg_key, "line": line[seg_f], "t": self_t}).groupby(["k", "line"])["t"].sum()
+    best_line = {k: ln for (k, ln), _ in per_line.sort_values(ascending=False).groupby(level=0).head(1).items()}
+    first_line = pd.Series(line).groupby(codes).first().to_dict()
+    incl = np.zeros(m, dtype=np.int64)
+    order = np.lexsort((start, codes))
+    bounds = np.flatnonzero(np.diff(codes[order])) + 1
+    for group in np.split(order, bounds):
+        if len(group):
+            ms, me = merged_intervals(start[group], end[group])
+            incl[codes[group[0]]] = int(covered(ms, me, window_s, window_e).sum())
+    rows = []
+    for k in range(m):
+        if incl[k] <= 0:
+            continue
+        fn, file = keys[k]
+        ln = best_line.get(k) if self_k[k] > 0 else None
+        rows.append({"function": fn, "file": file, "line": int(ln if ln is not None else first_line.get(k, -1)),
+                     "self_ns_per_step": float(self_k[k]) / n, "inclusive_ns_per_step": float(incl[k]) / n,
+                     "gpu_idle_ns_per_step": float(idle_k[k]) / n})
+    rows.sort(key=lambda r: (-r["gpu_idle_ns_per_step"], -r["self_ns_per_step"], -r["inclusive_ns_per_step"]))
+    label = [f"{fn} ({Path(file).name}:{line[seg_f[i]]})" for i, (fn, file) in enumerate(keys[seg_key])]
+    return rows, int(idle_t.sum()), (seg_s, seg_e, label)

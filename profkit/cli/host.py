@@ -1,0 +1,66 @@
+"""`profkit host TRACE`: host time per Python function per step, and the part during GPU idle.
+
+Thin command: open the trace, call profkit.analysis.host.host_time, render with profkit.output.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from profkit.analysis.host import host_time
+from profkit.analysis.host.verdict import verdict
+from profkit.output import Column, emit_rows, format_option
+from profkit.readers import open_trace
+
+TABLE = [Column("function", "Function"), Column("site", "File:line"),
+         Column("self_ns_per_step", "Self / step (ns)", "ns"),
+         Column("inclusive_ns_per_step", "Inclusive / step (ns)", "ns"),
+         Column("gpu_idle_ns_per_step", "GPU idle / step (ns)", "ns")]
+CSV = [Column(k, k) for k in ("function", "file", "line", "self_ns_per_step", "inclusive_ns_per_step",
+                              "gpu_idle_ns_per_step")]
+
+
+@click.command()
+@click.argument("trace_path", metavar="TRACE", type=click.Path(path_type=Path))
+@click.option("--steady", is_flag=True, help="Only the steady-state steps (default: every step, warm-up too).")
+@click.option("--limit", type=click.IntRange(min=0), default=25, show_default=True, metavar="N",
+              help="table/md: show at most N functions (0: all).  json/csv list every one.")
+@format_option()
+def host(trace_path: Path, steady: bool, limit: int, fmt: str) -> None:
+    """Host time per Python function per step, and the part of it during which the GPU was idle.
+
+    \b
+    Examples:
+      profkit host trace.json.gz --steady          # torch.profiler with_stack=True
+      profkit host run.sqlite --format json        # nsys --python-sampling=true, exported with blobs
+
+    Each instant of a step counts for the innermost Python frame then open on
+    the main thread (the one holding the step ranges); GPU idle is the step
+    minus the union of all GPU work, as in profkit steps.
+    """
+    with open_trace(trace_path) as trace:
+        result = host_time(trace, steady_only=steady)
+        said = verdict(trace, result)
+    if fmt == "json":
+        click.echo(json.dumps({**result.to_dict(), "verdict": said}, indent=2))
+        return
+    rows = [{**r, "site": f"{Path(r['file']).name}:{r['line']}"} for r in result.functions]
+    if fmt == "csv":
+        emit_rows(rows, CSV, fmt)
+        return
+    s = result.summary
+    click.echo(f"{trace_path.name}: {said['sentence']}")
+    click.echo(f"{s['steady_steps']} {'steady-state ' if s['steady_only'] else ''}steps, median "
+               f"{s['step_median_ns'] / 1e6:.2f} ms, GPU idle {s['gpu_idle_ns_per_step'] / 1e6:.2f} ms per step, "
+               f"{s['explained_idle_pct']}% of it in a named Python function ({s['source']})")
+    shown = rows if limit == 0 else rows[:limit]
+    emit_rows(shown, TABLE, fmt)
+    if len(shown) < len(rows):
+        click.echo(f"({len(rows) - len(shown)} more functions: --limit 0 shows all)")
+    if result.other_threads:
+        click.echo("Other threads:")
+        emit_rows([{**r, "site": f"{Path(r['file']).name}:{r['line']}"} for r in result.other_threads[:limit or None]],
+                  [Column("tid", "Thread", "int"), *TABLE], fmt)

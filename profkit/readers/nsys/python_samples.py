@@ -1,0 +1,143 @@
+"""python_frames from nsys's Python periodic sampling (``--python-sampling=true``).
+
+Each sample is an NVTX event of eventType 34 on the sampled thread, its stack in
+an extended payload of schema "Python Periodic Sampling" (``payloads``):
+``Thread state``, ``Frames count`` and ``Frames``, innermost first, each
+``{Function, File, Line}`` with function and file as ``StringIds`` keys.  The
+export keeps the bytes only with ``nsys export --include-blobs=true``.
+
+A sample is an instant; the model's frames are stretches of time (see
+``schema.PYTHON_FRAMES``).  Sample i of a thread stands for the time to that
+thread's next sample, but never more than twice the thread's median sample
+spacing: the sampler runs at a fixed rate (1 kHz by default), so a longer gap is
+time in which nothing was sampled (the process stopped, the profiler paused)
+and is left to no frame rather than to the last one seen.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import numpy as np
+
+from profkit.errors import ProfkitError
+from profkit.model.trace import Coded, empty_arrays
+from profkit.readers.nsys.payloads import PayloadSchemas, read_schemas
+from profkit.readers.nsys.reader import GLOBAL_TID_ID_MASK, GLOBAL_TID_PID_SHIFT, NsysExport
+
+SAMPLE_EVENT_TYPE = 34  # ENUM_NSYS_EVENT_TYPE: NvtxPayloadEvent... as nsys 2025.3 writes the samples
+SCHEMA_NAME = "Python Periodic Sampling"
+# The entries profkit reads, by name: the schema's contract.  A schema without
+# them is one profkit does not know (nsys changed it): one clear error.
+NEEDED_ENTRIES = ("Frames count", "Frames")
+FRAME_ENTRIES = ("Function", "File", "Line")
+HOW = ("capture with nsys profile --python-sampling=true and export with "
+       "nsys export --type sqlite --include-blobs=true")
+MAX_GAP_SPACINGS = 2
+
+
+def has_python_sampling(export: NsysExport) -> bool:
+    """Whether the export declares nsys's Python sampling schema (its samples may still lack bytes)."""
+    if not export.has_table("NVTX_PAYLOAD_SCHEMAS"):
+        return False
+    return bool(export.scalar("SELECT count(*) FROM NVTX_PAYLOAD_SCHEMAS WHERE name = ?", (SCHEMA_NAME,)))
+
+
+def python_frames(export: NsysExport) -> dict[str, Any]:
+    """The model's python_frames columns (text as ``Coded``) from the export's samples."""
+    schemas = read_schemas(export)
+    mine = schemas.named(SCHEMA_NAME)
+    if not mine:
+        raise ProfkitError(f"{export.path.name} has no Python samples", hint=HOW)
+    for schema in mine:
+        _check(schemas, schema)
+    domains = sorted({s.domain for s in mine})
+    marks = ",".join("?" * len(domains))
+    rows = export.rows(f"SELECT start, globalTid, domainId, binaryData FROM NVTX_EVENTS "
+                       f"WHERE eventType = {SAMPLE_EVENT_TYPE} AND domainId IN ({marks}) ORDER BY start", domains)
+    if not rows:
+        raise ProfkitError(f"{export.path.name} declares Python sampling but holds no samples", hint=HOW)
+    if all(r[3] is None for r in rows):
+        raise ProfkitError(f"{export.path.name}: the Python samples' bytes were not exported",
+                           hint="export again with nsys export --type sqlite --include-blobs=true REPORT.nsys-rep")
+    ids = {s.schema_id for s in mine}
+    samples: dict[int, list[tuple[int, tuple[tuple[int, int, int], ...]]]] = {}
+    for start, gtid, domain, blob in rows:
+        if blob is None:
+            continue
+        for schema, values in schemas.decode(blob, domain):
+            if schema.schema_id not in ids:
+                continue
+            stack = tuple((int(f["Function"]), int(f["File"]), int(f["Line"])) for f in reversed(values["Frames"]))
+            samples.setdefault(int(gtid), []).append((int(start), stack))
+    return _frames(export, samples)
+
+
+def _check(schemas: PayloadSchemas, schema: Any) -> None:
+    names = {e.name: e for e in schema.entries}
+    frames = names.get("Frames")
+    nested = schemas.schemas.get((schema.domain, frames.type)) if frames is not None else None
+    if any(n not in names for n in NEEDED_ENTRIES) or nested is None or \
+            any(n not in {e.name for e in nested.entries} for n in FRAME_ENTRIES):
+        found = ", ".join(e.name for e in schema.entries)
+        raise ProfkitError(f"nsys's {SCHEMA_NAME!r} payload schema has entries ({found}) that profkit does not "
+                           "know: an nsys newer than 2025.3?",
+                           hint="profkit reads the schema of nsys 2025.3: Frames count, Frames "
+                                "(Function, File, Line)")
+
+
+def _frames(export: NsysExport, samples: dict[int, list[tuple[int, tuple[tuple[int, int, int], ...]]]]
+            ) -> dict[str, Any]:
+    """Samples per thread -> frame stretches: a frame stays open while consecutive samples
+    share it and every frame outside it."""
+    cols: dict[str, list[int]] = {k: [] for k in ("start", "end", "gtid", "depth", "function", "file", "line")}
+    for gtid, thread in samples.items():
+        times = np.array([t for t, _ in thread], dtype=np.int64)
+        spacing = np.diff(times)
+        cap = int(MAX_GAP_SPACINGS * np.median(spacing)) if len(spacing) else 0
+        ends = np.empty(len(times), dtype=np.int64)
+        ends[:-1] = times[:-1] + np.minimum(spacing, cap)
+        ends[-1] = times[-1] + (int(np.median(spacing)) if len(spacing) else 0)
+        open_: list[tuple[int, tuple[int, int, int]]] = []  # (start, frame) per depth
+        previous_end = None
+        for k, (t, stack) in enumerate(thread):
+            contiguous = previous_end is not None and previous_end >= t
+            keep = 0
+            if contiguous:
+                while keep < len(open_) and keep < len(stack) and open_[keep][1] == stack[keep]:
+                    keep += 1
+            close_at = t if contiguous else previous_end
+            for depth in range(len(open_) - 1, keep - 1, -1):
+                _emit(cols, open_[depth][0], close_at, gtid, depth, open_[depth][1])
+            del open_[keep:]
+            open_ += [(t, frame) for frame in stack[keep:]]
+            previous_end = int(ends[k])
+        for depth in range(len(open_) - 1, -1, -1):
+            _emit(cols, open_[depth][0], previous_end, gtid, depth, open_[depth][1])
+    if not cols["start"]:
+        return empty_arrays("python_frames")
+    gtid = np.array(cols["gtid"], dtype=np.int64)
+    strings = export.strings(sorted(set(cols["function"]) | set(cols["file"])))
+    # nsys stores the sampled names HTML-escaped ("&lt;module&gt;"): shown as Python writes them
+    return {
+        "start": np.array(cols["start"], dtype=np.int64), "end": np.array(cols["end"], dtype=np.int64),
+        "pid": (gtid >> GLOBAL_TID_PID_SHIFT) & GLOBAL_TID_ID_MASK, "tid": gtid & GLOBAL_TID_ID_MASK,
+        "depth": np.array(cols["depth"], dtype=np.int64),
+        "function": _coded(cols["function"], strings), "file": _coded(cols["file"], strings),
+        "line": np.array(cols["line"], dtype=np.int64),
+    }
+
+
+def _emit(cols: dict[str, list[int]], start: int, end: int, gtid: int, depth: int,
+          frame: tuple[int, int, int]) -> None:
+    if end > start:
+        for key, value in zip(("start", "end", "gtid", "depth", "function", "file", "line"),
+                              (start, end, gtid, depth, *frame)):
+            cols[key].append(value)
+
+
+def _coded(keys: list[int], strings: dict[int, str]) -> Coded:
+    unique, inverse = np.unique(np.array(keys, dtype=np.int64), return_inverse=True)
+    labels = [html.unescape(strings.get(int(k), "")) for k in unique.tolist()]
+    return Coded(inverse.astype(np.int64).reshape(-1), labels)
