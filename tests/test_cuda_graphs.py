@@ -278,3 +278,16 @@ def test_diff_compares_replays_and_says_when_the_levels_differ() -> None:
     mixed = CliRunner().invoke(cli, ["diff", str(export("gpt_graphs_graph")), str(export("gpt_graphs_node"))])
     assert mixed.exit_code == 0, mixed.output
     assert "recorded each CUDA graph replay as one row" in mixed.output
+
+
+def test_graphs_command() -> None:
+    result = CliRunner().invoke(cli, ["graphs", str(export("probe_node")), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    (replays,) = _rows(export("probe_node"), """
+        SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId
+        WHERE s.value LIKE 'cudaGraphLaunch%'""")
+    assert data["level"] == NODE_LEVEL and data["replays"] == replays[0] == 20
+    assert data["graphs"][0]["kernels_per_replay"] == 12  # graph_probe.py --ops 12
+    none = CliRunner().invoke(cli, ["graphs", str(DATA.parent / "kineto" / "mlp_plain.json.gz"), "--format", "json"])
+    assert none.exit_code == 0 and json.loads(none.output) is None

@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "steps": "profkit.cli.steps:steps",
     "breakdown": "profkit.cli.breakdown:breakdown",
     "host": "profkit.cli.host:host",
+    "graphs": "profkit.cli.graphs:graphs",
     "ranks": "profkit.cli.ranks:ranks",
     "diff": "profkit.cli.diff:diff",
     "history": "profkit.cli.history:history",

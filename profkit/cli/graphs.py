@@ -1,0 +1,49 @@
+"""`profkit graphs TRACE`: the CUDA graphs a trace replayed (profkit.analysis.graphs).
+
+Thin command: open the trace, call ``cuda_graphs``, render with profkit.output.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from profkit.analysis.graphs import cuda_graphs
+from profkit.output import emit_rows, format_option
+from profkit.readers import open_trace
+from profkit.report.graphs_section import GRAPH_COLUMNS, graphs_finding
+
+
+@click.command()
+@click.argument("trace_path", metavar="TRACE", type=click.Path(path_type=Path))
+@format_option()
+def graphs(trace_path: Path, fmt: str) -> None:
+    """CUDA graphs: each graph's replays (per steady-state step), GPU time inside graphs vs
+    outside, cudaGraphLaunch's CPU time against the launches it replaced, capture and
+    instantiation cost.
+
+    \b
+    Examples:
+      profkit graphs run.sqlite                 # nsys, graph or node level
+      profkit graphs trace.json.gz --format json
+
+    JSON: level ("graph": one row per replay, its kernels not recorded; "node": every
+    kernel of every replay), graphs (graph, replays, replays_per_step, gpu_ns,
+    mean_replay_ns, kernels_per_replay), replays, gpu_ns, in_graphs_ns,
+    outside_graphs_ns, in_graphs_pct, kernels_in_replays, per_step, launch, setup, note;
+    null when the trace replayed no graph.  Definitions: profkit.analysis.graphs.
+    """
+    with open_trace(trace_path) as trace:
+        result = cuda_graphs(trace)
+    if fmt == "json":
+        click.echo(json.dumps(result, indent=2))
+        return
+    if result is None:
+        click.echo(f"{trace_path.name}: no CUDA graph was replayed")
+        return
+    if fmt != "csv":
+        for line in graphs_finding({"graphs": result}):
+            click.echo(line)
+    emit_rows(result["graphs"], GRAPH_COLUMNS, fmt, title="CUDA graphs")
