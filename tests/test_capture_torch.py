@@ -270,3 +270,47 @@ def test_gpu_torch_backend_leaves_no_planted_secret(tmp_path: Path, monkeypatch:
     assert any(e.get("cat") == "kernel" for e in raw_events(run_dir / KINETO_JSON))
     assert b"upload [redacted]" in (run_dir / "report.json").read_bytes()
 
+
+
+TINY_GPT = ["--steps", "8", "--dim", "64", "--layers", "2", "--heads", "2", "--seq", "32", "--batch", "4",
+            "--vocab", "256"]
+
+
+def test_a_window_of_training_steps_stays_close_to_the_bare_run(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """issue 22: 8 training steps on a CPU under `--backend torch --steps 4 --skip 2` finish
+    within 3x the bare run (or bare + 60 s), with Python stacks, and the trace holds the
+    profiled steps as ProfilerStep#N (the optimizer's steps drive the schedule)."""
+    import subprocess
+    import time
+
+    monkeypatch.chdir(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, str(ROOT / "sample_kernels" / "gpt.py"), *TINY_GPT], check=True, env=env,
+                   capture_output=True, timeout=600)
+    bare = time.perf_counter() - t0
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    run_dir = tmp_path / "run"
+    options = TraceOptions(target=str(ROOT / "sample_kernels" / "gpt.py"), args=TINY_GPT, backend="torch",
+                           output=run_dir, python=sys.executable, steps=4, skip_steps=2)
+    t0 = time.perf_counter()
+    try:
+        run_trace(options, Recorder())  # type: ignore[arg-type]
+    except ProgramFailed as exc:  # a CPU trace has no CUDA data for the report
+        assert "no CUDA trace data" in exc.one_line()
+    traced = time.perf_counter() - t0
+    assert traced < max(3 * bare, bare + 60), (traced, bare)
+    events = raw_events(run_dir / KINETO_JSON)
+    steps = sorted(e["name"] for e in events if str(e.get("name", "")).startswith("ProfilerStep#"))
+    assert steps == [f"ProfilerStep#{i}" for i in (2, 3, 4, 5)], steps
+    assert any(e.get("cat") == "python_function" for e in events)  # stacks stay on
+    # nothing from outside the window: one optimizer step per recorded step, of the 8 the program ran
+    adam = [e for e in events if e.get("cat") == "user_annotation" and e["name"].startswith("Optimizer.step#")]
+    assert len(adam) == 4
+
+
+def test_steps_need_the_torch_backend(tmp_path: Path) -> None:
+    options = TraceOptions(target="prog.py", backend="nsys", output=tmp_path / "run", steps=3)
+    with pytest.raises(ProfkitError, match="--steps records a window"):
+        run_trace(options, Recorder())  # type: ignore[arg-type]

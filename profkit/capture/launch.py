@@ -17,6 +17,12 @@ runs torchrun (``torch.distributed.run``) itself unprofiled, with each worker
 started through this shim (torchrun's ``--module profkit.capture.launch
 script.py args``), so every rank runs inside its own profiler.
 
+PROFKIT_TORCH_STEPS=SKIP:COUNT profiles a window of the program's training steps
+instead of all of it: the profiler's schedule advances on every optimizer step
+(PyTorch's global ``register_optimizer_step_post_hook``), skips the first SKIP
+steps and records the next COUNT, each a ``ProfilerStep#N`` range, then stops
+recording, so memory and the trace stay bounded however long the program runs.
+
 PROFKIT_SYNC_SITES=0 turns the sync-site hook off.
 """
 
@@ -29,6 +35,7 @@ from collections.abc import Callable
 
 USAGE = "usage: python -m profkit.capture.launch (script.py | -m module) [args]"
 TORCH_TRACE_ENV = "PROFKIT_TORCH_TRACE"
+TORCH_STEPS_ENV = "PROFKIT_TORCH_STEPS"
 DISTRIBUTED = "--distributed"
 RANK_FIELD = "{rank}"
 
@@ -46,7 +53,7 @@ def main(argv: list[str]) -> None:
     trace_path = os.environ.get(TORCH_TRACE_ENV)
     if trace_path:
         trace_path = trace_path.replace(RANK_FIELD, os.environ.get("RANK", "0"))
-        run_under_torch_profiler(lambda: run_program(argv), trace_path)
+        run_under_torch_profiler(lambda: run_program(argv), trace_path, os.environ.get(TORCH_STEPS_ENV))
     else:
         run_program(argv)
 
@@ -82,22 +89,50 @@ def run_distributed(torchrun_args: list[str]) -> None:
     run(args)
 
 
-def run_under_torch_profiler(run: Callable[[], None], trace_path: str) -> None:
-    """run() inside torch.profiler; the trace is exported however run() ends."""
+def run_under_torch_profiler(run: Callable[[], None], trace_path: str, steps: str | None = None) -> None:
+    """run() inside torch.profiler; the trace is exported however run() ends.
+
+    ``steps`` ("SKIP:COUNT", PROFKIT_TORCH_STEPS): only that window of optimizer steps is
+    recorded (see the module docstring)."""
     import torch
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity, profile, schedule
 
     cuda = torch.cuda.is_available()
     activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
-    prof = profile(activities=activities, with_stack=True)
+    hook = None
+    exported: list[bool] = []
+    if steps:
+        skip, count = (int(v) for v in steps.split(":"))
+
+        def save(p: object) -> None:
+            p.export_chrome_trace(trace_path)  # type: ignore[attr-defined]
+            exported.append(True)
+
+        # one step of warm-up (Kineto's start-up is not in the figures), inside the skipped ones
+        warmup = 1 if skip >= 1 else 0
+        prof = profile(activities=activities, with_stack=True, on_trace_ready=save,
+                       schedule=schedule(wait=skip - warmup, warmup=warmup, active=count, repeat=1))
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        hook = register_optimizer_step_post_hook(lambda *_: prof.step())
+    else:
+        prof = profile(activities=activities, with_stack=True)
     prof.start()
     try:
         run()
     finally:
         if cuda:
             torch.cuda.synchronize()  # the last kernels end before the trace does
+        if hook is not None:
+            hook.remove()
         prof.stop()
-        prof.export_chrome_trace(trace_path)
+        if not steps:
+            prof.export_chrome_trace(trace_path)
+        elif not exported:  # the program ended inside the window, or before it: keep what there is
+            try:
+                prof.export_chrome_trace(trace_path)
+            except Exception:  # noqa: BLE001 - nothing was recorded: the caller says no trace was written
+                pass
 
 
 if __name__ == "__main__":

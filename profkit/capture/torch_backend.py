@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from profkit.capture import nsys as nsys_mod
 from profkit.capture.keep import keep_trace
-from profkit.capture.launch import DISTRIBUTED, TORCH_TRACE_ENV
+from profkit.capture.launch import DISTRIBUTED, TORCH_STEPS_ENV, TORCH_TRACE_ENV
 from profkit.capture.run import KINETO_JSON, LOG, RunRecord, Stopwatch
 from profkit.capture.sync_hook import RANGES_ENV, RECORD_FUNCTION
 from profkit.errors import ProfkitError
@@ -76,13 +76,16 @@ def program_argv(options: TraceOptions) -> list[str]:
     return [options.python, "-m", LAUNCH_MODULE, *entry, *options.args]
 
 
-def torch_environment(base: Mapping[str, str], trace_path: Path, *, sync_sites: bool) -> dict[str, str]:
+def torch_environment(base: Mapping[str, str], trace_path: Path, *, sync_sites: bool,
+                      steps: tuple[int, int] | None = None) -> dict[str, str]:
     """The program's environment: where the shim writes the trace, and record_function sync ranges."""
     from profkit.capture.trace import launcher_env
 
     env = launcher_env(base)
     env[TORCH_TRACE_ENV] = str(trace_path)
     env[RANGES_ENV] = RECORD_FUNCTION
+    if steps is not None:
+        env[TORCH_STEPS_ENV] = f"{steps[0]}:{steps[1]}"
     if not sync_sites:
         env["PROFKIT_SYNC_SITES"] = "0"
     return env
@@ -102,7 +105,8 @@ def profile(options: TraceOptions, program: list[str], run_dir: Path, base_env: 
     try:
         distributed = is_distributed(options)
         raw = temp_dir / (RANK_TRACE if distributed else KINETO_JSON)
-        env = torch_environment(base_env, raw, sync_sites=options.sync_sites)
+        window = (options.skip_steps, options.steps) if options.steps else None
+        env = torch_environment(base_env, raw, sync_sites=options.sync_sites, steps=window)
         log_path = run_dir / LOG
         reporter.stage("profiling", " ".join([options.target, *options.args]))
         with clock("torch.profiler"):

@@ -83,6 +83,9 @@ class TraceOptions:
     # unless keep_rep.
     keep_env: bool = False
     keep_rep: bool = False
+    # torch backend: record only optimizer steps skip_steps+1 .. skip_steps+steps (0: the whole program)
+    steps: int = 0
+    skip_steps: int = 0
 
 
 @dataclass
@@ -166,6 +169,9 @@ def run_trace(options: TraceOptions, reporter: Reporter, *, env: Mapping[str, st
               root: Path = Path("/")) -> TraceResult:
     base_env = dict(os.environ if env is None else env)
     backend = choose_backend(options.backend, base_env, root)
+    if options.steps and backend != "torch":
+        raise ProfkitError("--steps records a window of steps with --backend torch",
+                           hint="under nsys, record one range with --nvtx-only RANGE")
     nsys = None
     if backend == "nsys":
         nsys = require_tool("nsys", env=base_env, root=root)
