@@ -21,10 +21,19 @@ def build(**kwargs) -> list[str]:
 def test_default_command_line():
     assert build() == [
         "/opt/nsys/bin/nsys", "profile",
-        "--trace=cuda,nvtx,osrt", "--sample=none", "--cpuctxsw=none", "--export=sqlite",
+        "--trace=cuda,nvtx,osrt", "--sample=none", "--cpuctxsw=none",
         "--force-overwrite=true", "--cuda-graph-trace=node", "--output=/tmp/pk/trace",
         *PROGRAM,
     ]
+
+
+def test_python_sampling_where_nsys_has_it():
+    assert "--python-sampling=true" in build(python_sampling=True)
+    assert "--python-sampling=true" not in build()
+    assert "--python-sampling=false" in build(python_sampling=True, extra_args=["--python-sampling=false"])
+    assert "--python-sampling=true" not in build(python_sampling=True, extra_args=["--python-sampling=false"])
+    assert "--include-blobs=true" in nsys.build_export_command("nsys", Path("r.nsys-rep"), Path("r.sqlite"))
+    assert "--include-blobs=true" not in nsys.build_export_command("nsys", Path("r"), Path("s"), blobs=False)
 
 
 def test_program_arguments_stay_last_and_untouched():
@@ -66,7 +75,8 @@ def test_nsys_args_may_not_move_the_output():
 
 def test_export_command():
     assert nsys.build_export_command("nsys", Path("/t/trace.nsys-rep"), Path("/t/trace.sqlite")) == [
-        "nsys", "export", "--type=sqlite", "--force-overwrite=true", "--output=/t/trace.sqlite", "/t/trace.nsys-rep"]
+        "nsys", "export", "--type=sqlite", "--include-blobs=true", "--force-overwrite=true", "--output=/t/trace.sqlite",
+        "/t/trace.nsys-rep"]
 
 
 def test_environment(tmp_path):
@@ -185,7 +195,11 @@ def test_real_nsys_accepts_our_command_line_and_keeps_the_qdstrm_in_the_temp_fol
     result = nsys.run_streaming(nsys.build_profile_command(REAL_NSYS, request), env=env, cwd=tmp_path,
                                 log_path=tmp_path / "trace.log", reporter=rec)
     assert result.returncode == 3  # nsys passes the program's exit status through
-    assert (temp / "trace.nsys-rep").is_file() and (temp / "trace.sqlite").is_file()
+    assert (temp / "trace.nsys-rep").is_file()
+    assert not nsys.exports_payloads(REAL_NSYS)  # 2023.4's export has no --include-blobs
+    nsys.run_export(REAL_NSYS, temp / "trace.nsys-rep", temp / "trace.sqlite", env=env,
+                    log_path=tmp_path / "trace.log", reporter=rec)
+    assert (temp / "trace.sqlite").is_file()
     assert not list(temp.glob("*.qdstrm")) and not list(tmp_path.glob("*.qdstrm"))
     assert rec.stages == ["importing", "exporting"]
     assert ("stdout", "program output ['--x', '1']\n") in rec.out

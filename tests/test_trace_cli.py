@@ -61,7 +61,9 @@ def trace(*args: str):
 
 
 def nsys_calls(workdir: Path) -> list[dict]:
-    return [json.loads(line) for line in (workdir / "nsys-calls.jsonl").read_text().splitlines()]
+    calls = [json.loads(line) for line in (workdir / "nsys-calls.jsonl").read_text().splitlines()]
+    # `nsys COMMAND --help` is profkit asking what this nsys supports, not a capture
+    return [call for call in calls if "--help" not in call["argv"]]
 
 
 def only_run_dir(workdir: Path) -> Path:
@@ -105,7 +107,11 @@ def test_trace_end_to_end(workdir):
     # the command nsys got: the launcher with the sync-site hook, the script, its args
     (call,) = [c for c in nsys_calls(workdir) if c["argv"][0] == "profile"]
     assert call["argv"][-5:] == ["-m", "profkit.capture.launch", "prog.py", "--n", "4096"]
-    assert "--trace=cuda,nvtx,osrt" in call["argv"] and "--export=sqlite" in call["argv"]
+    assert "--trace=cuda,nvtx,osrt" in call["argv"] and "--cuda-graph-trace=node" in call["argv"]
+    # exported afterwards, with the NVTX payloads (this fake nsys lists no --include-blobs: none asked)
+    assert "--export=sqlite" not in call["argv"]
+    (export,) = [c for c in nsys_calls(workdir) if c["argv"][0] == "export"]
+    assert export["argv"][-1].endswith("trace.nsys-rep")
     assert call["env"]["TMPDIR"].startswith(str(workdir / "tmp"))
     assert call["env"]["PROFKIT_SYNC_SITES"] == "1"
     assert call["cwd"] == str(workdir)  # the script runs where the user is

@@ -39,6 +39,7 @@ TRACE_APIS = "cuda,nvtx,osrt"
 _SHORT_OPTIONS = {"-t": "--trace", "-s": "--sample", "-c": "--capture-range", "-p": "--nvtx-capture",
                   "-f": "--force-overwrite", "-o": "--output"}
 _PROFKIT_SET = ("--trace", "--sample", "--cpuctxsw", "--export", "--force-overwrite", "--cuda-graph-trace",
+                "--python-sampling",
                 "--capture-range", "--nvtx-capture", "--capture-range-end")
 # Options that would move or rename the files profkit has to find afterwards.
 _FORBIDDEN = {"--output": "use `profkit trace -o DIR` to choose the run folder"}
@@ -52,6 +53,8 @@ class ProfileRequest:
     output_base: Path  # <dir>/<name> without extension; nsys adds .nsys-rep / .sqlite
     nvtx_range: str | None = None
     extra_args: Sequence[str] = ()  # passed through from --nsys-args
+    # Python periodic sampling (nsys 2024.1+): what `profkit host` reads, after an export with blobs
+    python_sampling: bool = False
 
 
 def option_names(args: Sequence[str]) -> set[str]:
@@ -83,13 +86,16 @@ def build_profile_command(nsys: Path | str, request: ProfileRequest) -> list[str
         ("--trace", f"--trace={TRACE_APIS}"),
         ("--sample", "--sample=none"),
         ("--cpuctxsw", "--cpuctxsw=none"),
-        ("--export", "--export=sqlite"),
+        # no --export=sqlite: an export made during capture leaves NVTX payloads (the Python
+        # samples, NCCL's) empty; profkit exports the report afterwards with --include-blobs=true
         ("--force-overwrite", "--force-overwrite=true"),
         # every kernel of every CUDA graph replay, not one row per replay (nsys's default
         # `graph`, whose kernels the kernel tables cannot show); measured on the committed
         # reduce-overhead capture: the same 11.1 ms steps, cudaGraphLaunch 168 us instead of 48 us
         ("--cuda-graph-trace", "--cuda-graph-trace=node"),
     ]
+    if request.python_sampling:
+        ours.append(("--python-sampling", "--python-sampling=true"))
     if request.nvtx_range:
         ours += [
             ("--capture-range", "--capture-range=nvtx"),
@@ -104,9 +110,11 @@ def build_profile_command(nsys: Path | str, request: ProfileRequest) -> list[str
     return cmd
 
 
-def build_export_command(nsys: Path | str, report: Path, sqlite: Path) -> list[str]:
-    """``nsys export`` for a report whose SQLite export is missing."""
-    return [str(nsys), "export", "--type=sqlite", "--force-overwrite=true", f"--output={sqlite}", str(report)]
+def build_export_command(nsys: Path | str, report: Path, sqlite: Path, *, blobs: bool = True) -> list[str]:
+    """``nsys export`` of a report to SQLite; ``blobs``: NVTX payloads (Python samples, NCCL's) included
+    (``--include-blobs``, which nsys 2023.4 lacks)."""
+    return [str(nsys), "export", "--type=sqlite", *(["--include-blobs=true"] if blobs else []),
+            "--force-overwrite=true", f"--output={sqlite}", str(report)]
 
 
 def profile_environment(base: Mapping[str, str], temp_dir: Path, *, nvtx_range: str | None,
@@ -143,6 +151,8 @@ def _user_name(env: Mapping[str, str]) -> str:
 # "[1/2] [=====95%  ] trace.nsys-rep": nsys's import/export progress bars.
 _PROGRESS = re.compile(r"^\[(\d+)/(\d+)\] \[[= ]*(\d+)%[= ]*\] (\S+)\s*$")
 _GENERATING = re.compile(r"^Generating '.*\.qdstrm'\s*$")
+# "Processing 3310 events: [=====100%]": `nsys export`'s own bar (2023.4)
+_EXPORT_PROGRESS = re.compile(r"^Processing \d+ events: \[[= ]*(\d+)%[= ]*\]\s*$")
 _CHATTER = re.compile(r"^(Collecting data\.\.\.|Generated:|Processing events\.\.\.|"
                       r"Capture range (started|ended).*)\s*$")
 _GENERATED_PATH = re.compile(r"^\s+/\S+\.(nsys-rep|qdrep|sqlite|qdstrm)\s*$")
@@ -165,6 +175,9 @@ def classify(segment: str) -> NsysEvent:
         target = match.group(4)
         stage = "exporting" if target.endswith(".sqlite") else "importing"
         return NsysEvent("progress", stage, int(match.group(3)), segment)
+    match = _EXPORT_PROGRESS.match(segment)
+    if match:
+        return NsysEvent("progress", "exporting", int(match.group(1)), segment)
     if _GENERATING.match(segment):
         return NsysEvent("stage", "importing", None, segment)
     if _CHATTER.match(segment) or _GENERATED_PATH.match(segment):
@@ -190,11 +203,13 @@ class ProcessResult:
 
 
 def run_streaming(cmd: Sequence[str], *, env: Mapping[str, str], cwd: Path | None, log_path: Path,
-                  reporter: Reporter, classify_stdout: Callable[[str], NsysEvent] = classify) -> ProcessResult:
+                  reporter: Reporter, classify_stdout: Callable[[str], NsysEvent] = classify,
+                  program_stderr: bool = True) -> ProcessResult:
     """Run cmd, copying its output to log_path (line by line) and to the reporter as it arrives.
 
     stdout segments are classified (nsys's stage messages become stage and
-    progress calls, the rest is program output); stderr is program output.
+    progress calls, the rest is program output); stderr is program output, unless
+    ``program_stderr`` is False (``nsys export``: no program runs, its bar is on stderr).
     Ctrl-C is passed to the child once and then waited out, because nsys
     answers SIGINT by stopping the capture and still writing the report.
     """
@@ -242,7 +257,7 @@ def run_streaming(cmd: Sequence[str], *, env: Mapping[str, str], cwd: Path | Non
                 open_streams -= 1
                 if pending[stream]:
                     log.write(pending[stream].encode())
-                    _handle(pending[stream], "", stream, reporter, classify_stdout, tail)
+                    _handle(pending[stream], "", stream, reporter, classify_stdout, tail, program_stderr)
                     pending[stream] = ""
                 continue
             text = pending[stream] + data.decode("utf-8", errors="replace")
@@ -251,7 +266,7 @@ def run_streaming(cmd: Sequence[str], *, env: Mapping[str, str], cwd: Path | Non
             for i in range(0, len(pieces) - 1, 2):
                 # whole lines only, so stdout and stderr never interleave inside a line of the log
                 log.write((pieces[i] + pieces[i + 1]).encode())
-                _handle(pieces[i], pieces[i + 1], stream, reporter, classify_stdout, tail)
+                _handle(pieces[i], pieces[i + 1], stream, reporter, classify_stdout, tail, program_stderr)
             log.flush()
             pending[stream] = pieces[-1]
         while True:
@@ -279,13 +294,13 @@ def _pump(pipe, name: str, chunks: queue.Queue) -> None:
 
 
 def _handle(segment: str, separator: str, stream: str, reporter: Reporter,
-            classify_stdout: Callable[[str], NsysEvent], tail: list[str]) -> None:
+            classify_stdout: Callable[[str], NsysEvent], tail: list[str], program_stderr: bool = True) -> None:
     if not segment and separator == "\r":
         return  # the start of a progress bar redraw, not a blank line
     if segment.strip():
         tail.append(segment)
         del tail[:-40]
-    if stream == "stderr":
+    if stream == "stderr" and program_stderr:
         reporter.output(segment + ("\n" if separator else ""), stream)
         return
     event = classify_stdout(segment)
@@ -316,9 +331,27 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
+def supports_option(nsys: Path | str, command: str, option: str) -> bool:
+    """Whether ``nsys COMMAND --help`` lists an option (2023.4's export has no ``--include-blobs``)."""
+    try:
+        done = subprocess.run([str(nsys), command, "--help"], capture_output=True, text=True, timeout=60,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return option in done.stdout + done.stderr
+
+
+def exports_payloads(nsys: Path | str) -> bool:
+    """Whether this nsys samples Python and exports the samples' bytes: without ``--include-blobs``
+    the samples would cost the program time and reach no export."""
+    return supports_option(nsys, "export", "--include-blobs") and supports_option(nsys, "profile",
+                                                                                    "--python-sampling")
+
+
 def run_export(nsys: Path | str, report: Path, sqlite: Path, *, env: Mapping[str, str], log_path: Path,
                reporter: Reporter) -> ProcessResult:
     """``nsys export`` a report whose SQLite nsys did not write itself."""
     reporter.stage("exporting")
-    return run_streaming(build_export_command(nsys, report, sqlite), env=env, cwd=None, log_path=log_path,
-                         reporter=reporter)
+    blobs = supports_option(nsys, "export", "--include-blobs")
+    return run_streaming(build_export_command(nsys, report, sqlite, blobs=blobs), env=env, cwd=None,
+                         log_path=log_path, reporter=reporter, program_stderr=False)

@@ -264,7 +264,8 @@ def _profile(options: TraceOptions, nsys: FoundTool, program: list[str], run_dir
              reporter: Reporter) -> tuple[Path, int, bool]:
     """Run nsys, make sure there is an SQLite export, move the files into run_dir."""
     request = ProfileRequest(program=program, output_base=temp_dir / TRACE_BASENAME,
-                             nvtx_range=options.nvtx_range, extra_args=list(options.nsys_args))
+                             nvtx_range=options.nvtx_range, extra_args=list(options.nsys_args),
+                             python_sampling=nsys_mod.exports_payloads(nsys.path))
     cmd = nsys_mod.build_profile_command(nsys.path, request)
     record.nsys_command = shareable(cmd, options, base_env)
     record.write(run_dir)
