@@ -229,7 +229,13 @@ def regression_pct(result: dict[str, Any]) -> float | None:
     return step["delta_pct"] if step.get("verdict") == noise.SLOWER else None
 
 
-def check_comparable(base: Trace, new: Trace) -> None:
+def check_comparable(base: Trace, new: Trace, *, force: bool = False) -> float:
+    """The share of kernel names the two traces have in common; raises for a trace
+    without kernels, and for two traces that look like different programs (unless
+    ``force``; ``profkit.analysis.same_program``)."""
+    from profkit.analysis.same_program import check_traces
+
     if base.count("kernels") == 0 or new.count("kernels") == 0:
         empty = base.name if base.count("kernels") == 0 else new.name
         raise ProfkitError(f"{empty} has no GPU kernels to compare")
+    return check_traces(base, new, force=force)

@@ -43,8 +43,10 @@ KERNEL_DIFF_COLUMNS = [
                                   "vectorization) of the Triton kernels that changed (repeatable).")
 @kernel_target_options
 @job_rank_option
+@click.option("--force", is_flag=True, help="Compare even when BASE and NEW share under half their kernel names "
+                                            "(they look like different programs).")
 def diff(base: Path, new: Path, fmt: str, fail_pct: float | None, min_effect: float | None,
-         code_dirs: tuple[Path, ...], kernel_targets: Any, rank: int | None) -> None:
+         code_dirs: tuple[Path, ...], kernel_targets: Any, rank: int | None, force: bool) -> None:
     """Compare two traces of the same program: step time, kernels, sync sites, registers, breakdown.
 
     \b
@@ -69,9 +71,10 @@ def diff(base: Path, new: Path, fmt: str, fail_pct: float | None, min_effect: fl
     with ExitStack() as stack:
         base_trace = _one_rank(select_ranks(stack.enter_context(open_trace(base)), rank), base)
         new_trace = _one_rank(select_ranks(stack.enter_context(open_trace(new)), rank), new)
-        check_comparable(base_trace, new_trace)
+        shared = check_comparable(base_trace, new_trace, force=force)
         result = diff_traces(base_trace, new_trace,
                              min_effect_pct=noise.MIN_EFFECT_PCT if min_effect is None else min_effect)
+        result["kernel_names_shared_pct"] = 100.0 * shared
         if code_dirs or kernel_targets:
             from profkit.analysis.kernel_code import attach_code, launch_shapes
             from profkit.analysis.kernel_targets import code_for_trace
