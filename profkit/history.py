@@ -70,14 +70,14 @@ def run_summary(trace: Trace) -> dict[str, Any]:
     from profkit.analysis.diff import kernel_step_table, step_samples
 
     result, durations, windows = step_samples(trace)
-    kernels = kernel_step_table(trace, windows)
-    kernels["name"] = kernels["name"].map(kernels.attrs["display"])  # store the names as the trace spells them
+    kernels = kernel_step_table(trace, windows)  # by canonical name: nsys and Kineto runs line up
+    display = kernels.attrs["display"]
     steps = max(len(windows), 1)
-    per_name = kernels.groupby("name")["ns"].sum().sort_values(ascending=False) / steps
+    per_key = kernels.groupby("name")["ns"].sum().sort_values(ascending=False) / steps
     gpu_per_step = _padded(kernels.groupby("step")["ns"].sum().to_numpy(), steps)
-    sampled = set(per_name.index[:SAMPLED_KERNELS])
-    samples = {name: _padded(group["ns"].to_numpy(), steps) for name, group in kernels.groupby("name")
-               if name in sampled}
+    sampled = set(per_key.index[:SAMPLED_KERNELS])
+    samples = {key: _padded(group["ns"].to_numpy(), steps) for key, group in kernels.groupby("name")
+               if key in sampled}
     return {
         "trace": trace.name, "source": trace.meta.source, "step_source": result.source,
         "steps": int(durations.size),
@@ -85,7 +85,9 @@ def run_summary(trace: Trace) -> dict[str, Any]:
         "step_mean_ns": float(durations.mean()) if durations.size else None,
         "step_samples": durations.tolist(),
         "gpu_samples": gpu_per_step,
-        "kernels": [{"name": n, "ns_per_step": float(v), "samples": samples.get(n)} for n, v in per_name.items()],
+        # the name as the trace spells it, and the canonical key runs are matched on
+        "kernels": [{"name": display.get(k, k), "key": k, "ns_per_step": float(v), "samples": samples.get(k)}
+                    for k, v in per_key.items()],
     }
 
 
@@ -106,8 +108,11 @@ def git_head(folder: Path) -> str | None:
 
 
 def add_run(db_path: Path, summary: dict[str, Any], *, label: str | None = None,
-            commit: str | None = None) -> int:
+            commit: str | None = None, force: bool = False) -> int:
+    """Store a run; refused when it looks like another program than the history's last run
+    (``profkit.analysis.same_program``) unless ``force``."""
     db = _db(db_path)
+    check_against_last(db, summary, force=force)
     row = {"label": label, "commit": commit, "added_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
            "trace": summary["trace"], "source": summary["source"], "step_source": summary["step_source"],
            "steps": summary["steps"], "step_median_ns": summary["step_median_ns"],
@@ -117,11 +122,36 @@ def add_run(db_path: Path, summary: dict[str, Any], *, label: str | None = None,
     runs.insert(row, pk="id", alter=True)
     run_id = int(runs.last_pk)
     db["kernels"].insert_all(
-        ({"run_id": run_id, "name": k["name"], "ns_per_step": k["ns_per_step"],
+        ({"run_id": run_id, "name": k["name"], "key": k["key"], "ns_per_step": k["ns_per_step"],
           "samples": json.dumps(k["samples"]) if k["samples"] is not None else None} for k in summary["kernels"]),
         alter=True, foreign_keys=[("run_id", "runs", "id")])
     db["kernels"].create_index(["run_id", "name"], if_not_exists=True)
     return run_id
+
+
+def check_against_last(db: Any, summary: dict[str, Any], *, force: bool = False) -> None:
+    """Refuse a run whose kernels look like another program than the last run's."""
+    from profkit.analysis.same_program import check_same_program
+
+    if "runs" not in db.table_names() or "kernels" not in db.table_names():
+        return
+    last = list(db.query("SELECT id, trace FROM runs ORDER BY id DESC LIMIT 1"))
+    if not last:
+        return
+    keys = _run_keys(db, last[0]["id"])
+    if keys:
+        check_same_program(summary["trace"], {k["key"] for k in summary["kernels"]},
+                           f"the history's last run ({last[0]['trace']})", keys, force=force)
+
+
+def _run_keys(db: Any, run_id: int) -> set[str]:
+    """A stored run's canonical kernel names (worked out from the names in a history
+    written before keys were stored)."""
+    from profkit.analysis.kernel_names import canonical_kernel_name
+
+    has_key = "key" in db["kernels"].columns_dict
+    rows = db.query(f"SELECT name{', key' if has_key else ''} FROM kernels WHERE run_id = ?", [run_id])
+    return {r.get("key") or canonical_kernel_name(r["name"]) for r in rows}
 
 
 def trend(db_path: Path, metric: str = GPU_TIME, window: int = DEFAULT_WINDOW,
@@ -165,9 +195,17 @@ def _samples(db: Any, run: dict[str, Any], metric: str) -> np.ndarray | None:
     if metric == GPU_TIME:
         return np.asarray(json.loads(run.get("gpu_samples") or "[]"), dtype=np.float64)
     if metric.startswith("kernel:"):
+        from profkit.analysis.kernel_names import canonical_kernel_name
+
+        # by canonical name: a kernel is found whichever profiler's spelling NAME and each run use
         name = metric[len("kernel:"):]
-        rows = list(db.query("SELECT ns_per_step, samples FROM kernels WHERE run_id = ? AND name = ?",
-                             [run["id"], name]))
+        if "key" in db["kernels"].columns_dict:  # rows of an older profkit have no key: their name
+            rows = list(db.query("SELECT ns_per_step, samples FROM kernels WHERE run_id = ? AND "
+                                 "(key = ? OR (key IS NULL AND name = ?))",
+                                 [run["id"], canonical_kernel_name(name), name]))
+        else:
+            rows = list(db.query("SELECT ns_per_step, samples FROM kernels WHERE run_id = ? AND name = ?",
+                                 [run["id"], name]))
         if not rows:
             return None
         if rows[0]["samples"]:

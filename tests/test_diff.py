@@ -132,7 +132,11 @@ def test_compiled_is_faster_and_its_triton_kernels_are_new_with_their_code(tmp_p
 
     with tarfile.open(REVIEW / "gpt_compiled_inductor_cache.tar.xz") as tar:
         tar.extractall(tmp_path, filter="data")
-    data = _kdiff("gpt_eager", "gpt_compiled", "--inductor", str(tmp_path))
+    # inductor replaces most kernels: eager and compiled share 36% of their kernel names, under the
+    # 50% that makes two traces one program, so the comparison is refused without --force
+    refused = CliRunner().invoke(cli, ["diff", str(_kineto("gpt_eager")), str(_kineto("gpt_compiled"))])
+    assert refused.exit_code == 2 and "share 36% of their kernel names" in refused.output, refused.output
+    data = _kdiff("gpt_eager", "gpt_compiled", "--inductor", str(tmp_path), "--force")
     assert data["step"]["verdict"] == "faster"
     new = [k for k in data["kernels"] if k["status"] == "new"]
     gone = [k for k in data["kernels"] if k["status"] == "gone"]
@@ -143,3 +147,53 @@ def test_compiled_is_faster_and_its_triton_kernels_are_new_with_their_code(tmp_p
         assert k["vectorization"] in {"full", "mostly", "partly", "none", "no global memory"}, k
     # eager's unfused elementwise kernels (GELU, its backward, layer norm pieces) are gone
     assert any("elementwise_kernel" in k["name"] for k in gone), [k["name"][:60] for k in gone]
+
+
+# -- one loop under two profilers (tests/data/kineto/README.md: the same programs under nsys 2025.3) --
+@needs_kineto
+@pytest.mark.parametrize("nsys_name, kineto_name, options", [
+    ("nsys2025_gpt_eager", "gpt_eager", "record_shapes"),                  # README: record_shapes=True
+    ("nsys2025_mlp_nvtx", "mlp_annotated", "record_shapes"),
+    ("nsys2025_mlp_plain", "mlp_print", "with_stack and record_shapes"),  # --with-stack
+])
+def test_nsys_against_kineto_of_one_loop_no_kernel_is_new_or_gone(nsys_name, kineto_name, options):
+    args = ["diff", str(nsys_fixture(nsys_name)), str(_kineto(kineto_name))]
+    data = json.loads(CliRunner().invoke(cli, [*args, "--format", "json"]).output)
+    # every kernel of one spelling matches the other's: none is both "gone" (nsys's spelling) and "new"
+    assert not [k["name"] for k in data["kernels"] if k["status"] in ("new", "gone")]
+    assert data["profilers"]["base"] == {"profiler": "nsys", "overhead": []}
+    text = CliRunner().invoke(cli, args)
+    assert text.exit_code == 0, text.output
+    first = text.output.splitlines()[0]
+    assert first.startswith(f"Different profilers: BASE ({nsys_name}.sqlite) is an nsys export, NEW "
+                            f"({kineto_name}.json.gz) is a torch.profiler trace with {options}; NEW ran under "
+                            "torch.profiler's overhead"), first
+    md = CliRunner().invoke(cli, [*args, "--format", "md"]).output
+    assert md.splitlines()[0].startswith("> ⚠️ Different profilers:")
+
+
+def test_two_nsys_traces_have_no_profiler_note():
+    data = json.loads(_diff(NOPRINT, PRINT, "--format", "json").output)
+    assert data["profilers"]["note"] is None
+
+
+@needs_kineto
+def test_table_shows_the_verdict_top_changes_and_the_sync_site_change_and_csv_has_them():
+    import csv
+    import io
+
+    args = ["diff", str(_kineto("mlp_gpu_print")), str(_kineto("mlp_print"))]
+    data = json.loads(CliRunner().invoke(cli, [*args, "--format", "json"]).output)
+    site = next(s for s in data["syncs"] if s["source"] == "train_mlp.py:62" and s["status"] == "changed")
+    # both runs print loss.item() once per step: the counts follow the steps each trace holds
+    assert site["base_count"] >= data["step"]["base_steps"] and site["new_count"] >= data["step"]["new_steps"]
+    lines = CliRunner().invoke(cli, args).output.splitlines()
+    assert lines[0].startswith("Step time: faster")
+    assert (f"  - sync site changed: train_mlp.py:62 (cudaMemcpyAsync + cudaStreamSynchronize, "
+            f"{site['base_count']} → {site['new_count']})") in lines
+    assert sum(line.startswith("  - kernel ") for line in lines) >= 4
+    rows = list(csv.DictReader(io.StringIO(CliRunner().invoke(cli, [*args, "--format", "csv"]).output)))
+    assert [r["kind"] for r in rows].count("kernel") == len(data["kernels"])
+    assert rows[0]["kind"] == "step" and rows[0]["status"] == "faster"
+    sync = next(r for r in rows if r["kind"] == "sync" and r["name"] == "train_mlp.py:62" and r["status"] == "changed")
+    assert (int(sync["base"]), int(sync["new"])) == (site["base_count"], site["new_count"])

@@ -366,8 +366,9 @@ def test_run_folder_bandwidth_equals_its_ncu_csv(run_report: dict) -> None:
 @needs_fixtures
 def test_diff_shows_the_graded_vectorization_with_its_share(inductor_cache: Path) -> None:
     eager = KINETO / "gpt_eager.json.gz"
+    # eager and compiled GPT share 36% of their kernel names: a comparison of them needs --force
     result = CliRunner().invoke(cli, ["diff", str(eager), str(TRACE), "--inductor", str(inductor_cache),
-                                      "--format", "md"])
+                                      "--format", "md", "--force"])
     assert result.exit_code == 0, result.output
     launches = kineto_kernels()
     rows = [line for line in result.output.splitlines() if line.startswith("| `triton_")]

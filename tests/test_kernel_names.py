@@ -56,3 +56,14 @@ def test_code_key_keeps_a_cpp_kernel_apart_from_a_triton_kernel_of_its_name() ->
     assert cpp == {"gelu_kernel()"}
     assert code_key("gelu_kernel") == "gelu_kernel"  # the Triton kernel: a plain C symbol
     assert code_key("void at::native::f<(int)4>(int, T2, T3)") == "f()"
+
+
+def test_demangler_styles_of_one_kernel() -> None:
+    """Spellings of one symbol by c++filt/cu++filt styles (nsys) and by Kineto's demangler."""
+    nsys = ("void at::native::<unnamed>::multi_tensor_apply_kernel<at::native::<unnamed>::TensorListMetadata<(int)4>, "
+            "(unsigned long)2>(T1, T2)")
+    kineto = ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
+              "TensorListMetadata<4>, 2ul>(at::native::(anonymous namespace)::TensorListMetadata<4>)")
+    assert canonical_kernel_name(nsys) == canonical_kernel_name(kineto)
+    assert canonical_kernel_name("void k<float,  (int)128 >()") == canonical_kernel_name("void k<float, 128>()")
+    assert canonical_kernel_name("void k<float, 128>()") != canonical_kernel_name("void k<float, 256>()")

@@ -47,3 +47,14 @@ def test_direct_form_errors_are_one_line():
         assert result.exit_code == 2, result.output
         assert result.output.startswith("profkit: error:") or "Error:" in result.output
         assert "Traceback" not in result.output
+
+
+def test_a_block_over_1024_threads_is_one_line_and_exit_2():
+    from click.testing import CliRunner
+
+    from profkit.cli import cli
+
+    result = CliRunner().invoke(cli, ["occupancy", "--arch", "sm_90", "--block", "2000", "--regs", "32"])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.splitlines() == ["profkit: error: --block 2000: a block has 1 to 1024 threads on sm_90"]
+    assert CliRunner().invoke(cli, ["occupancy", "--arch", "sm_90", "--block", "1024", "--regs", "32"]).exit_code == 0

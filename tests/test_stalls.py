@@ -270,13 +270,14 @@ def test_each_cuda_sync_api_of_a_cpp_program(name: str) -> None:
 # -- prices checked against plain SQL on the export -------------------------------------------
 @pytest.mark.parametrize("name", ["nsys2025_sync", "nsys2023_sync", "nsys2025_train_print"])
 def test_gpu_idle_equals_the_gap_found_by_sql(name: str) -> None:
-    """Each gap runs from max(busy frontier, sync start) to the next GPU start after the
-    sync returned, cut where the next sync's gap begins (found here with plain SQL)."""
+    """Each gap runs from max(busy frontier, sync start, first kernel's start) to the next GPU
+    start after the sync returned, cut where the next sync's gap begins (found here with plain SQL)."""
     r = report(name)
     with sqlite3.connect(f"file:{nsys_fixture(name)}?mode=ro", uri=True) as db:
         tables = [t for (t,) in db.execute("SELECT name FROM sqlite_master") if t in (
             "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")]
         activity = " UNION ALL ".join(f"SELECT start, end FROM {t}" for t in tables)
+        (first_kernel,) = db.execute("SELECT min(start) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
         gaps = []
         for e in r.events:
             busy = db.execute(f"SELECT max(end) FROM ({activity}) WHERE start < ?", (e.end,)).fetchone()[0]
@@ -284,7 +285,7 @@ def test_gpu_idle_equals_the_gap_found_by_sql(name: str) -> None:
             if nxt is None:
                 assert (e.gpu_idle_ns, e.idle_end) == (0, None)
             else:
-                gaps.append((max(busy, e.start), e.start, nxt, e))
+                gaps.append((max(busy, e.start, first_kernel), e.start, nxt, e))
     gaps.sort(key=lambda g: g[:2])
     assert len(gaps) > 10
     for k, (gap_start, _, nxt, e) in enumerate(gaps):
@@ -343,3 +344,38 @@ def test_to_dict_is_plain_json() -> None:
     assert len(data["events"]) == 56 and len(data["steps"]) == 8
     assert {"source", "code", "api", "count", "cpu_blocked_ns", "gpu_idle_ns", "nvtx", "kind", "cause", "thread",
             "per_step"} <= set(data["sites"][0])
+
+
+@pytest.mark.parametrize("name, copies", [("nsys2025_mlp_nvtx", 8), ("nsys2025_gpt_eager", 52)])
+def test_start_up_copies_cause_no_idle_before_the_first_kernel(name, copies):
+    """The start-up host-to-device copies (weights, data) sync before any kernel ran: the GPU had
+    no work to be kept from.  They used to be priced at 5.32 s (MLP) and 5.13 s (GPT) of GPU idle."""
+    import sqlite3
+
+    from profkit.analysis.stalls import analyze_stalls
+    from profkit.readers import open_trace
+
+    path = nsys_fixture(name)
+    with sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True) as db:
+        (first_kernel,) = db.execute("SELECT min(start) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
+    with open_trace(path) as trace:
+        report = analyze_stalls(trace)
+    early = [e for e in report.events if e.end < first_kernel]
+    assert len(early) >= copies and all(e.gpu_idle_ns == 0 for e in early)
+    assert all(e.idle_start >= first_kernel for e in report.events if e.gpu_idle_ns > 0)
+    h2d = [s for s in report.sites if s.get("copy_pattern") == "Host-to-Device from Pageable"]
+    assert h2d and h2d[0]["count"] == copies and h2d[0]["gpu_idle_ns"] == 0
+
+
+def test_report_stall_table_is_in_the_order_its_title_says():
+    """'Synchronization sites, by GPU idle time caused': on the sync_sites capture the analysis
+    ranks sites by cost per steady step, which puts a 35 ms site below an 11.7 ms one."""
+    from profkit.report.sections import stalls_section
+    from profkit.readers import open_trace
+
+    with open_trace(nsys_fixture("nsys2023_sync_sites")) as trace:
+        section = stalls_section(trace, 20, {})
+    table = next(t for t in section.tables if t.key == "stall_sites")
+    assert "by GPU idle time caused" in table.title
+    idle = [r["gpu_idle_ns"] for r in table.rows]
+    assert idle == sorted(idle, reverse=True) and idle[0] > 30_000_000

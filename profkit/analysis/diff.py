@@ -204,12 +204,48 @@ def diff_traces(base: Trace, new: Trace, *, min_effect_pct: float = noise.MIN_EF
     base_res, new_res = kernel_resources(base), kernel_resources(new)
     kernels = kernel_changes(base_k, new_k, len(base_windows), len(new_windows))
     return {
-        "base": base.name, "new": new.name, "step": step, "notes": _capture_notes(base, new),
+        "base": base.name, "new": new.name, "profilers": profilers(base, new), "step": step,
+        "notes": _capture_notes(base, new),
         "kernels": _with_registers(kernels, base_res, new_res),
         "syncs": sync_changes(base, new),
         "resources": resource_changes(base_res, new_res),
         "breakdown": breakdown_shift(base, new),
     }
+
+
+def _profiler(trace: Trace) -> dict[str, Any]:
+    """Which profiler made the trace, and the torch.profiler options that slow the profiled
+    host, where the trace records them: with_stack (python_function events) and
+    record_shapes (cpu_ops' 'Input Dims')."""
+    from profkit.model import KINETO
+
+    if trace.meta.source != KINETO:
+        return {"profiler": "nsys", "overhead": []}
+    traced = set(trace.meta.traced)
+    return {"profiler": "torch.profiler",
+            "overhead": [o for o, mark in (("with_stack", "python_stacks"), ("record_shapes", "shapes"))
+                         if mark in traced]}
+
+
+def profilers(base: Trace, new: Trace) -> dict[str, Any]:
+    """Each side's profiler and overhead options, and ``note``: one sentence when the two
+    differ (None when they match), which `profkit diff` prints first: step times under
+    torch.profiler carry its host overhead (on the committed GPT captures, the same
+    program's median step is 46% longer under torch.profiler with record_shapes than under nsys)."""
+    sides = {"base": _profiler(base), "new": _profiler(new)}
+    note = None
+    if sides["base"] != sides["new"]:
+        def say(side: str, trace: Trace) -> str:
+            info = sides[side]
+            options = f" with {' and '.join(info['overhead'])}" if info["overhead"] else ""
+            return f"{side.upper()} ({trace.name}) is {'an nsys export' if info['profiler'] == 'nsys' else 'a torch.profiler trace'}{options}"
+
+        slowed = [s.upper() for s in ("base", "new") if sides[s]["overhead"]]
+        what = "Different profilers" if sides["base"]["profiler"] != sides["new"]["profiler"] else             "Different profiler options"
+        note = f"{what}: {say('base', base)}, {say('new', new)}" + (
+            f"; {' and '.join(slowed)} ran under torch.profiler's overhead, which slows the host: step times "
+            "differ by more than the program" if slowed else "")
+    return {**sides, "note": note}
 
 
 def _capture_notes(base: Trace, new: Trace) -> list[str]:
@@ -229,7 +265,13 @@ def regression_pct(result: dict[str, Any]) -> float | None:
     return step["delta_pct"] if step.get("verdict") == noise.SLOWER else None
 
 
-def check_comparable(base: Trace, new: Trace) -> None:
+def check_comparable(base: Trace, new: Trace, *, force: bool = False) -> float:
+    """The share of kernel names the two traces have in common; raises for a trace
+    without kernels, and for two traces that look like different programs (unless
+    ``force``; ``profkit.analysis.same_program``)."""
+    from profkit.analysis.same_program import check_traces
+
     if base.count("kernels") == 0 or new.count("kernels") == 0:
         empty = base.name if base.count("kernels") == 0 else new.name
         raise ProfkitError(f"{empty} has no GPU kernels to compare")
+    return check_traces(base, new, force=force)

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from profkit.analysis.collectives import across_ranks
+from profkit.analysis.same_program import check_same_program
 from profkit.errors import ProfkitError
 
 # A rank is the straggler when the others wait for it in collectives for at
@@ -37,11 +38,9 @@ STRAGGLER_MIN_WAIT = 0.05
 STRAGGLER_MIN_EXCESS = 0.03
 # Kernels whose total time differs across ranks by more than this share.
 KERNEL_SKEW_MIN = 0.10
-# Two ranks ran the same program when at least this share of the kernel
-# names either ran is run by both (by name, not time: a straggler that runs
-# one extra slow kernel is still the same program; measured: the slowed DDP
-# rank shares all but one of ~30 names, the GELU and MLP samples a few).
-SAME_PROGRAM_MIN_SHARED = 0.5
+# Two ranks ran the same program when they share at least half their kernel names
+# (``profkit.analysis.same_program``, the check every comparison shares; measured: the
+# slowed DDP rank shares all but one of ~30 names, the GELU and MLP samples a few).
 
 RANK_KEYS = ("rank", "rank_source", "file", "steps", "step_median_ns", "kernel_ns", "compute_kernel_ns",
              "comm_kernel_ns", "memory_ns", "idle_ns", "comm_comp_overlap_pct")
@@ -86,13 +85,8 @@ def check_one_job(summaries: Sequence[dict[str, Any]]) -> None:
     reference = max(ok, key=lambda s: len(s["kernels"]))
     ref_names = {k["key"] for k in reference["kernels"]}
     for s in ok:
-        if s is reference:
-            continue
-        names = {k["key"] for k in s["kernels"]}
-        shared = len(names & ref_names) / (len(names | ref_names) or 1)
-        if shared < SAME_PROGRAM_MIN_SHARED:
-            raise ProfkitError(f"{s['file']} and {reference['file']} look like different programs: they share "
-                               f"{100 * shared:.0f}% of their kernel names")
+        if s is not reference:
+            check_same_program(s["file"], {k["key"] for k in s["kernels"]}, reference["file"], ref_names, hint=None)
 
 
 def straggler(summaries: Sequence[dict[str, Any]]) -> dict[str, Any] | None:

@@ -297,7 +297,8 @@ def analyze_stalls(trace: Trace, *, step_range: str | None = None, threshold_pct
     events += [SyncEvent(c.global_tid, (c,)) for c in sync_inputs.unmatched_syncs(trace)]
     events.sort(key=lambda e: (e.start, e.global_tid))
     devices = sync_inputs.gpu_devices(trace)
-    attach_gpu_idle(events, devices, lambda device: sync_inputs.gpu_activity(trace, device))
+    attach_gpu_idle(events, devices, lambda device: sync_inputs.gpu_activity(trace, device),
+                    lambda device: sync_inputs.first_kernel_start(trace, device))
     scan = attach_nvtx(events, sync_inputs.cpu_ranges(trace))
     attach_python_sites(events, sync_inputs.python_sites(trace))
     label, steps = finder_steps(trace, step_range)

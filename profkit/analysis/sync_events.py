@@ -24,7 +24,10 @@ Definitions (all times in ns, on the trace's clock):
   then queued more work: that interval is the idle time caused.  It starts
   no earlier than the event (idle time before the call is the CPU being
   slow, not the sync), is 0 when ``N`` does not exist (nothing ran after)
-  or the GPU was still busy past ``N``.  When the next sync's own gap on
+  or the GPU was still busy past ``N``.  Idle time before the device's first
+  kernel is not counted: the GPU had no work yet to be kept from (start-up
+  host-to-device copies and their syncs used to be priced with the seconds
+  until the model first ran).  When the next sync's own gap on
   the device begins before this one ends (two syncs with no GPU work
   between them), this gap ends where the next begins, so no nanosecond is
   counted twice.  An event whose device is unknown (cudaDeviceSynchronize

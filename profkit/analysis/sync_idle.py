@@ -19,12 +19,15 @@ if TYPE_CHECKING:
 ActivitySource = Callable[[int], Iterable[Sequence[tuple[int, int]]]]
 
 
-def attach_gpu_idle(events: Sequence[SyncEvent], devices: Sequence[int], activity: ActivitySource) -> None:
+def attach_gpu_idle(events: Sequence[SyncEvent], devices: Sequence[int], activity: ActivitySource,
+                    first_kernel: Callable[[int], int | None] | None = None) -> None:
     """Fill gpu_idle_ns/idle_start/idle_end (the definition: ``sync_events``'s module docstring).
 
     ``activity(device)`` yields batches of (start, end) of that device's
     kernels/memcpys/memsets ordered by start; one pass per device.  The
     events' times go into arrays once; the work per event is numpy's.
+    ``first_kernel(device)``: when the device's first kernel started (None: no kernel); idle
+    time before it is not counted.
     """
     if not events or not devices:
         return
@@ -54,6 +57,12 @@ def attach_gpu_idle(events: Sequence[SyncEvent], devices: Sequence[int], activit
     rows = rows[nxt_known[rows, col[rows]]]
     gap_start = np.maximum(np.where(busy_known[rows, col[rows]], busy[rows, col[rows]], start[rows]), start[rows])
     gap_end = nxt[rows, col[rows]]
+    if first_kernel is not None:
+        # Before the first kernel the GPU had no work to be kept from: start-up copies and their
+        # syncs (8 on the MLP capture) were priced with the seconds until the model first ran.
+        firsts = np.array([(lambda f: np.iinfo(np.int64).min if f is None else f)(first_kernel(d))
+                           for d in devices], dtype=np.int64)
+        gap_start = np.maximum(gap_start, firsts[col[rows]])
     # per device, by gap start: a gap ends where the next one begins (no nanosecond counted twice)
     order = np.lexsort((rows, start[rows], gap_start, col[rows]))
     rows, gap_start, gap_end, dev = rows[order], gap_start[order], gap_end[order], col[rows][order]

@@ -262,6 +262,17 @@ def gpu_activity(trace: Trace, device: int, batch: int = 1 << 20) -> Iterator[np
         yield np.stack([start[at:at + batch], end[at:at + batch]], axis=1)
 
 
+def first_kernel_start(trace: Trace, device: int) -> int | None:
+    """When the device's first kernel (or untraced graph replay) started; None: it ran none."""
+    firsts = []
+    for table in ("kernels", "graphs"):
+        if trace.has(table) and trace.count(table):
+            start = trace.array(table, "start")[trace.array(table, "device") == device]
+            if len(start):
+                firsts.append(int(start.min()))
+    return min(firsts) if firsts else None
+
+
 def gpu_activity_window(trace: Trace, device: int, t0: int, t1: int) -> list[tuple[str, int, int]]:
     """(kind, start, end) of a device's GPU work that overlaps [t0, t1], by start, then end."""
     kind, start, end = _device_work(trace, device, with_kind=True)

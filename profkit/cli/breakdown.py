@@ -13,7 +13,7 @@ from profkit.output import Column, emit_rows, format_option, rows_to_json, wide_
 # Flat columns: the table shows them, CSV writes them, JSON rows carry them (and more).
 RANK_COLUMNS = [
     Column("rank", "Rank", "int"), Column("file", "File"),
-    Column("kernel_time_ns", "Kernel time (ns)", "ns"), Column("idle_pct", "Idle %", "pct"),
+    Column("kernel_time_ns", "GPU span (ns)", "ns"), Column("idle_pct", "Idle %", "pct"),
     Column("compute_pct", "Compute %", "pct"), Column("non_compute_pct", "Non-compute %", "pct"),
     Column("comm_comp_overlap_pct", "Comm overlapped %", "pct"),
     Column("host_wait_ns", "Host wait (ns)", "ns"), Column("kernel_wait_ns", "Kernel wait (ns)", "ns"),
@@ -24,7 +24,8 @@ CSV_COLUMNS = RANK_COLUMNS[:3] + [
         "busy_ns", "idle_ns", "compute_ns", "non_compute_ns", "idle_pct", "compute_pct", "non_compute_pct",
         "comm_ns", "comm_comp_overlap_ns", "comm_comp_overlap_pct", "computation_kernel_ns",
         "communication_kernel_ns", "memory_kernel_ns", "other_kernel_ns", "host_wait_ns", "kernel_wait_ns",
-        "other_wait_ns", "launch_bound", "steady")
+        "other_wait_ns", "stream_host_wait_ns", "stream_kernel_wait_ns", "stream_other_wait_ns", "launch_bound",
+        "steady")
 ]
 STREAM_COLUMNS = [
     Column("stream", "Stream", "int"), Column("idle_ns", "Idle (ns)", "ns"),
@@ -56,7 +57,20 @@ def breakdown(traces: tuple[Path, ...], steady: bool, rank: int | None, wide: bo
     overlaps, communication hidden under computation, idle time per stream
     (host wait / kernel wait / other), the longest GPU idle stretches with
     what the launching CPU thread did meanwhile, and launch statistics with a
-    launch-bound verdict.  JSON rows carry rank, kernel_time_ns, idle_ns,
+    launch-bound verdict.
+
+    \b
+    GPU span: HTA's "kernel time", from the first GPU operation's start to the
+      last one's end (JSON kernel_time_ns); not a sum of kernel durations
+      (that is "Kernel time" in `profkit ranks` and the report).
+    Host / kernel / other wait: the rank's idle time (no stream busy) by
+      the cause of the operation that ends each gap: its launch came after
+      the GPU went idle (host), else a gap under 30 us (kernel), else other;
+      the three add up to the idle time.  HTA's per-stream figures are in
+      "Idle time per stream" (JSON stream_*_wait_ns: their sum over
+      streams, which counts a moment once per idle stream).
+
+    JSON rows carry rank, kernel_time_ns, idle_ns,
     compute_ns, non_compute_ns, idle_pct, compute_pct, non_compute_pct,
     comm_comp_overlap_pct and the details (kernel_types, idle_by_stream,
     longest_idle, launch, queue).  One row per trace (rank); an export of a

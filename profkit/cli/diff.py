@@ -28,12 +28,16 @@ KERNEL_DIFF_COLUMNS = [
     Column("name", "Kernel"),
 ]
 
+CSV_COLUMNS = [Column(k, k) for k in ("kind", "status", "name", "api", "base", "new", "delta", "delta_pct", "unit")]
+
 
 @click.command()
 @click.argument("base", type=click.Path(path_type=Path))
 @click.argument("new", type=click.Path(path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "md"]), default="table", show_default=True,
-              help="table: verdict and kernel changes; json: everything; md: a pull-request comment.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "md", "csv"]), default="table", show_default=True,
+              help="table: verdict, top changes and the kernels that changed; json: everything; md: a "
+                   "pull-request comment; csv: one row per step time, kernel and sync site (kind, status, "
+                   "name, api, base, new, delta, delta_pct, unit).")
 @click.option("--fail-on-regression", "fail_pct", type=click.FloatRange(min=0), default=None, metavar="PCT",
               help="Exit 1 when NEW's step time is slower than BASE's by at least PCT percent.")
 @click.option("--min-effect", "min_effect", type=click.FloatRange(min=0), default=None, metavar="PCT",
@@ -43,8 +47,10 @@ KERNEL_DIFF_COLUMNS = [
                                   "vectorization) of the Triton kernels that changed (repeatable).")
 @kernel_target_options
 @job_rank_option
+@click.option("--force", is_flag=True, help="Compare even when BASE and NEW share under half their kernel names "
+                                            "(they look like different programs).")
 def diff(base: Path, new: Path, fmt: str, fail_pct: float | None, min_effect: float | None,
-         code_dirs: tuple[Path, ...], kernel_targets: Any, rank: int | None) -> None:
+         code_dirs: tuple[Path, ...], kernel_targets: Any, rank: int | None, force: bool) -> None:
     """Compare two traces of the same program: step time, kernels, sync sites, registers, breakdown.
 
     \b
@@ -64,14 +70,15 @@ def diff(base: Path, new: Path, fmt: str, fail_pct: float | None, min_effect: fl
     from profkit.analysis.diff import check_comparable, diff_traces, regression_pct
     from profkit.model.rank_view import select_ranks
     from profkit.readers import open_trace
-    from profkit.report.diff import render_markdown, render_text
+    from profkit.report.diff import change_rows, render_markdown, render_text
 
     with ExitStack() as stack:
         base_trace = _one_rank(select_ranks(stack.enter_context(open_trace(base)), rank), base)
         new_trace = _one_rank(select_ranks(stack.enter_context(open_trace(new)), rank), new)
-        check_comparable(base_trace, new_trace)
+        shared = check_comparable(base_trace, new_trace, force=force)
         result = diff_traces(base_trace, new_trace,
                              min_effect_pct=noise.MIN_EFFECT_PCT if min_effect is None else min_effect)
+        result["kernel_names_shared_pct"] = 100.0 * shared
         if code_dirs or kernel_targets:
             from profkit.analysis.kernel_code import attach_code, launch_shapes
             from profkit.analysis.kernel_targets import code_for_trace
@@ -85,6 +92,8 @@ def diff(base: Path, new: Path, fmt: str, fail_pct: float | None, min_effect: fl
         click.echo(json.dumps(result, indent=2, default=float))
     elif fmt == "md":
         click.echo(render_markdown(result), nl=False)
+    elif fmt == "csv":
+        emit_rows(change_rows(result), CSV_COLUMNS, "csv")
     else:
         click.echo(render_text(result))
         changed = [k for k in result["kernels"] if k["status"] != "same"]

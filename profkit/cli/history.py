@@ -35,8 +35,10 @@ def history() -> None:
 @click.option("--label", default=None, help="A name for this run (default: the commit or the file name).")
 @click.option("--commit", default=None, metavar="SHA", help="The commit the run was made from "
               "(default: run.json's, else the current folder's git HEAD).")
+@click.option("--force", is_flag=True, help="Add the run even when it shares under half its kernel names with "
+                                            "the history's last run (it looks like another program).")
 @db_option
-def add(run: Path, label: str | None, commit: str | None, db_path: Path) -> None:
+def add(run: Path, label: str | None, commit: str | None, force: bool, db_path: Path) -> None:
     """Store RUN (a trace, or a `profkit trace` run folder) in the history."""
     from profkit.history import add_run, git_head, run_summary
     from profkit.readers import open_trace
@@ -45,7 +47,8 @@ def add(run: Path, label: str | None, commit: str | None, db_path: Path) -> None
     with open_trace(trace_path) as trace:
         summary = run_summary(trace)
     commit = commit or (run_info or {}).get("commit") or git_head(Path.cwd())
-    run_id = add_run(db_path, summary, label=label or (commit[:12] if commit else trace_path.name), commit=commit)
+    run_id = add_run(db_path, summary, label=label or (commit[:12] if commit else trace_path.name), commit=commit,
+                     force=force)
     click.echo(f"run {run_id}: {summary['steps']} steps, median "
                f"{summary['step_median_ns'] / 1e6:.3f} ms" if summary["step_median_ns"] else f"run {run_id}: no steps")
 

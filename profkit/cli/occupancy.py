@@ -62,7 +62,7 @@ def parse_size(text: str | None) -> int:
 @click.command()
 @click.argument("export", required=False, type=click.Path(dir_okay=False))
 @click.option("--arch", help="GPU architecture for the direct form: sm_90, 9.0, 90 (or overrides the export's).")
-@click.option("--block", type=int, help="Threads per block.")
+@click.option("--block", type=int, help="Threads per block (1 to 1024).")
 @click.option("--regs", type=int, help="Registers per thread.")
 @click.option("--smem", default="0", help="Static shared memory per block (bytes, or 48K).")
 @click.option("--dyn-smem", default="0", help="Dynamic shared memory per block (bytes, or 48K).")
@@ -121,6 +121,7 @@ def _direct(occ, arch: str, block: int, regs: int, static: int, dynamic: int, ca
             grid: int | None, sms: int | None, fmt: str) -> None:
     major_minor = occ.parse_arch(arch)
     device = occ.device_limits(major_minor, sm_count=sms or FLAGSHIP_SMS.get(major_minor))
+    occ.check_block_size(device, block)
     launch = {"carveout": carveout}
     result = occ.occupancy(device, block, regs, static, dynamic, **launch)
     table = occ.block_size_table(device, regs, static, dynamic, **launch)

@@ -22,7 +22,7 @@ RANK_COLUMNS = [
     Column("rank", "Rank", "int"),
     Column("steps", "Steps", "int"),
     Column("step_median_ns", "Step median (ns)", "ns"),
-    Column("kernel_ns", "Kernels (ns)", "ns"),
+    Column("kernel_ns", "Kernel time (ns)", "ns"),
     Column("compute_kernel_ns", "Compute (ns)", "ns"),
     Column("comm_kernel_ns", "Comm (ns)", "ns"),
     Column("memory_ns", "Memory (ns)", "ns"),
@@ -82,6 +82,12 @@ def exit_for(summaries: list[dict[str, Any]]) -> int:
 def ranks(traces: tuple[Path, ...], fmt: str, scheduler: str | None, workers: int | None,
           rank_from: str | None) -> None:
     """One row per rank: steps, kernel time by class, idle, comm/comp overlap.
+
+    \b
+    Kernel time: the sum of the rank's kernel durations (overlapping kernels
+    counted each), as `nsys stats` totals it; Compute and Comm split it by
+    kernel class.  Not `profkit breakdown`'s "GPU span" (first to last GPU
+    operation).
 
     \b
     TRACES are nsys exports and/or PyTorch profiler traces (one per rank), or

@@ -40,13 +40,15 @@ EXAMPLE = "train_print.sqlite.xz"
                                   "their registers, spills, load/store widths and vectorization join the kernel "
                                   "table (repeatable; a `profkit trace` run folder records its own).")
 @kernel_target_options
+@click.option("--force", is_flag=True, help="Compare with --baseline even when the two runs share under half "
+                                            "their kernel names (they look like different programs).")
 @click.option("--example", is_flag=True,
               help="Report on the real export that ships with profkit (a small PyTorch training run).")
 @scheduler_option
 @workers_option
 @rank_from_option
 def report(exports: tuple[Path, ...], out_dir: Path | None, top: int, baseline: Path | None, ncu_csv: Path | None,
-           code_dirs: tuple[Path, ...], kernel_targets: Any, example: bool, scheduler: str | None, workers: int | None,
+           code_dirs: tuple[Path, ...], kernel_targets: Any, force: bool, example: bool, scheduler: str | None, workers: int | None,
            rank_from: str | None) -> None:
     """Write report.html, report.md and report.json for a trace (nsys export or PyTorch profiler trace),
     or the cross-rank report for several ranks of one job.
@@ -89,7 +91,7 @@ def report(exports: tuple[Path, ...], out_dir: Path | None, top: int, baseline: 
     if example:
         out_dir = out_dir or export.parent / "report"
     paths = write_report(export, out_dir, ncu_csv=ncu_csv, top=top, baseline=baseline, code_dirs=code_dirs,
-                         kernel_targets=kernel_targets)
+                         kernel_targets=kernel_targets, force=force)
     click.echo(str(paths.html.resolve()))
 
 

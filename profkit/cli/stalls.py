@@ -47,8 +47,11 @@ STEP_COLUMNS = [
               help="Another export or run folder of the same program: compare step times and sync sites.")
 @click.option("--threshold", type=click.FloatRange(min=0), default=5.0, show_default=True, metavar="PCT",
               help="Report a finding when syncs cost at least PCT % of the step time.")
+@click.option("--force", is_flag=True, help="With --compare: compare even when the two runs share under half "
+                                            "their kernel names (they look like different programs).")
 @format_option()
-def stalls(target: Path, step_range: str | None, other: Path | None, threshold: float, fmt: str) -> None:
+def stalls(target: Path, step_range: str | None, other: Path | None, threshold: float, force: bool,
+           fmt: str) -> None:
     """Synchronization stalls: each sync, its Python line, CPU time blocked, GPU idle caused.
 
     \b
@@ -67,8 +70,7 @@ def stalls(target: Path, step_range: str | None, other: Path | None, threshold: 
     cause, thread, per_step, ...); with --compare an object with "sites",
     "other_sites" and "compare".
     """
-    report = _analyze(target, step_range, threshold)
-    other_report = _analyze(other, step_range, threshold) if other is not None else None
+    report, other_report = _analyze(target, other, step_range, threshold, force)
     comparison = compare_steps(report, other_report) if other_report is not None else None
     if fmt == "json":
         if comparison is None:
@@ -83,10 +85,20 @@ def stalls(target: Path, step_range: str | None, other: Path | None, threshold: 
     _render(report, comparison, fmt)
 
 
-def _analyze(target: Path, step_range: str | None, threshold: float) -> StallReport:
-    with open_trace(resolve_run_folder(target)) as trace:
-        return analyze_stalls(trace, step_range=step_range, threshold_pct=threshold,
-                              source_roots=source_roots(target))
+def _analyze(target: Path, other: Path | None, step_range: str | None, threshold: float,
+             force: bool) -> tuple[StallReport, StallReport | None]:
+    """The stalls of TARGET, and of OTHER when given (refused when it looks like another program)."""
+    from contextlib import ExitStack
+
+    from profkit.analysis.same_program import check_traces
+
+    with ExitStack() as stack:
+        traces = [stack.enter_context(open_trace(resolve_run_folder(p))) for p in (target, other) if p is not None]
+        if len(traces) == 2:
+            check_traces(traces[0], traces[1], force=force)
+        reports = [analyze_stalls(t, step_range=step_range, threshold_pct=threshold, source_roots=source_roots(p))
+                   for t, p in zip(traces, (target, other))]
+    return reports[0], reports[1] if len(reports) == 2 else None
 
 
 def source_roots(target: Path) -> list[Path]:

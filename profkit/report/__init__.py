@@ -33,7 +33,8 @@ class ReportPaths:
 def write_report(export_path: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None, *,
                  ncu_csv: Path | None = None, partial: bool = False, run_info: dict[str, Any] | None = None,
                  top: int = 20, baseline: str | os.PathLike[str] | None = None,
-                 code_dirs: Sequence[str | os.PathLike[str]] = (), kernel_targets: Any = None) -> ReportPaths:
+                 code_dirs: Sequence[str | os.PathLike[str]] = (), kernel_targets: Any = None,
+                 force: bool = False) -> ReportPaths:
     """Read a trace (an nsys SQLite export or a PyTorch profiler / Kineto JSON trace,
     detected from its content) and write report.html, report.md and report.json
     into ``out_dir`` (default: the trace's folder).
@@ -42,7 +43,8 @@ def write_report(export_path: str | os.PathLike[str], out_dir: str | os.PathLike
     ``partial`` marks the run as failed (a banner, and ``"partial": true``);
     ``run_info`` (from ``profkit trace``) adds the command, exit status and tools;
     ``top`` cuts long tables to the first N rows by time plus one summed row;
-    ``baseline`` (another trace of the same program) adds a step-time comparison;
+    ``baseline`` (another trace of the same program, ``profkit.analysis.same_program``; ``force``
+    skips that check) adds a step-time comparison;
     ``code_dirs`` (inductor or Triton caches) add each Triton kernel's registers, spills,
     load/store widths and vectorization to the kernel table; ``kernel_targets`` (a
     ``profkit.analysis.kernel_targets.KernelTargets``) compiles sources for them now.  A ``profkit trace`` run
@@ -75,6 +77,10 @@ def write_report(export_path: str | os.PathLike[str], out_dir: str | os.PathLike
         from profkit.report.markdown import render_markdown
 
         base = stack.enter_context(open_trace(Path(baseline))) if baseline is not None else None
+        if base is not None:
+            from profkit.analysis.same_program import check_traces
+
+            check_traces(trace, base, force=force)
         report = build_report(trace, ncu_csv=Path(ncu_csv) if ncu_csv is not None else None, partial=partial,
                               run_info=run_info, top=top, baseline=base, code_dirs=dirs,
                               kernel_targets=kernel_targets)

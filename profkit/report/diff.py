@@ -40,7 +40,7 @@ def top_changes(result: dict[str, Any], n: int = TOP_CHANGES) -> list[str]:
                       f"kernel `{_code(k['name'], 90)}` {what}: {duration(k['base_ns_per_step'])} → "
                       f"{duration(k['new_ns_per_step'])} per step"))
     for s in result["syncs"]:
-        if s["status"] in ("added", "removed"):
+        if s["status"] in ("added", "removed", "changed"):  # a sync's count moves step time more than µs of kernels
             lines.append((float("inf"), f"sync site {s['status']}: `{_code(s['source'], 90)}` ({md_escape(s['api'])}, "
                                         f"{s['base_count']} → {s['new_count']})"))
     lines.sort(key=lambda x: -x[0])
@@ -49,7 +49,9 @@ def top_changes(result: dict[str, Any], n: int = TOP_CHANGES) -> list[str]:
 
 def render_markdown(result: dict[str, Any]) -> str:
     step = result["step"]
-    parts = [f"### profkit diff: {VERDICT_WORDS.get(step['verdict'], step['verdict'])}", "",
+    note = (result.get("profilers") or {}).get("note")
+    parts = [f"> ⚠️ {md_escape(note)}", ""] if note else []
+    parts += [f"### profkit diff: {VERDICT_WORDS.get(step['verdict'], step['verdict'])}", "",
              f"`{_code(result['base'])}` → `{_code(result['new'])}`", "", md_escape(headline(result)), ""]
     parts += [f"> {md_escape(n)}\n" for n in result.get("notes", ())]
     changes = top_changes(result)
@@ -104,8 +106,30 @@ def _fit(rows: list[str], budget: int) -> str:
     return "\n".join(kept)
 
 
+def change_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """One flat row per compared figure (`profkit diff --format csv`): the step time (its
+    median), each kernel (GPU time per steady step) and each sync site (its count).
+    Columns: kind, status, name, api, base, new, delta, delta_pct, unit."""
+    step = result["step"]
+    rows = [{"kind": "step", "status": step["verdict"], "name": "step time (median)", "api": None,
+             "base": step.get("base_median_ns"), "new": step.get("new_median_ns"),
+             "delta": (step["new_median_ns"] - step["base_median_ns"]) if step.get("base_median_ns") is not None
+             and step.get("new_median_ns") is not None else None,
+             "delta_pct": step.get("delta_pct"), "unit": "ns"}]
+    rows += [{"kind": "kernel", "status": k["status"], "name": k["name"], "api": None,
+              "base": k["base_ns_per_step"], "new": k["new_ns_per_step"], "delta": k["delta_ns_per_step"],
+              "delta_pct": k["delta_pct"], "unit": "ns per step"} for k in result["kernels"]]
+    rows += [{"kind": "sync", "status": s["status"], "name": s["source"], "api": s["api"],
+              "base": s["base_count"], "new": s["new_count"], "delta": s["new_count"] - s["base_count"],
+              "delta_pct": 100.0 * (s["new_count"] / s["base_count"] - 1) if s["base_count"] else None,
+              "unit": "syncs"} for s in result["syncs"]]
+    return rows
+
+
 def render_text(result: dict[str, Any]) -> str:
-    lines = [headline(result), *(f"Note: {n}" for n in result.get("notes", ()))]
+    note = (result.get("profilers") or {}).get("note")
+    lines = [note] if note else []  # first: it qualifies every figure below
+    lines += [headline(result), *(f"Note: {n}" for n in result.get("notes", ()))]
     lines += [f"  - {c.replace('`', '')}" for c in top_changes(result)]
     return "\n".join(lines)
 

@@ -22,7 +22,7 @@ RANK_TABLE_COLUMNS = [
     Column("step_median_ns", "Step median (ns)", "ns"),
     Column("compute_per_step_ns", "Compute / step (ns)", "ns"),
     Column("comm_per_step_ns", "Comm / step (ns)", "ns"),
-    Column("kernel_ns", "Kernels (ns)", "ns"),
+    Column("kernel_ns", "Kernel time (ns)", "ns"),
     Column("compute_kernel_ns", "Compute (ns)", "ns"),
     Column("comm_kernel_ns", "Comm (ns)", "ns"),
     Column("memory_ns", "Memory (ns)", "ns"),

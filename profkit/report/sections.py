@@ -406,6 +406,9 @@ def stalls_section(trace: Trace, top: int, found: dict[str, Any], baseline: Trac
         per_step = row.get("per_step") or {}
         row.update(where=row.get("source") or "(source unknown)", per_step_syncs=per_step.get("syncs"))
         sites.append(row)
+    # the table is headed "by GPU idle time caused": in that order (the analysis orders sites by
+    # their cost per steady step, which `profkit stalls` shows as its own column)
+    sites.sort(key=lambda r: (-r["gpu_idle_ns"], -r["cpu_blocked_ns"], -r["count"], r["where"]))
     section.intro = ("Places in the program where the CPU waited for the GPU (synchronize calls, .item(), "
                      "blocking copies): how long the CPU was blocked, and how long the GPU then sat idle "
                      "because no work was queued (see profkit stalls --help for the exact definitions).")

@@ -56,7 +56,9 @@ def rank_breakdown(trace: Trace, steady: bool = False, top_idle: int = 5) -> dic
     compute_pct, non_compute_pct), comm_ns, comm_comp_overlap_ns,
     comm_comp_overlap_pct, per-type duration sums (computation_kernel_ns,
     communication_kernel_ns, memory_kernel_ns, other_kernel_ns), idle causes
-    summed over streams (host_wait_ns, kernel_wait_ns, other_wait_ns),
+    of the rank's idle time, no stream busy (host_wait_ns, kernel_wait_ns, other_wait_ns: they
+    add up to idle_ns) and HTA's per-stream figures summed over streams (stream_host_wait_ns,
+    stream_kernel_wait_ns, stream_other_wait_ns: a moment counts once per idle stream),
     kernel_types ({time_ns, pct} per type and overlap), idle_by_stream,
     longest_idle, launch (summary, verdict, delay_outliers) and queue (per
     stream).  With ``steady``, only the steady-state steps' window counts."""
@@ -77,9 +79,10 @@ def rank_breakdown(trace: Trace, steady: bool = False, top_idle: int = 5) -> dic
         row[f"{kind}_kernel_ns"] = ns
     per_stream = _temporal.idle_by_stream(events)
     totals = _temporal.idle_totals(per_stream)
-    row["host_wait_ns"] = totals["host_wait_ns"]
-    row["kernel_wait_ns"] = totals["kernel_wait_ns"]
-    row["other_wait_ns"] = totals["other_ns"]
+    union = _temporal.idle_union_causes(events)
+    for cause, key in (("host_wait", "host_wait_ns"), ("kernel_wait", "kernel_wait_ns"), ("other_wait", "other_ns")):
+        row[f"{cause}_ns"] = union[key]
+        row[f"stream_{cause}_ns"] = totals[key]
     stream_idle = sum(totals.values())
     launches = _launch.launches(events)
     launch = _launch.launch_summary(launches, row["idle_pct"],

@@ -218,6 +218,15 @@ class Occupancy:
         return row
 
 
+def check_block_size(device: DeviceLimits, block_size: int) -> None:
+    """A block size a user asks about must be one a launch can have: 1..1024 threads
+    (cudaDevAttrMaxThreadsPerBlock).  ``occupancy`` itself answers 0 blocks for a bigger
+    one, as cudaOccMaxActiveBlocksPerMultiprocessor does, which read like a real result."""
+    if not 1 <= block_size <= device.max_threads_per_block:
+        raise ProfkitError(f"--block {block_size}: a block has 1 to {device.max_threads_per_block} threads "
+                           f"on {device.arch}")
+
+
 def occupancy(
     device: DeviceLimits,
     block_size: int,

@@ -18,7 +18,7 @@ from profkit.errors import ProfkitError
 from profkit.model import schema
 from profkit.model.trace import KINETO, Coded, Trace, TraceMeta, empty_arrays
 from profkit.readers.kineto.events import TraceBuilder, copy_kinds, range_kind, short_kernel_name
-from profkit.readers.kineto.parse import read_events
+from profkit.readers.kineto.parse import RECORD_SHAPES, read_events
 from profkit.readers.kineto.stacks import python_frames, python_sites
 
 # deviceProperties key -> devices column (Kineto's CudaDeviceProperties.cpp and
@@ -77,7 +77,8 @@ class KinetoSource:
         dist = header.get("distributedInfo") if isinstance(header.get("distributedInfo"), dict) else {}
         capture = self.builder.capture
         traced = tuple(name for name in ("kernels", "memcpy", "memset", "api", "ranges", "cpu_ops", "syncs")
-                       if self.tables[name].rows) + (("python_stacks",) if self.builder.frames.rows else ())
+                       if self.tables[name].rows) + (("python_stacks",) if self.builder.frames.rows else ()) \
+            + (("shapes",) if header.get(RECORD_SHAPES) else ())
         extra: dict[str, Any] = {
             "events": self.builder.events,
             "skipped_events": dict(self.builder.skipped),
