@@ -158,7 +158,7 @@ def _md_plain(text: str) -> str:
     for mark in ("[", "]", "`", "*", "~"):
         out = out.replace(mark, "\\" + mark)
     out = _EMPHASIS_UNDERSCORE.sub(r"\\_", out)
-    out = _AUTOLINK_SCHEME.sub(r"\1\\:", out)
+    out = _AUTOLINK_SCHEME.sub(r"\\:", out)
     return _AUTOLINK_WWW.sub(r"\1\\.", out)
 
 
@@ -166,12 +166,14 @@ def _md_plain(text: str) -> str:
 # rules), so "shared_memory" stays as written and "__init__" or " _x_ " are escaped.
 _EMPHASIS_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
 # GitHub's autolink extension starts a link at "scheme:" + "//" and at "www.".
-_AUTOLINK_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):(?=//)")
+# (Patterns here are tried only where a run starts, by a lookbehind: one free to start
+# anywhere rescans a long name from every character, quadratic in its length.)
+_AUTOLINK_SCHEME = re.compile(r"(?<=[A-Za-z0-9+.-]):(?=//)")  # (a superset: "1://" is escaped too)
 _AUTOLINK_WWW = re.compile(r"((?:^|(?<=[^A-Za-z0-9]))[Ww][Ww][Ww])\.")
 # ... and an e-mail address at any "local@domain.part" run of these characters
 # (cmark-gfm's autolink.c: the local part alnum and ".+-_", the domain alnum and
 # ".-_" with a dot); a wider match only costs a code span.
-_AUTOLINK_EMAIL = re.compile(r"[A-Za-z0-9.+_-]+@[A-Za-z0-9_-]*\.[A-Za-z0-9._-]*")
+_AUTOLINK_EMAIL = re.compile(r"(?<![A-Za-z0-9.+_-])[A-Za-z0-9.+_-]+@[A-Za-z0-9_-]*\.[A-Za-z0-9._-]*")
 
 
 def rows_to_markdown(rows: Sequence[dict[str, Any]], columns: Sequence[Column]) -> str:

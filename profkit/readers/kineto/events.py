@@ -43,8 +43,10 @@ from profkit.readers.kineto.columns import Codes, Table, floats, ints, nanosecon
 SYNC_SITE_PREFIX = "profkit.sync|"
 SYNC_SITE_DOMAIN = "profkit.sync"
 PROFILER_STEP = re.compile(r"ProfilerStep#\d+")
-MEMCPY_NAME = re.compile(r"Memcpy (\w+) \((.*?) -> (.*?)\)")
-MEMSET_NAME = re.compile(r"Memset \((.*?)\)")
+# "Memcpy HtoD (Pageable -> Device)": the two sides are split without a pattern, since
+# two lazy groups backtrack quadratically on a long name with many " -> ".
+MEMCPY_PREFIX = re.compile(r"Memcpy (\w+) \(")
+MEMSET_NAME = re.compile(r"Memset \(([^)]*)\)")
 # CUPTI's memcpy kinds as Kineto prints them -> nsys's labels (ENUM_CUDA_MEMCPY_OPER).
 COPY_KINDS = {"HtoD": "Host-to-Device", "DtoH": "Device-to-Host", "HtoA": "Host-to-Array",
               "AtoH": "Array-to-Host", "AtoA": "Array-to-Array", "AtoD": "Array-to-Device",
@@ -95,9 +97,12 @@ def copy_kinds(name: Any) -> tuple[str, str, str]:
     """(copy kind, source memory, destination memory) from 'Memcpy HtoD (Pageable -> Device)'
     or ('', '', memory) from 'Memset (Device)'; '' where the name says nothing."""
     if isinstance(name, str):
-        m = MEMCPY_NAME.match(name)
+        m = MEMCPY_PREFIX.match(name)
         if m:
-            return COPY_KINDS.get(m.group(1), m.group(1)), m.group(2), m.group(3)
+            source, arrow, rest = name[m.end():].partition(" -> ")
+            close = rest.find(")")
+            if arrow and close >= 0:
+                return COPY_KINDS.get(m.group(1), m.group(1)), source, rest[:close]
         m = MEMSET_NAME.match(name)
         if m:
             return "", "", m.group(1)
