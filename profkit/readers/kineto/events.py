@@ -36,6 +36,8 @@ import numpy as np
 from profkit.model import schema
 from profkit.readers.kineto import comms
 from profkit.readers.kineto.parse import Args, Event
+from profkit.limits import current as current_limits
+from profkit.readers.kineto import columns
 from profkit.readers.kineto.columns import Codes, Table, floats, ints, nanoseconds, triples
 
 # profkit.capture.sync_hook's PREFIX and DOMAIN (not imported: the reader needs no capture code).  A
@@ -148,6 +150,7 @@ class TraceBuilder:
         self.skipped: Counter[str] = Counter()
         self.capture: tuple[int, int] | None = None
         self.events = 0
+        columns.MAX_STRING[0] = current_limits().max_string
 
     # -- one batch -------------------------------------------------------------
     def add(self, events: list[Any]) -> None:
