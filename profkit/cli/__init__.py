@@ -16,7 +16,7 @@ from typing import NoReturn
 
 import click
 
-from profkit import __version__, allocator
+from profkit import __version__, allocator, signals
 from profkit.errors import ProfkitError
 
 # command name -> "module:attribute"; the order is the order in --help.
@@ -95,6 +95,7 @@ def cli() -> None:
 
 def main() -> None:
     allocator.configure()  # big short-lived arrays: see profkit/allocator.py
+    signals.install()  # SIGTERM/SIGHUP unwind like SIGINT, so temporary files are removed
     try:
         cli(prog_name="profkit")
     except SystemExit as exc:

@@ -19,16 +19,18 @@ is renamed into place.  The input is only ever opened read-only.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
+import shutil
 import sqlite3
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from profkit.atomic import atomic_path, temp_name
+from profkit.atomic import atomic_path
 from profkit.errors import ProfkitError
-from profkit.readers.nsys.reader import SQLITE_ERRORS, open_export
+from profkit.readers.nsys.reader import (SQLITE_ERRORS, GuardedConnection, guard_connection, is_interrupted,
+                                         open_export, restart_budget, stopped_query)
 from profkit.scrub.text import Anonymizer, Redactor, parse_environment, secret_values
 
 SYSTEM_ENV = "TARGET_INFO_SYSTEM_ENV"
@@ -50,33 +52,39 @@ def scrub_export(source: str | os.PathLike[str], output: str | os.PathLike[str],
     trace`` passes the environment it ran the program with).
     """
     out = Path(output)
-    with open_export(source) as export:
-        work = temp_name(out)
-        try:
-            export.conn.execute("VACUUM INTO ?", (str(work),))
-        except SQLITE_ERRORS as exc:
-            with contextlib.suppress(FileNotFoundError):
-                work.unlink()
-            raise export._damage(exc) from None
+    # The working copy still holds every secret: it is made in a private folder of
+    # its own (mode 0700, under TMPDIR), never beside the output, which is the folder
+    # meant for sharing; only the scrubbed copy is written there, under an
+    # ".incomplete" name until it is whole and checked.
+    private = Path(tempfile.mkdtemp(prefix="profkit-scrub-"))
+    work = private / "unscrubbed.sqlite"
+    conn = None
     try:
-        conn = sqlite3.connect(work)
+        with open_export(source) as export:
+            try:
+                export.conn.execute("VACUUM INTO ?", (str(work),))
+            except SQLITE_ERRORS as exc:
+                raise export._damage(exc) from None
+        conn = sqlite3.connect(work, factory=GuardedConnection)
+        guard_connection(conn)
         try:
             removed = _scrub_in_place(conn, anonymize, environment or {})
             conn.commit()
             with atomic_path(out) as tmp:
+                restart_budget(conn)
                 conn.execute("VACUUM INTO ?", (str(tmp),))
                 conn.close()
                 _check_clean(tmp, out)
         finally:
             conn.close()
     except SQLITE_ERRORS as exc:
+        if is_interrupted(exc):
+            raise stopped_query(conn, Path(source)) from None
         # damage that open_export's checks did not reach (big files skip quick_check)
         raise ProfkitError(f"{Path(source).name} is damaged, it cannot be scrubbed ({exc})",
                            hint="export it again: nsys export --type sqlite REPORT.nsys-rep") from None
     finally:
-        for leftover in (work, work.with_name(work.name + "-journal")):
-            with contextlib.suppress(FileNotFoundError):
-                leftover.unlink()
+        shutil.rmtree(private, ignore_errors=True)
     return removed
 
 
