@@ -24,11 +24,23 @@ class Stopped(SystemExit):
     """Raised in the main thread by SIGTERM or SIGHUP; exit status 128 + the signal's number."""
 
 
+RECEIVED: list[int] = []  # the signals that set STOP, in order
+
+
 def _handler(signum: int, frame: FrameType | None) -> None:
     STOP.set()
-    if signum == signal.SIGINT:
-        raise KeyboardInterrupt
-    raise Stopped(128 + signum)
+    RECEIVED.append(signum)
+    raise_stop()
+
+
+def raise_stop() -> None:
+    """Raise what the last signal means: KeyboardInterrupt for SIGINT (or none seen:
+    Python's own SIGINT handler), ``Stopped`` for SIGTERM and SIGHUP.  SQLite's
+    progress handler swallows an exception raised inside it, so a query it ended
+    calls this to raise it again."""
+    if RECEIVED and RECEIVED[-1] != signal.SIGINT:
+        raise Stopped(128 + RECEIVED[-1])
+    raise KeyboardInterrupt
 
 
 def install() -> None:

@@ -31,7 +31,7 @@ from profkit.analysis.sync_calls import normalize_api_name  # noqa: F401 (the ru
 from profkit.errors import ProfkitError
 from profkit.limits import VARIABLES, LimitExceeded
 from profkit.limits import current as current_limits
-from profkit.signals import STOP
+from profkit.signals import STOP, raise_stop
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -412,12 +412,13 @@ def is_interrupted(exc: BaseException) -> bool:
 
 
 def stopped_query(conn: sqlite3.Connection, path: Path) -> ProfkitError:
-    """The error for a query the progress handler ended; a signal re-raises as KeyboardInterrupt."""
+    """The error for a query the progress handler ended; a signal is raised again."""
     budget = getattr(conn, "budget", None)
     if budget is not None and budget.expired:
         return LimitExceeded(f"{path.name}: a query ran longer than {budget.seconds:g} s",
                              VARIABLES["sql_seconds"])
-    raise KeyboardInterrupt
+    raise_stop()
+    raise AssertionError("unreachable")
 
 
 def _check_file(p: Path) -> None:
