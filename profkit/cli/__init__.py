@@ -72,7 +72,9 @@ class LazyGroup(click.Group):
         try:
             return super().invoke(ctx)
         except ProfkitError as exc:
-            click.echo(f"profkit: error: {exc.one_line()}", err=True)
+            from profkit.output import terminal_safe
+
+            click.echo(f"profkit: error: {terminal_safe(exc.one_line())}", err=True)
             ctx.exit(exc.exit_code)
 
 
