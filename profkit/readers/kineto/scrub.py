@@ -146,13 +146,19 @@ def _map_strings(document: Any, redact: Redactor) -> Any:
             items = list(node.items())
             node.clear()
             for key, value in items:
-                node[clean(key)] = clean(value) if isinstance(value, str) else value
+                if isinstance(value, str):
+                    value = redact.redact_member(key, clean(value))
+                node[clean(key)] = value
                 if isinstance(value, (dict, list)):
                     stack.append(value)
         else:
+            previous = None
             for i, value in enumerate(node):
                 if isinstance(value, str):
                     node[i] = clean(value)
+                    if isinstance(previous, str):  # ["--password", "VALUE"]: an argv list
+                        node[i] = redact.redact_pair(previous, node[i])
                 elif isinstance(value, (dict, list)):
                     stack.append(value)
+                previous = value
     return root[0]
