@@ -140,3 +140,89 @@ def root_cache_run(root: Path) -> Path:
     record["kernel_caches"] = {"inductor": "/", "triton": "/"}
     (run / "run.json").write_text(json.dumps(record))
     return run
+
+
+# -- secrets planted in every place issue 25 found a gap -----------------------------------------
+class Planted:
+    def __init__(self, path: Path, values: dict[str, str]) -> None:
+        self.path, self.values = path, values
+
+
+def _values(prefix: str) -> dict[str, str]:
+    """One fake secret per place, none of a well-known token shape (only the rules find them)."""
+    places = ["nvtx_assignment", "stdout_assignment", "option_equals", "option_space", "short_p", "url_no_user",
+              "query_token", "mysql_pwd_copy", "ci_job_jwt_copy", "int_column", "member_key", "member_value",
+              "argv_list"]
+    return {place: f"{prefix}{i:02d}Zq7w{place.replace('_', '')[:6]}X9v" for i, place in enumerate(places)}
+
+
+def planted_everywhere_export(dest_dir: Path, fixture: str = NSYS_BASE) -> Planted:
+    """A real export (planted.plant_secret's copy) with issue 25's secrets: in an NVTX text, in
+    program stdout (ProcessStreams), on the command line (--aws-secret=, --password V, -pV), as URL
+    and query credentials, as copies of MYSQL_PWD / CI_JOB_JWT values of the recorded environment,
+    and as text in an integer column."""
+    from tests.planted import plant_secret
+
+    path = plant_secret(fixture, dest_dir)
+    v = _values("nsys")
+    conn = sqlite3.connect(path)
+    with conn:
+        env = conn.execute("SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'DeviceEnvironment'").fetchone()[0]
+        env += f";MYSQL_PWD={v['mysql_pwd_copy']};CI_JOB_JWT={v['ci_job_jwt_copy']}"
+        conn.execute("UPDATE TARGET_INFO_SYSTEM_ENV SET value = ? WHERE name = 'DeviceEnvironment'", (env,))
+        next_id = conn.execute("SELECT max(id) + 1 FROM StringIds").fetchone()[0]
+        texts = {
+            "nvtx": f"AWS_SECRET_ACCESS_KEY={v['nvtx_assignment']} and {v['mysql_pwd_copy']}",
+            "stdout": (f"step 1\nexport AWS_SECRET_ACCESS_KEY={v['stdout_assignment']}\n"
+                       f"redis://:{v['url_no_user']}@cache:6379 https://hub.example/x?token={v['query_token']}&a=1\n"),
+        }
+        conn.execute("INSERT INTO StringIds (id, value) VALUES (?, ?)", (next_id, texts["nvtx"]))
+        conn.execute("INSERT INTO StringIds (id, value) VALUES (?, ?)", (next_id + 1, texts["stdout"]))
+        conn.execute("INSERT INTO StringIds (id, value) VALUES (?, ?)", (next_id + 2, "/tmp/stdout.txt"))
+        rowid = conn.execute("SELECT rowid FROM NVTX_EVENTS WHERE eventType = 59 ORDER BY start DESC LIMIT 1"
+                             ).fetchone()[0]
+        cols = {r[1] for r in conn.execute("PRAGMA table_info(NVTX_EVENTS)")}
+        if "textId" in cols:
+            conn.execute("UPDATE NVTX_EVENTS SET textId = ? WHERE rowid = ?", (next_id, rowid))
+        if "text" in cols:
+            conn.execute("UPDATE NVTX_EVENTS SET text = ? WHERE rowid = ?",
+                         (None if "textId" in cols else texts["nvtx"], rowid))
+        pid = conn.execute("SELECT globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL LIMIT 1").fetchone()[0]
+        conn.execute("INSERT INTO ProcessStreams (globalPid, filenameId, contentId) VALUES (?, ?, ?)",
+                     (pid, next_id + 2, next_id + 1))
+        last = conn.execute("SELECT max(CAST(substr(name, 20) AS INTEGER)) FROM META_DATA_CAPTURE "
+                            "WHERE name GLOB 'PROCESS_0:ARGUMENT_*'").fetchone()[0]
+        for i, arg in enumerate([f"--aws-secret={v['option_equals']}", "--password", v["option_space"],
+                                 f"-p{v['short_p']}", f"--job={v['ci_job_jwt_copy']}"]):
+            conn.execute("INSERT INTO META_DATA_CAPTURE (name, value) VALUES (?, ?)",
+                         (f"PROCESS_0:ARGUMENT_{last + 1 + i}", arg))
+        # text where nsys writes an integer (SQLite allows it): NVTX_EVENTS.color
+        conn.execute("UPDATE NVTX_EVENTS SET color = ? WHERE rowid = (SELECT max(rowid) FROM NVTX_EVENTS)",
+                     (f"token={v['int_column']}",))
+    conn.close()
+    return Planted(path, {k: v[k] for k in ("nvtx_assignment", "stdout_assignment", "option_equals", "option_space",
+                                            "short_p", "url_no_user", "query_token", "mysql_pwd_copy",
+                                            "ci_job_jwt_copy", "int_column")})
+
+
+def planted_everywhere_kineto(dest_dir: Path) -> Planted:
+    """The real MLP trace with issue 25's secrets in Kineto args (keys and values), a
+    record_function name, an argv list, URL and query credentials, and a recorded
+    environment whose MYSQL_PWD / CI_JOB_JWT values are copied elsewhere."""
+    doc = kineto_document()
+    v = _values("kineto")
+    doc["environment"] = {"MYSQL_PWD": v["mysql_pwd_copy"], "CI_JOB_JWT": v["ci_job_jwt_copy"], "HOME": "/home/a"}
+    doc["cmdline"] = ["train.py", f"--aws-secret={v['option_equals']}", "--password", v["argv_list"],
+                      f"-p{v['short_p']}"]
+    events = doc["traceEvents"]
+    op = next(e for e in events if e.get("cat") == "cpu_op")
+    op["args"][f"token={v['member_key']}"] = 1
+    op["args"]["AWS_SECRET_ACCESS_KEY"] = v["member_value"]
+    op["args"]["note"] = (f"AWS_SECRET_ACCESS_KEY={v['nvtx_assignment']} --password {v['option_space']} "
+                          f"redis://:{v['url_no_user']}@cache/0 https://h.example/?token={v['query_token']}")
+    annotation = next(e for e in events if e.get("cat") == "user_annotation")
+    annotation["args"] = {**annotation.get("args", {}), "job": f"{v['ci_job_jwt_copy']} {v['mysql_pwd_copy']}"}
+    path = write_kineto(doc, dest_dir / "hostile_planted.json.gz")
+    return Planted(path, {k: v[k] for k in ("mysql_pwd_copy", "ci_job_jwt_copy", "option_equals", "argv_list",
+                                            "short_p", "member_key", "member_value", "nvtx_assignment",
+                                            "option_space", "url_no_user", "query_token")})
