@@ -72,6 +72,10 @@ class LazyGroup(click.Group):
         try:
             return super().invoke(ctx)
         except ProfkitError as exc:
+            if signals.STOP.is_set():
+                # A signal ended a query inside SQLite, and the error it left was read as
+                # damage somewhere on the way up: the signal is what happened.
+                signals.raise_stop()
             from profkit.output import terminal_safe
 
             click.echo(f"profkit: error: {terminal_safe(exc.one_line())}", err=True)
