@@ -29,7 +29,7 @@ from ingest import build_export, run_once  # noqa: E402
 from tests import hostile  # noqa: E402
 from tests.planted import plant_secret  # noqa: E402
 
-PROFKIT = ["-m", "profkit"]
+PROFKIT = [sys.executable, "-m", "profkit"]
 
 
 def show(label: str, argv: list[str]) -> None:
@@ -43,6 +43,7 @@ def main() -> int:
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "profkit-hostile")
     args = parser.parse_args()
     work = args.workdir
+    os.environ["PYTHONPATH"] = str(ROOT)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     out = work / "out"
@@ -88,7 +89,7 @@ def main() -> int:
         dest, tmp = work / f"shared_{delay}", work / f"tmp_{delay}"
         dest.mkdir()
         tmp.mkdir()
-        proc = subprocess.Popen([sys.executable, *PROFKIT, "scrub", str(big), "-o", str(dest / "big.scrubbed.sqlite")],
+        proc = subprocess.Popen([*PROFKIT, "scrub", str(big), "-o", str(dest / "big.scrubbed.sqlite")],
                                 env={**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp)},
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(delay)

@@ -325,8 +325,11 @@ def _read_chunked(path: Path, on_batch: Callable[[list[Event]], None]) -> dict[s
         data = bytearray(buffer)
         del buffer
         start = array_at - 1  # the "[" that opens the current chunk
+        fresh = start + 1  # where bytes not yet searched for a separator begin
         while True:
-            cut = data.rfind(separator, start + 1) if separator else -1
+            # Only the new bytes (and a separator's length before them) are searched: a
+            # block with no separator (a run of whitespace) is not scanned again.
+            cut = data.rfind(separator, max(start + 1, fresh - len(separator))) if separator else -1
             if cut >= 0:  # the separator's "}" ends the last whole event of the block
                 comma = cut + 1
                 data[comma] = ord("]")
@@ -338,6 +341,7 @@ def _read_chunked(path: Path, on_batch: Callable[[list[Event]], None]) -> dict[s
                 break
             del data[:start]  # what was decoded
             start = 0
+            fresh = len(data)
             data += more
         rest = bytes(data[start + 1:])
         del data
