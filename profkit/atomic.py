@@ -4,9 +4,10 @@ Every file profkit writes for a user (reports, exports, scrubbed copies) is
 first written under a temporary name in the same folder and then renamed
 onto its final name.  A rename within one folder is atomic on POSIX and
 Windows, so a reader sees the old file or the new one, never half of one;
-an interrupted run leaves its temporary file removed (or, after a hard
-kill, a dot-file that ``profkit`` never reads), and two runs writing the
-same folder each put whole files in place.
+an interrupted run leaves its temporary file removed (SIGINT, SIGTERM and
+SIGHUP included: ``profkit.signals`` turns them into exceptions; after a
+hard kill, a dot-file named ``….incomplete`` that ``profkit`` never reads),
+and two runs writing the same folder each put whole files in place.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from pathlib import Path
 
 
 def temp_name(target: Path) -> Path:
-    """A fresh hidden name beside ``target`` (same folder, so the rename stays atomic)."""
-    return target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    """A fresh hidden name beside ``target`` (same folder, so the rename stays atomic)
+    that says what it is, should a hard kill (SIGKILL, power loss) leave it behind."""
+    return target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.incomplete")
 
 
 @contextlib.contextmanager

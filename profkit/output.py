@@ -104,12 +104,27 @@ def rows_to_json(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def rows_to_csv(rows: Sequence[dict[str, Any]], columns: Sequence[Column]) -> str:
+    """RFC 4180 CSV (``\r\n`` rows, a text cell quoted where it holds a comma, quote or
+    line break), safe to open in a spreadsheet: a text cell that starts with ``=``,
+    ``+``, ``-``, ``@``, tab or CR gets a leading ``'`` (OWASP's rule against formula
+    injection: names come from the profiled program).  Numbers stay numbers."""
     buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow([c.key for c in columns])
+    writer = csv.writer(buf, lineterminator="\r\n")
+    writer.writerow([csv_cell(c.key) for c in columns])
     for row in rows:
-        writer.writerow(["" if row.get(c.key) is None else row.get(c.key) for c in columns])
+        writer.writerow([csv_cell(row.get(c.key)) for c in columns])
     return buf.getvalue()
+
+
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
 
 
 def md_escape(text: str) -> str:
@@ -158,7 +173,7 @@ def _md_plain(text: str) -> str:
     for mark in ("[", "]", "`", "*", "~"):
         out = out.replace(mark, "\\" + mark)
     out = _EMPHASIS_UNDERSCORE.sub(r"\\_", out)
-    out = _AUTOLINK_SCHEME.sub(r"\1\\:", out)
+    out = _AUTOLINK_SCHEME.sub(r"\\:", out)
     return _AUTOLINK_WWW.sub(r"\1\\.", out)
 
 
@@ -166,12 +181,14 @@ def _md_plain(text: str) -> str:
 # rules), so "shared_memory" stays as written and "__init__" or " _x_ " are escaped.
 _EMPHASIS_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
 # GitHub's autolink extension starts a link at "scheme:" + "//" and at "www.".
-_AUTOLINK_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):(?=//)")
+# (Patterns here are tried only where a run starts, by a lookbehind: one free to start
+# anywhere rescans a long name from every character, quadratic in its length.)
+_AUTOLINK_SCHEME = re.compile(r"(?<=[A-Za-z0-9+.-]):(?=//)")  # (a superset: "1://" is escaped too)
 _AUTOLINK_WWW = re.compile(r"((?:^|(?<=[^A-Za-z0-9]))[Ww][Ww][Ww])\.")
 # ... and an e-mail address at any "local@domain.part" run of these characters
 # (cmark-gfm's autolink.c: the local part alnum and ".+-_", the domain alnum and
 # ".-_" with a dot); a wider match only costs a code span.
-_AUTOLINK_EMAIL = re.compile(r"[A-Za-z0-9.+_-]+@[A-Za-z0-9_-]*\.[A-Za-z0-9._-]*")
+_AUTOLINK_EMAIL = re.compile(r"(?<![A-Za-z0-9.+_-])[A-Za-z0-9.+_-]+@[A-Za-z0-9_-]*\.[A-Za-z0-9._-]*")
 
 
 def rows_to_markdown(rows: Sequence[dict[str, Any]], columns: Sequence[Column]) -> str:
@@ -185,11 +202,27 @@ def rows_to_markdown(rows: Sequence[dict[str, Any]], columns: Sequence[Column]) 
     return "\n".join([head, rule, *body]) + "\n"
 
 
+# C0 controls (ESC, CR, BEL, ...), DEL and C1 controls: a name or NVTX text holding
+# "\x1b[2J" or an OSC 8 hyperlink must not clear or drive the user's terminal.  They
+# show as visible escapes; JSON keeps them as JSON escapes, CSV and Markdown as text.
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
+
+
+def terminal_safe(text: str, lines: bool = False) -> str:
+    """``text`` with every control character replaced by a visible ``\\xNN``
+    (``lines``: line breaks kept, for a text report of several lines)."""
+    if text.isprintable():
+        return text
+    if lines:
+        return "\n".join(line.translate(_CONTROLS) for line in text.split("\n"))
+    return text.translate(_CONTROLS)
+
+
 def rows_to_rich_table(rows: Sequence[dict[str, Any]], columns: Sequence[Column], title: str | None = None):
     from rich.table import Table
 
-    table = Table(title=title, show_lines=False, header_style="bold")
-    cells = [[c.show(row.get(c.key)) for c in columns] for row in rows]
+    table = Table(title=terminal_safe(title) if title else title, show_lines=False, header_style="bold")
+    cells = [[terminal_safe(c.show(row.get(c.key))) for c in columns] for row in rows]
     widths = _content_widths(cells, columns)
     for c, widest in zip(columns, widths):
         if c.kind in TEXT_KINDS:

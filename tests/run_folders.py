@@ -14,8 +14,9 @@ REPORTS = Path(__file__).resolve().parent.parent / "reports"
 def unpacked_run(name: str, root: Path, caches: tuple[str, ...] = ("triton",), ncu: bool = False) -> Path:
     """reports/NAME as `profkit trace` left it on the GPU host, rebuilt under ``root``: the export
     decompressed into root/NAME/, the kept kernel caches (``<kind>_cache.tar.xz``, each of which
-    was the folder ``<kind>`` on the host) unpacked into root/NAME-caches/ and named in run.json's
-    kernel_caches instead of the host's folders, ncu.csv copied when ``ncu``."""
+    was the folder ``<kind>`` on the host) unpacked into root/NAME/caches/ (a run folder's caches are
+    read only below it or the user's cache folders) and named in run.json's kernel_caches instead of
+    the host's folders, ncu.csv copied when ``ncu``."""
     source = REPORTS / name
     run = root / name
     run.mkdir()
@@ -28,8 +29,8 @@ def unpacked_run(name: str, root: Path, caches: tuple[str, ...] = ("triton",), n
     for kind in caches:
         assert Path(record["kernel_caches"][kind]).name == kind
         with tarfile.open(source / f"{kind}_cache.tar.xz") as tar:
-            tar.extractall(root / f"{name}-caches", filter="data")
-        kept[kind] = str(root / f"{name}-caches" / kind)
+            tar.extractall(run / "caches", filter="data")
+        kept[kind] = str(run / "caches" / kind)
     record["kernel_caches"] = kept
     (run / "run.json").write_text(json.dumps(record))
     return run

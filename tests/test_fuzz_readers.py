@@ -294,6 +294,75 @@ def test_kineto_json(tmp_dir: Path, mutation: tuple, packed: bool, command: list
     check_cli([command[0], str(path), *[a.format(dir=out_dir) for a in command[1:]]], path)
 
 
+# -- hostile shapes (issue 25): long names, bombs, views, deep nesting, control characters ----------
+CONTROL = st.lists(st.sampled_from(["\x1b[2J", "\x1b]8;;http://x\x1b\\", "\r", "\n", "\x00", "\x9b", "\x07", "=", "+",
+                                   "-", "@", "a", "(", ")", "<", ">", "[lambda(", "::", " -> "]), max_size=40).map("".join)
+
+
+@st.composite
+def hostile_kineto(draw: st.DrawFn) -> tuple[str, object]:
+    kind = draw(st.sampled_from(["long_name", "control", "deep", "bomb", "events"]))
+    if kind == "long_name":  # a repeated unit, up to 256 kB: the patterns that used to backtrack
+        unit = draw(st.sampled_from(["a", "(", "(a", "[lambda(", "<", "1ul", ", void ", "a::", "x@y."]))
+        return kind, "void f<(" + unit * draw(st.integers(1, (256 << 10) // len(unit))) + ">(int)"
+    if kind == "control":
+        return kind, draw(CONTROL)
+    if kind == "deep":
+        return kind, draw(st.integers(1, 1500))
+    if kind == "bomb":
+        return kind, draw(st.integers(1, 80)) << 20  # whitespace bytes
+    return kind, draw(st.integers(1, 400_000))  # tiny events
+
+
+def hostile_kineto_bytes(kind: str, value: object) -> bytes:
+    doc = json.loads(KINETO_BYTES)
+    events = doc["traceEvents"]
+    if kind in ("long_name", "control"):
+        for e in events:
+            if e["name"] == "k0" or e["cat"] == "user_annotation":
+                e["name"] = value
+        return json.dumps(doc, indent=1).encode()
+    if kind == "deep":
+        depth = int(value)  # type: ignore[arg-type]
+        return json.dumps(doc, indent=1).replace('"correlation": 0', '"deep": ' + "[" * depth + "]" * depth
+                                                 + ', "correlation": 0', 1).encode()
+    text = json.dumps(doc, indent=1)
+    at = text.index('"traceEvents": [') + len('"traceEvents": [')
+    filler = " " * int(value) if kind == "bomb" else "{}, " * int(value)  # type: ignore[arg-type]
+    return (text[:at] + filler + text[at:]).encode()
+
+
+@fuzz_settings(10)
+@given(case=hostile_kineto(), command=st.sampled_from([["kernels", "--wide"], ["kernels", "--format", "csv"], ["nvtx"],
+                                                      ["report", "-o", "{dir}"], ["scrub", "-o", "{dir}/s.json.gz"]]))
+def test_kineto_hostile_shapes(tmp_dir: Path, case: tuple[str, object], command: list[str]) -> None:
+    path = tmp_dir / "hostile_synthetic.json.gz"
+    path.write_bytes(gzip.compress(hostile_kineto_bytes(*case), 6))
+    out_dir = tmp_dir / "hout"
+    shutil.rmtree(out_dir, ignore_errors=True)
+    out_dir.mkdir()
+    check_cli([command[0], str(path), *[a.format(dir=out_dir) for a in command[1:]]], path)
+
+
+@fuzz_settings(6)
+@given(view=st.sampled_from(["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS", "StringIds"]),
+       command=st.sampled_from(NSYS_COMMANDS))
+def test_nsys_endless_view(tmp_dir: Path, view: str, command: list[str]) -> None:
+    """A table replaced by a view over an endless recursive CTE: views are never read."""
+    def make(path: Path) -> None:
+        path.write_bytes(NSYS_BYTES)
+        conn = sqlite3.connect(path)
+        with conn:
+            columns = [r[1] for r in conn.execute(f"PRAGMA table_info({view})")]
+            conn.execute(f"DROP TABLE {view}")
+            select = ", ".join(f"n AS {c}" for c in columns)
+            conn.execute(f"CREATE VIEW {view} AS WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) "
+                         f"SELECT {select} FROM r")
+        conn.close()
+
+    run_nsys_case(tmp_dir, make, command)
+
+
 # -- the large run ---------------------------------------------------------------------------------------
 @pytest.mark.slow
 @slow_only

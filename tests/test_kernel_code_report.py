@@ -269,7 +269,8 @@ def test_a_run_folder_brings_its_caches(inductor_cache: Path, tmp_path: Path) ->
     run = tmp_path / "run"
     run.mkdir()
     shutil.copyfile(TRACE, run / "trace.json.gz")
-    (run / "run.json").write_text(json.dumps({"kernel_caches": {"inductor": str(inductor_cache),
+    shutil.copytree(inductor_cache, run / "inductor")  # caches are read below the run folder only
+    (run / "run.json").write_text(json.dumps({"kernel_caches": {"inductor": str(run / "inductor"),
                                                                 "triton": str(tmp_path / "no-such-cache")}}))
     result = CliRunner().invoke(cli, ["kernels", str(run), "--with-code", "--format", "json"])
     assert result.exit_code == 0, result.output

@@ -21,20 +21,33 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any
 
-from profkit.analysis.kernel_names import canonical_kernel_name, code_key, has_parameter_list
+from profkit.analysis.kernel_names import NAME_CACHE, canonical_kernel_name, code_key, has_parameter_list
 from profkit.model import Trace
 
 # The keys every row gets from ``attach_bandwidth`` (None where ncu did not profile the kernel).
 BANDWIDTH_KEYS = ("dram_bytes", "ncu_duration_ns", "ncu_launches", "dram_gbps", "dram_peak_pct")
 
-_QUALIFIER = re.compile(r"(?:\(anonymous namespace\)|<unnamed>|unnamed>|[A-Za-z_]\w*)::")
+# A qualifier is tried only where a word starts (the lookbehind), each word once: a
+# pattern free to start inside a word rescans the rest of it from every letter,
+# minutes on a long name.
+_QUALIFIER = re.compile(r"(?:\(anonymous namespace\)|<unnamed>|unnamed>|(?<!\w)(\w++))::")
 
 
+def _drop_qualifier(match: re.Match[str]) -> str:
+    word = match.group(1)
+    if word is None:
+        return ""
+    digits = len(word) - len(word.lstrip("0123456789"))  # a name starts at a letter or "_"
+    return match.group(0) if digits == len(word) else word[:digits]
+
+
+@lru_cache(maxsize=NAME_CACHE)
 def join_key(name: str) -> str:
     """The key a kernel name of nsys, Kineto or ncu is joined on."""
-    name = _QUALIFIER.sub("", str(name))
+    name = _QUALIFIER.sub(_drop_qualifier, str(name))
     # "()" keeps a C++ kernel apart from a Triton kernel of the same name (kernel_names.code_key)
     return canonical_kernel_name(name) + ("()" if has_parameter_list(name) else "")
 

@@ -178,11 +178,35 @@ def symbol_code_key(code: Any) -> str:
     return code.name.split("::")[-1] + ("()" if code.symbol.startswith("_Z") else "")
 
 
-def run_folder_caches(record: Any) -> list[Path]:
+def run_folder_caches(record: Any, run_dir: Path | None = None) -> list[Path]:
     """The kernel caches a ``profkit trace`` run recorded in its run.json
-    (``capture.run.read_run_record``'s value)."""
+    (``capture.run.read_run_record``'s value).
+
+    A run folder may come from anyone, and its run.json may name "/": with
+    ``run_dir``, only caches below the run folder or below the user's own cache
+    folders (``user_cache_roots``) are kept, so a report never walks the disk."""
     caches = (record.get("kernel_caches") or {}) if isinstance(record, dict) else {}
-    return [Path(p) for p in caches.values() if isinstance(p, str)]
+    paths = [Path(p) for p in caches.values() if isinstance(p, str) and p]
+    if run_dir is None:
+        return paths
+    roots = [Path(run_dir).resolve(), *user_cache_roots()]
+    return [p for p in paths if any(_below(p.resolve(), root) for root in roots)]
+
+
+def user_cache_roots() -> list[Path]:
+    """This user's kernel cache folders: the inductor and Triton caches ``profkit trace``
+    records (their environment variables or defaults) and ``$XDG_CACHE_HOME`` (~/.cache)."""
+    import os
+
+    from profkit.capture.run import kernel_caches
+
+    roots = [Path(p) for p in kernel_caches().values()]
+    roots.append(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"))
+    return [r.resolve() for r in roots]
+
+
+def _below(path: Path, root: Path) -> bool:
+    return root != Path(root.anchor) and (path == root or root in path.parents)
 
 
 def code_note(rows: Sequence[dict[str, Any]], directories: Sequence[Path]) -> str | None:

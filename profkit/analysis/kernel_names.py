@@ -21,13 +21,21 @@ from functools import lru_cache
 
 _INT_CAST = re.compile(r"\((?:unsigned |signed )?(?:char|short|int|long|long long|__int128)\)(-?\d+)")
 _INT_SUFFIX = re.compile(r"(?<![\w.])(-?\d+)(?:ull|ul|ll|u|l)\b", re.IGNORECASE)
-_NSYS_LAMBDA = re.compile(r"\[lambda\((.*?)\) \(instance (\d+)\)\]")
-_KINETO_LAMBDA = re.compile(r"\{lambda\((.*?)\)#(\d+)\}")
+# A lambda's parameter list holds no brackets of its own, so each match attempt stops at the
+# next bracket: linear in the name's length, however many "[lambda(" it holds.
+_NSYS_LAMBDA = re.compile(r"\[lambda\(([^()\[\]{}]*)\) \(instance (\d+)\)\]")
+_KINETO_LAMBDA = re.compile(r"\{lambda\(([^()\[\]{}]*)\)#(\d+)\}")
 _VOID_ARGUMENT = re.compile(r"([<,]\s*)void\s+")
-_PARENTHESES = re.compile(r"\((?:[^()]|\(\))*[^()\s](?:[^()]|\(\))*\)")  # a non-empty group of only empty ones
 
 
-@lru_cache(maxsize=65536)
+# Names come from strangers' traces: every function here is linear in the name's
+# length (no pattern that backtracks; tests/test_hostile_names.py times a 1 MB name),
+# and the ones called per table row are cached, so each distinct name is worked
+# out once however often it is asked for.
+NAME_CACHE = 65536
+
+
+@lru_cache(maxsize=NAME_CACHE)
 def canonical_kernel_name(name: str) -> str:
     """The name both nsys and Kineto spellings of one kernel map to (see the module docstring)."""
     text = _strip_parameters(str(name).strip())
@@ -42,10 +50,51 @@ def canonical_kernel_name(name: str) -> str:
     # const&"), and so is a function template argument's return type: keep
     # the names, drop those.
     text = _VOID_ARGUMENT.sub(r"\1", text)
-    previous = None
-    while previous != text:
-        previous, text = text, _PARENTHESES.sub("()", text)
-    return "".join(text.split())
+    return "".join(_collapse_parentheses(text).split())
+
+
+def _collapse_parentheses(text: str) -> str:
+    """Each balanced ``(...)`` that holds a non-space character outside its own inner
+    groups, once those are collapsed, becomes ``()``, innermost first: what repeating
+    the substitution ``\\((?:[^()]|\\(\\))*[^()\\s](?:[^()]|\\(\\))*\\)`` -> ``()`` until
+    nothing changes gives, in one pass (that pattern backtracks: minutes on a long
+    unclosed group)."""
+    if "(" not in text:
+        return text
+    # One output list; each open group is [where it starts in it, only "()" inner groups
+    # so far, holds a character].  A collapsing group cuts its pieces off the end, so
+    # every piece is copied once however deep the nesting.
+    out: list[str] = []
+    stack: list[list] = []
+    last = 0
+    for match in _PAREN.finditer(text):
+        at = match.start()
+        if at > last:
+            plain = text[last:at]
+            out.append(plain)
+            if stack and not stack[-1][2] and plain.strip():
+                stack[-1][2] = True
+        last = at + 1
+        if text[at] == "(":
+            stack.append([len(out), True, False])
+            out.append("(")
+        elif not stack:  # a ")" that closes nothing
+            out.append(")")
+        else:
+            start, simple, content = stack.pop()
+            collapsed = simple and content
+            if collapsed:
+                del out[start:]
+                out.append("()")
+            else:
+                out.append(")")
+            if stack and not (collapsed or len(out) == start + 2):  # an inner group that is not "()"
+                stack[-1][1] = False
+    out.append(text[last:])
+    return "".join(out)
+
+
+_PAREN = re.compile(r"[()]")
 
 
 def _strip_parameters(name: str) -> str:
@@ -62,6 +111,7 @@ def _strip_parameters(name: str) -> str:
     return name
 
 
+@lru_cache(maxsize=NAME_CACHE)
 def function_name(kernel_name: str) -> str:
     """The bare function name: ``void ns::f<int>(float*)`` -> ``f``; Triton names stay as they are."""
     name = _strip_parameters(kernel_name.strip())
@@ -76,6 +126,7 @@ def function_name(kernel_name: str) -> str:
     return name.split()[-1] if name.split() else name
 
 
+@lru_cache(maxsize=NAME_CACHE)
 def has_parameter_list(kernel_name: str) -> bool:
     """Whether the name is a demangled C++ function's, with its parameter list.  Triton
     kernels (and ``extern "C"`` CUDA kernels) are plain C symbols: ``gelu_kernel``."""
@@ -83,6 +134,7 @@ def has_parameter_list(kernel_name: str) -> bool:
     return _strip_parameters(name) != name
 
 
+@lru_cache(maxsize=NAME_CACHE)
 def code_key(kernel_name: str) -> str:
     """The key a traced kernel and its machine code are joined on: the bare function name,
     and ``()`` after it for a C++ kernel.  A program can run a Triton ``gelu_kernel`` and a

@@ -16,7 +16,7 @@ from typing import NoReturn
 
 import click
 
-from profkit import __version__, allocator
+from profkit import __version__, allocator, signals
 from profkit.errors import ProfkitError
 
 # command name -> "module:attribute"; the order is the order in --help.
@@ -72,7 +72,13 @@ class LazyGroup(click.Group):
         try:
             return super().invoke(ctx)
         except ProfkitError as exc:
-            click.echo(f"profkit: error: {exc.one_line()}", err=True)
+            if signals.STOP.is_set():
+                # A signal ended a query inside SQLite, and the error it left was read as
+                # damage somewhere on the way up: the signal is what happened.
+                signals.raise_stop()
+            from profkit.output import terminal_safe
+
+            click.echo(f"profkit: error: {terminal_safe(exc.one_line())}", err=True)
             ctx.exit(exc.exit_code)
 
 
@@ -95,6 +101,7 @@ def cli() -> None:
 
 def main() -> None:
     allocator.configure()  # big short-lived arrays: see profkit/allocator.py
+    signals.install()  # SIGTERM/SIGHUP unwind like SIGINT, so temporary files are removed
     try:
         cli(prog_name="profkit")
     except SystemExit as exc:

@@ -16,7 +16,7 @@ import click
 from profkit.cli.kernel_code_options import kernel_target_options
 from profkit.cli.ranks import job_rank_option
 from profkit.errors import ProfkitError
-from profkit.output import Column, emit_rows
+from profkit.output import Column, emit_rows, terminal_safe
 
 KERNEL_DIFF_COLUMNS = [
     Column("status", "Status"),
@@ -95,7 +95,7 @@ def diff(base: Path, new: Path, fmt: str, fail_pct: float | None, min_effect: fl
     elif fmt == "csv":
         emit_rows(change_rows(result), CSV_COLUMNS, "csv")
     else:
-        click.echo(render_text(result))
+        click.echo(terminal_safe(render_text(result), lines=True))
         changed = [k for k in result["kernels"] if k["status"] != "same"]
         if changed:
             emit_rows(changed[:30], KERNEL_DIFF_COLUMNS, "table", title="Kernels that changed (time per step)")

@@ -127,7 +127,7 @@ def _print_kernels_with_code(export: Path, top: int | None, fmt: str, wide: bool
 
     dirs = list(code_dirs)
     if export.is_dir() and (export / RUN_JSON).is_file():
-        dirs += run_folder_caches(read_run_record(export))
+        dirs += run_folder_caches(read_run_record(export), export)
         if ncu_csv is None and (export / NCU_CSV).is_file():
             ncu_csv = export / NCU_CSV
     launches = read_ncu_csv(ncu_csv) if ncu_csv is not None else None

@@ -50,8 +50,9 @@ def scan(directory: Path, cache: Cache, only: Collection[str] | None = None) -> 
         raise ProfkitError(f"{directory} is not a directory", hint="pass TORCHINDUCTOR_CACHE_DIR or an output-code dump")
     builds: list[Build] = []
     seen: set[str] = set()
-    binaries = sorted(directory.rglob("*.cubin")) + sorted(
-        p for p in directory.rglob("*.ptx") if not p.with_suffix(".cubin").exists())
+    files = bounded_files(directory, (".cubin", ".ptx", ".py"))
+    cubins = {p for p in files if p.suffix == ".cubin"}
+    binaries = sorted(cubins) + sorted(p for p in files if p.suffix == ".ptx" and p.with_suffix(".cubin") not in cubins)
     if only is not None:
         binaries = [p for p in binaries if p.stem in only]
     for path in binaries:
@@ -63,7 +64,7 @@ def scan(directory: Path, cache: Cache, only: Collection[str] | None = None) -> 
     if only is not None:
         return InductorScan(builds, [], 0)
     compiled = {_stem_name(b) for b in builds}
-    python_files = sorted(directory.rglob("*.py"))
+    python_files = sorted(p for p in files if p.suffix == ".py")
     source_only = []
     for py in python_files:
         for name in inductor_kernel_names(py):
@@ -73,6 +74,26 @@ def scan(directory: Path, cache: Cache, only: Collection[str] | None = None) -> 
         raise ProfkitError(f"no kernels under {directory} (no .cubin, .ptx, or generated .py with Triton kernels)",
                            hint="run the program with TORCHINDUCTOR_CACHE_DIR set to this directory")
     return InductorScan(builds, source_only, len(python_files))
+
+
+def bounded_files(directory: Path, suffixes: tuple[str, ...]) -> list[Path]:
+    """The files under ``directory`` with these suffixes, walked without following links;
+    a folder with more files than ``PROFKIT_MAX_CACHE_FILES`` is refused (a kernel cache
+    holds thousands; "/" holds millions)."""
+    import os
+
+    from profkit.limits import VARIABLES, LimitExceeded, current
+
+    limit = current().max_cache_files
+    seen = 0
+    found = []
+    for folder, _, names in os.walk(directory, followlinks=False):
+        seen += len(names)
+        if seen > limit:
+            raise LimitExceeded(f"{directory} holds more than {limit:,} files: not a kernel cache",
+                                VARIABLES["max_cache_files"])
+        found += [Path(folder, n) for n in names if n.endswith(suffixes)]
+    return found
 
 
 def _stem_name(build: Build) -> str:

@@ -62,7 +62,7 @@ def write_report(export_path: str | os.PathLike[str], out_dir: str | os.PathLike
         from profkit.analysis.kernel_code import run_folder_caches
 
         record = read_run_record(export_path)
-        dirs += run_folder_caches(record)
+        dirs += run_folder_caches(record, export_path)
         if ncu_csv is None and (export_path / NCU_CSV).is_file():
             ncu_csv = export_path / NCU_CSV
         if run_info is None:  # a re-made report says what the run was, as the one `profkit trace` wrote

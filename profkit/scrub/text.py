@@ -43,11 +43,34 @@ _TOKEN_SHAPES = re.compile(
     r"|sk-[A-Za-z0-9_-]{20,}|AIza[0-9A-Za-z_-]{35}"
     r"|-----BEGIN [A-Z ]*PRIVATE KEY-----[^\x00]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$))"
 )
-# scheme://user:password@host: keep the scheme and host, drop the credentials.
-_URL_CREDENTIALS = re.compile(r"(?<=://)[^/\s:@\x00]+:[^/\s@\x00]+@")
+# scheme://user:password@host (or redis://:password@host, no user): keep the scheme
+# and host, drop the credentials.
+_URL_CREDENTIALS = re.compile(r"(?<=://)[^/\s:@\x00]*:[^/\s@\x00]+@")
+# NAME=value, --name=value and ?name=value&... (a query parameter).  Each pattern
+# starts only where a name starts (the lookbehind) and takes the name possessively,
+# so it is linear in the string's length; the value is redacted where the name is
+# secret-looking (is_secret_name: AWS_SECRET_ACCESS_KEY, --aws-secret, token, key).
+_ASSIGNMENT = re.compile(r"(?<![\w.-])(-{0,2})([A-Za-z_][\w.-]*+)=(\"[^\"\x00]*\"|'[^'\x00]*'|[^\s\"'&;,\x00]+)")
+# --name value (a space, or a NUL in an argv block, between them).
+_OPTION_VALUE = re.compile(r"(?<![\w-])(--?[A-Za-z][\w.-]*+)([ \t]+|\x00)(?![-\s])([^\s\"'\x00]+)")
+# -pVALUE: the password of mysql, mysqldump, psql-style clients (compiler flags kept).
+_SHORT_PASSWORD = re.compile(r"(?<![\w-])-p(?!thread\b|ipe\b|ie\b|g\b)([^\s\x00\"'=]{4,})")
 # Shortest value treated as a secret: shorter ones ("1", "yes") are not
 # secrets and would wreck unrelated names if replaced everywhere.
 MIN_SECRET_LENGTH = 6
+# Shortest value of any recorded variable, whatever its name (MYSQL_PWD, CI_JOB_JWT),
+# that is replaced wherever it occurs.
+MIN_ENV_VALUE_LENGTH = 8
+# Variables whose values are the user's identity, not secrets: --anonymize replaces
+# them (user1, host1, /home/user1); replacing them as secrets would hide the paths.
+IDENTITY_VARIABLES = {"USER", "LOGNAME", "USERNAME", "SUDO_USER", "HOSTNAME", "HOST", "COMPUTERNAME", "HOME",
+                      "PWD", "OLDPWD"}
+# Values too common to be anyone's secret: paths and path lists, numbers and versions,
+# locales, booleans and a few words every environment holds.
+_COMMON_VALUE = re.compile(
+    r"[/~.][^\s]*|[\d.,:;_ +-]+|[A-Za-z]{1,3}(?:_[A-Za-z]{2})?\.(?:utf-?8|UTF-?8)(?:@\w+)?"
+    r"|(?i:true|false|yes|no|none|null|localhost|unlimited|disabled|enabled|default|"
+    r"xterm-256color|screen-256color|tmux-256color|truecolor|x86_64-pc-linux-gnu|expandable_segments:true)")
 # Shortest user or host name replaced as a word outside its own fields.
 MIN_NAME_LENGTH = 3
 # Names too common to be identifying (replacing "root" everywhere helps nobody).
@@ -89,8 +112,20 @@ def is_secret_name(name: str) -> bool:
     return any(w in _SECRET_WORDS or w.endswith(_SECRET_SUFFIXES) for w in words)
 
 
+def is_secret_option(name: str) -> bool:
+    """``--aws-secret``, ``--password``, ``api.key``: a secret-looking name in option spelling."""
+    return is_secret_name(name.lstrip("-").replace("-", "_").replace(".", "_"))
+
+
+def is_common_value(value: str) -> bool:
+    return _COMMON_VALUE.fullmatch(value) is not None
+
+
 def secret_values(env: Mapping[str, str]) -> set[str]:
-    """The values of ``env`` that are credentials (by the variable's name or the value's shape)."""
+    """The values of ``env`` that go wherever they occur: credentials (by the variable's
+    name or the value's shape), and every other value of at least MIN_ENV_VALUE_LENGTH
+    characters that is not a common path or word, whatever the variable is called
+    (MYSQL_PWD, CI_JOB_JWT hold secrets under names that do not say so)."""
     found = set()
     for name, value in env.items():
         value = value.strip()
@@ -99,7 +134,16 @@ def secret_values(env: Mapping[str, str]) -> set[str]:
         if _TOKEN_SHAPES.fullmatch(value) or (is_secret_name(name) and not value.startswith("/")):
             # A variable such as TOKEN_FILE=/run/secrets/x names a file, not a secret.
             found.add(value)
+        elif (len(value) >= MIN_ENV_VALUE_LENGTH and name.upper() not in IDENTITY_VARIABLES
+              and not is_common_value(value)):
+            found.add(value)
     return found
+
+
+def _secret_value(value: str) -> bool:
+    """Whether a value named secret is worth replacing: not a path, a number or a few characters."""
+    bare = value.strip("\"'")
+    return len(bare) >= MIN_SECRET_LENGTH and not bare.startswith("/") and not bare.isdigit()
 
 
 class Anonymizer:
@@ -205,12 +249,46 @@ class Redactor:
         self.counts["credential-shaped strings"] += n
         out, n = _URL_CREDENTIALS.subn(REDACTED + "@", out)
         self.counts["URL credentials"] += n
+        if "=" in out:
+            out = _ASSIGNMENT.sub(self._assignment, out)
+        if "-" in out:
+            out = _OPTION_VALUE.sub(self._option_value, out)
+            out, n = _SHORT_PASSWORD.subn("-p" + REDACTED, out)
+            self.counts["-pPASSWORD options"] += n
         if self.anonymizer is not None:
             anonymized = self.anonymizer(out)
             if anonymized != out:
                 self.counts["anonymized strings"] += 1
             out = anonymized
         return out
+
+    def _assignment(self, match: re.Match[str]) -> str:
+        dashes, name, value = match.groups()
+        if not (is_secret_option(name) and _secret_value(value)) or value == REDACTED:
+            return match.group(0)
+        self.counts["--name=value options" if dashes else "NAME=value assignments and query parameters"] += 1
+        return f"{dashes}{name}={REDACTED}"
+
+    def _option_value(self, match: re.Match[str]) -> str:
+        option, space, value = match.groups()
+        if not (is_secret_option(option) and _secret_value(value)) or value == REDACTED:
+            return match.group(0)
+        self.counts["--name value options"] += 1
+        return f"{option}{space}{REDACTED}"
+
+    def redact_pair(self, option: str, value: str) -> str:
+        """The value of an argument that follows ``option`` as a separate string (argv rows)."""
+        if option.startswith("-") and "=" not in option and is_secret_option(option) and _secret_value(value):
+            self.counts["--name value options"] += 1
+            return REDACTED
+        return value
+
+    def redact_member(self, key: str, value: str) -> str:
+        """A JSON member whose key is secret-looking (``{"AWS_SECRET_ACCESS_KEY": "..."}``)."""
+        if is_secret_option(key) and _secret_value(value):
+            self.counts["secret-named members"] += 1
+            return REDACTED
+        return value
 
     def summary(self) -> dict[str, int]:
         return {k: v for k, v in self.counts.items() if v}

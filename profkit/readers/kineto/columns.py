@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from profkit.limits import Limits, check_string, current
 from profkit.model import schema
 from profkit.model.trace import Coded, empty_arrays
 
@@ -65,6 +66,10 @@ def _int_or_missing(x: Any) -> int:
     return int(x) if isinstance(x, (int, float)) and math.isfinite(x) else schema.MISSING_INT
 
 
+# The longest name or text a trace may hold (profkit.limits), set by each TraceBuilder.
+MAX_STRING = [Limits().max_string]
+
+
 class Codes:
     """Text column as integer codes; ``None`` (absent) is its own code."""
 
@@ -94,6 +99,8 @@ class Codes:
             values = [v if isinstance(v, str) else None for v in values]
         for value in dict.fromkeys(values):
             if value not in index:
+                if type(value) is str and len(value) > MAX_STRING[0]:  # once per distinct name
+                    check_string(value, current())
                 index[value] = len(index)
         return np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=len(values))
 

@@ -36,6 +36,8 @@ import numpy as np
 from profkit.model import schema
 from profkit.readers.kineto import comms
 from profkit.readers.kineto.parse import Args, Event
+from profkit.limits import current as current_limits
+from profkit.readers.kineto import columns
 from profkit.readers.kineto.columns import Codes, Table, floats, ints, nanoseconds, triples
 
 # profkit.capture.sync_hook's PREFIX and DOMAIN (not imported: the reader needs no capture code).  A
@@ -43,8 +45,10 @@ from profkit.readers.kineto.columns import Codes, Table, floats, ints, nanosecon
 SYNC_SITE_PREFIX = "profkit.sync|"
 SYNC_SITE_DOMAIN = "profkit.sync"
 PROFILER_STEP = re.compile(r"ProfilerStep#\d+")
-MEMCPY_NAME = re.compile(r"Memcpy (\w+) \((.*?) -> (.*?)\)")
-MEMSET_NAME = re.compile(r"Memset \((.*?)\)")
+# "Memcpy HtoD (Pageable -> Device)": the two sides are split without a pattern, since
+# two lazy groups backtrack quadratically on a long name with many " -> ".
+MEMCPY_PREFIX = re.compile(r"Memcpy (\w+) \(")
+MEMSET_NAME = re.compile(r"Memset \(([^)]*)\)")
 # CUPTI's memcpy kinds as Kineto prints them -> nsys's labels (ENUM_CUDA_MEMCPY_OPER).
 COPY_KINDS = {"HtoD": "Host-to-Device", "DtoH": "Device-to-Host", "HtoA": "Host-to-Array",
               "AtoH": "Array-to-Host", "AtoA": "Array-to-Array", "AtoD": "Array-to-Device",
@@ -95,9 +99,12 @@ def copy_kinds(name: Any) -> tuple[str, str, str]:
     """(copy kind, source memory, destination memory) from 'Memcpy HtoD (Pageable -> Device)'
     or ('', '', memory) from 'Memset (Device)'; '' where the name says nothing."""
     if isinstance(name, str):
-        m = MEMCPY_NAME.match(name)
+        m = MEMCPY_PREFIX.match(name)
         if m:
-            return COPY_KINDS.get(m.group(1), m.group(1)), m.group(2), m.group(3)
+            source, arrow, rest = name[m.end():].partition(" -> ")
+            close = rest.find(")")
+            if arrow and close >= 0:
+                return COPY_KINDS.get(m.group(1), m.group(1)), source, rest[:close]
         m = MEMSET_NAME.match(name)
         if m:
             return "", "", m.group(1)
@@ -143,6 +150,7 @@ class TraceBuilder:
         self.skipped: Counter[str] = Counter()
         self.capture: tuple[int, int] | None = None
         self.events = 0
+        columns.MAX_STRING[0] = current_limits().max_string
 
     # -- one batch -------------------------------------------------------------
     def add(self, events: list[Any]) -> None:

@@ -36,6 +36,8 @@ from __future__ import annotations
 
 import gc
 import gzip
+import os
+import sys
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -44,6 +46,7 @@ from typing import Any, BinaryIO, Protocol, TypeVar
 
 import msgspec
 
+from profkit import limits as trace_limits
 from profkit.errors import ProfkitError
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -136,19 +139,79 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def open_binary(path: Path) -> BinaryIO:
-    """The file (decompressed when it is gzip, told by its first bytes), read-only."""
+class BoundedReader:
+    """A binary file that refuses to give more than ``limit`` bytes: a gzip bomb (1 MB that
+    inflates to 1 GiB of whitespace) stops at the limit instead of filling memory."""
+
+    def __init__(self, raw: BinaryIO, limit: int, compressed: bool, size: int) -> None:
+        self.raw, self.limit, self.compressed, self.size = raw, limit, compressed, size
+        self.read_bytes = 0
+
+    def read(self, n: int = -1) -> bytes:
+        if n is None or n < 0:
+            parts = []
+            while part := self.read(BLOCK):
+                parts.append(part)
+            return b"".join(parts)
+        data = self.raw.read(min(n, self.limit - self.read_bytes + 1))
+        self.read_bytes += len(data)
+        if self.read_bytes > self.limit:
+            if self.compressed and self.limit < trace_limits.current().max_trace_bytes:
+                raise trace_limits.LimitExceeded(
+                    f"inflates to more than {self.limit:,} bytes, {self.limit / max(self.size, 1):.0f} times "
+                    f"its {self.size:,} compressed bytes (a real trace: under 20 times)",
+                    trace_limits.VARIABLES["max_gzip_ratio"])
+            raise trace_limits.LimitExceeded(f"holds more than {self.limit:,} bytes of JSON",
+                                             trace_limits.VARIABLES["max_trace_bytes"])
+        return data
+
+    def close(self) -> None:
+        self.raw.close()
+
+    def __enter__(self) -> BoundedReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_binary(path: Path) -> BoundedReader:
+    """The file (decompressed when it is gzip, told by its first bytes), read-only, giving
+    at most the bytes the limits allow (``profkit.limits``)."""
     try:
         f = path.open("rb")
+        size = os.fstat(f.fileno()).st_size
     except FileNotFoundError:
         raise ProfkitError(f"{path}: no such file") from None
     except OSError as exc:
         raise ProfkitError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    limits = trace_limits.current()
     if f.read(2) == GZIP_MAGIC:
         f.seek(0)
-        return gzip.GzipFile(fileobj=f, mode="rb")  # type: ignore[return-value]
+        raw = gzip.GzipFile(fileobj=f, mode="rb")
+        return BoundedReader(raw, limits.max_decompressed(size), True, size)  # type: ignore[arg-type]
     f.seek(0)
-    return f
+    return BoundedReader(f, limits.max_trace_bytes, False, size)
+
+
+class _EventCounter:
+    """Hands batches on to a sink, and stops a trace with far more events than its bytes
+    can hold as real events (``Limits.max_events_for``)."""
+
+    def __init__(self, on_batch: Callable[[list[Event]], None], reader_bytes: Callable[[], int]) -> None:
+        self.on_batch, self.reader_bytes = on_batch, reader_bytes
+        self.limits = trace_limits.current()
+        self.events = 0
+
+    def __call__(self, events: list[Event]) -> None:
+        self.events += len(events)
+        allowed = self.limits.max_events_for(self.reader_bytes())
+        if self.events > allowed:
+            per_event = self.reader_bytes() / max(self.events, 1)
+            raise trace_limits.LimitExceeded(
+                f"holds more than {allowed:,} events ({self.events:,} so far, {per_event:.0f} bytes each; "
+                f"a real event takes 150-400)", trace_limits.VARIABLES["max_events"])
+        self.on_batch(events)
 
 
 def read_events(path: Path, new_sink: Callable[[], Sink]) -> tuple[dict[str, Any], Sink]:
@@ -158,7 +221,9 @@ def read_events(path: Path, new_sink: Callable[[], Sink]) -> tuple[dict[str, Any
     every event again from the whole-file decode.
 
     Raises ProfkitError for a file that is not a trace, not JSON, or a
-    truncated or corrupt gzip."""
+    truncated or corrupt gzip, and for one beyond the limits (``profkit.limits``):
+    too many bytes, events or characters in one string, or nested deeper than
+    the interpreter's recursion limit."""
     try:
         with gc_paused():
             sink = new_sink()
@@ -167,6 +232,11 @@ def read_events(path: Path, new_sink: Callable[[], Sink]) -> tuple[dict[str, Any
             except _NotChunkable:
                 sink = new_sink()
                 return _read_whole(path, sink.add), sink
+    except trace_limits.LimitExceeded as exc:
+        raise trace_limits.LimitExceeded(f"{path.name} {exc.message}", exc.variable) from None
+    except RecursionError:
+        raise ProfkitError(f"{path.name} is nested deeper than the reader allows (about "
+                           f"{sys.getrecursionlimit():,} levels; a real trace has under 10)") from None
     except (gzip.BadGzipFile, zlib.error) as exc:
         raise ProfkitError(f"{path.name} is a corrupt gzip file ({exc})") from None
     except EOFError:
@@ -184,6 +254,8 @@ def _metadata(doc: Document) -> dict[str, Any]:
 def _read_whole(path: Path, on_batch: Callable[[list[Event]], None]) -> dict[str, Any]:
     with open_binary(path) as f:
         data = f.read()
+    size = len(data)
+    on_batch = _EventCounter(on_batch, lambda: size)
     if not data.strip():
         raise ProfkitError(f"{path.name} is empty: not a PyTorch profiler trace")
     shapes = SHAPES_KEY in data
@@ -238,6 +310,7 @@ def lenient_events(values: list[Any]) -> list[Event]:
 
 def _read_chunked(path: Path, on_batch: Callable[[list[Event]], None]) -> dict[str, Any]:
     with open_binary(path) as f:
+        on_batch = _EventCounter(on_batch, lambda: f.read_bytes)
         buffer = f.read(BLOCK)
         while True:
             key_at = buffer.find(EVENTS_KEY)
@@ -259,8 +332,11 @@ def _read_chunked(path: Path, on_batch: Callable[[list[Event]], None]) -> dict[s
         del buffer
         start = array_at - 1  # the "[" that opens the current chunk
         shapes = False
+        fresh = start + 1  # where bytes not yet searched for a separator begin
         while True:
-            cut = data.rfind(separator, start + 1) if separator else -1
+            # Only the new bytes (and a separator's length before them) are searched: a
+            # block with no separator (a run of whitespace) is not scanned again.
+            cut = data.rfind(separator, max(start + 1, fresh - len(separator))) if separator else -1
             if cut >= 0:  # the separator's "}" ends the last whole event of the block
                 comma = cut + 1
                 data[comma] = ord("]")
@@ -273,6 +349,7 @@ def _read_chunked(path: Path, on_batch: Callable[[list[Event]], None]) -> dict[s
                 break
             del data[:start]  # what was decoded
             start = 0
+            fresh = len(data)
             data += more
         rest = bytes(data[start + 1:])
         del data

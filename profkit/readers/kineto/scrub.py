@@ -13,6 +13,7 @@ under a temporary name, then renamed.
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import zlib
 from collections.abc import Mapping
@@ -23,6 +24,7 @@ import orjson
 
 from profkit.atomic import atomic_path
 from profkit.errors import ProfkitError
+from profkit.readers.kineto.parse import open_binary, read_events
 from profkit.scrub.text import Anonymizer, Redactor, parse_environment, secret_values
 
 ENVIRONMENT_KEYS = {"env", "environ", "environment", "envvars", "environment_variables"}
@@ -45,7 +47,7 @@ def scrub_kineto(source: str | os.PathLike[str], output: str | os.PathLike[str],
             anonymizer.learn(env)
     redact = Redactor(secrets, anonymizer)
     document = _map_strings(document, redact)
-    data = orjson.dumps(document)
+    data = _dumps(document, src)
     with atomic_path(out) as tmp:
         with open(tmp, "wb") as fh:
             # mtime=0: the same input gives the same bytes.
@@ -54,16 +56,36 @@ def scrub_kineto(source: str | os.PathLike[str], output: str | os.PathLike[str],
     return {k: v for k, v in removed.items() if v}
 
 
-def _load(src: Path) -> Any:
+def _dumps(document: Any, src: Path) -> bytes:
+    """The scrubbed document as JSON.  orjson stops at 255 levels; the reader accepts up to
+    the interpreter's recursion limit, and so does the standard library's C encoder."""
     try:
-        raw = src.read_bytes()
-    except OSError as exc:
-        raise ProfkitError(f"{src}: cannot read ({exc.strerror or exc})") from None
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise ProfkitError(f"{src} is damaged or truncated (gzip: {exc})") from None
+        return orjson.dumps(document)
+    except TypeError as exc:
+        if "Recursion" not in str(exc):
+            raise
+    try:
+        return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+    except RecursionError:
+        raise ProfkitError(f"{src.name} is nested too deep to write back") from None
+
+
+class _Count:
+    """A sink that keeps nothing: the reader's pass checks the limits before the document is built."""
+
+    def add(self, events: list[Any]) -> None:
+        events.clear()
+
+
+def _load(src: Path) -> Any:
+    # The reader's own pass first: the same limits (bytes, events, string length, depth)
+    # as every other command, before a million dicts are made.
+    read_events(src, _Count)
+    try:
+        with open_binary(src) as fh:
+            raw = fh.read()
+    except (OSError, EOFError, zlib.error) as exc:
+        raise ProfkitError(f"{src} is damaged or truncated ({exc})") from None
     try:
         document = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -124,13 +146,19 @@ def _map_strings(document: Any, redact: Redactor) -> Any:
             items = list(node.items())
             node.clear()
             for key, value in items:
-                node[clean(key)] = clean(value) if isinstance(value, str) else value
+                if isinstance(value, str):
+                    value = redact.redact_member(key, clean(value))
+                node[clean(key)] = value
                 if isinstance(value, (dict, list)):
                     stack.append(value)
         else:
+            previous = None
             for i, value in enumerate(node):
                 if isinstance(value, str):
                     node[i] = clean(value)
+                    if isinstance(previous, str):  # ["--password", "VALUE"]: an argv list
+                        node[i] = redact.redact_pair(previous, node[i])
                 elif isinstance(value, (dict, list)):
                     stack.append(value)
+                previous = value
     return root[0]

@@ -24,7 +24,7 @@ class _Db:
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
-        self.tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')")}
+        self.tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
 
     def has_table(self, name: str) -> bool:
         return name in self.tables

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat
+import time
 import urllib.parse
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -28,6 +29,9 @@ from typing import Any
 
 from profkit.analysis.sync_calls import normalize_api_name  # noqa: F401 (the rule api_name_sql writes in SQL)
 from profkit.errors import ProfkitError
+from profkit.limits import VARIABLES, LimitExceeded
+from profkit.limits import current as current_limits
+from profkit.signals import STOP, raise_stop
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -212,6 +216,7 @@ class NsysExport:
     # -- query execution with file-damage errors -------------------------
     def rows(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[tuple]:
         """Run a query and fetch all rows; a damaged file raises ProfkitError."""
+        restart_budget(self.conn)
         try:
             return self.conn.execute(sql, params).fetchall()
         except SQLITE_ERRORS as exc:
@@ -219,6 +224,7 @@ class NsysExport:
 
     def iter_rows(self, sql: str, params: Sequence[Any] | dict[str, Any] = (), batch: int = 10_000) -> Iterator[tuple]:
         """Stream rows in batches (bounded memory for million-row tables)."""
+        restart_budget(self.conn)
         try:
             cur = self.conn.execute(sql, params)
             while chunk := cur.fetchmany(batch):
@@ -232,6 +238,7 @@ class NsysExport:
 
     def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> None:
         """Run a statement that returns nothing (temp tables, pragmas)."""
+        restart_budget(self.conn)
         try:
             self.conn.execute(sql, params)
         except SQLITE_ERRORS as exc:
@@ -240,6 +247,8 @@ class NsysExport:
     def _damage(self, exc: Exception) -> ProfkitError:
         """A ProfkitError for a damaged file, an unsupported schema, or any other SQLite error."""
         text = _message(exc)
+        if is_interrupted(exc):
+            return stopped_query(self.conn, self.path)
         if isinstance(exc, sqlite3.OperationalError) and text.startswith("no such"):
             # A table or column this schema lacks that no requirement check
             # caught: report it with the schema version so it can be fixed.
@@ -322,7 +331,9 @@ def open_export(path: str | os.PathLike[str]) -> NsysExport:
     _check_sqlite_header(p)
     conn = _connect_read_only(p)
     try:
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+        # Tables only: nsys writes no views, and a view is any query at all (an
+        # endless recursive CTE named CUPTI_ACTIVITY_KIND_KERNEL).
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     except SQLITE_ERRORS as exc:
         conn.close()
         if "not a database" in str(exc) or "encrypted" in str(exc):
@@ -336,7 +347,78 @@ def open_export(path: str | os.PathLike[str]) -> NsysExport:
         )
     export = NsysExport(p, conn, tables)
     _check_readable_tail(export)
+    _check_string_lengths(export)
     return export
+
+
+def _check_string_lengths(export: NsysExport) -> None:
+    """Every name of an export is a StringIds value: one scan finds one longer than the limit
+    (``length`` counts characters up to a NUL; an environ block is scrubbed, not named)."""
+    if "StringIds" not in export.tables or "value" not in export.columns("StringIds"):
+        return
+    limit = current_limits().max_string
+    longest = export.scalar("SELECT max(length(value)) FROM StringIds")
+    if isinstance(longest, int) and longest > limit:
+        export.close()
+        raise LimitExceeded(f"{export.path.name} holds a string of {longest:,} characters (a name or text), "
+                            f"more than the {limit:,} allowed", VARIABLES["max_string"])
+
+
+# -- stopping a query: a time budget, and SIGINT / SIGTERM -----------------------------
+# SQLite runs a query inside C, where Python's signal handlers wait; the progress
+# handler is called every PROGRESS_STEPS virtual-machine steps (~1 ms) and ends the
+# query when the budget is spent or profkit.signals.STOP is set.
+PROGRESS_STEPS = 100_000
+
+
+class _Budget:
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.started = time.monotonic()
+        self.expired = False
+
+    def __call__(self) -> int:
+        if STOP.is_set():
+            return 1
+        if time.monotonic() - self.started > self.seconds:
+            self.expired = True
+            return 1
+        return 0
+
+
+class GuardedConnection(sqlite3.Connection):
+    """A connection that carries its query budget (``sqlite3.connect(..., factory=GuardedConnection)``)."""
+
+    budget: _Budget | None = None
+
+
+def guard_connection(conn: sqlite3.Connection) -> None:
+    """Give ``conn`` the progress handler: a time budget per query, and a stop on signals."""
+    budget = _Budget(current_limits().sql_seconds)
+    if isinstance(conn, GuardedConnection):
+        conn.budget = budget
+    conn.set_progress_handler(budget, PROGRESS_STEPS)
+
+
+def restart_budget(conn: sqlite3.Connection) -> None:
+    budget = getattr(conn, "budget", None)
+    if budget is not None:
+        budget.started = time.monotonic()
+        budget.expired = False
+
+
+def is_interrupted(exc: BaseException) -> bool:
+    return isinstance(exc, sqlite3.OperationalError) and str(exc) == "interrupted"
+
+
+def stopped_query(conn: sqlite3.Connection, path: Path) -> ProfkitError:
+    """The error for a query the progress handler ended; a signal is raised again."""
+    budget = getattr(conn, "budget", None)
+    if budget is not None and budget.expired:
+        return LimitExceeded(f"{path.name}: a query ran longer than {budget.seconds:g} s",
+                             VARIABLES["sql_seconds"])
+    raise_stop()
+    raise AssertionError("unreachable")
 
 
 def _check_file(p: Path) -> None:
@@ -404,9 +486,10 @@ def _connect_read_only(p: Path) -> sqlite3.Connection:
     # framework opens exports the same way (nsysstats.py).
     uri = "file:" + urllib.parse.quote(str(p.resolve())) + "?mode=ro&immutable=1"
     try:
-        conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
+        conn = sqlite3.connect(uri, uri=True, check_same_thread=False, factory=GuardedConnection)
     except SQLITE_ERRORS as exc:
         raise ProfkitError(f"{p} cannot be opened as SQLite ({_message(exc)})", hint=_EXPORT_HINT) from None
+    guard_connection(conn)
     try:
         # A 16 MiB page cache: summaries scan tables once, so a bigger cache
         # only adds resident memory (the OS caches the file anyway); temp

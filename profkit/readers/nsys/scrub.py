@@ -19,16 +19,18 @@ is renamed into place.  The input is only ever opened read-only.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
+import shutil
 import sqlite3
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from profkit.atomic import atomic_path, temp_name
+from profkit.atomic import atomic_path
 from profkit.errors import ProfkitError
-from profkit.readers.nsys.reader import SQLITE_ERRORS, open_export
+from profkit.readers.nsys.reader import (SQLITE_ERRORS, GuardedConnection, guard_connection, is_interrupted,
+                                         open_export, restart_budget, stopped_query)
 from profkit.scrub.text import Anonymizer, Redactor, parse_environment, secret_values
 
 SYSTEM_ENV = "TARGET_INFO_SYSTEM_ENV"
@@ -50,33 +52,39 @@ def scrub_export(source: str | os.PathLike[str], output: str | os.PathLike[str],
     trace`` passes the environment it ran the program with).
     """
     out = Path(output)
-    with open_export(source) as export:
-        work = temp_name(out)
-        try:
-            export.conn.execute("VACUUM INTO ?", (str(work),))
-        except SQLITE_ERRORS as exc:
-            with contextlib.suppress(FileNotFoundError):
-                work.unlink()
-            raise export._damage(exc) from None
+    # The working copy still holds every secret: it is made in a private folder of
+    # its own (mode 0700, under TMPDIR), never beside the output, which is the folder
+    # meant for sharing; only the scrubbed copy is written there, under an
+    # ".incomplete" name until it is whole and checked.
+    private = Path(tempfile.mkdtemp(prefix="profkit-scrub-"))
+    work = private / "unscrubbed.sqlite"
+    conn = None
     try:
-        conn = sqlite3.connect(work)
+        with open_export(source) as export:
+            try:
+                export.conn.execute("VACUUM INTO ?", (str(work),))
+            except SQLITE_ERRORS as exc:
+                raise export._damage(exc) from None
+        conn = sqlite3.connect(work, factory=GuardedConnection)
+        guard_connection(conn)
         try:
             removed = _scrub_in_place(conn, anonymize, environment or {})
             conn.commit()
             with atomic_path(out) as tmp:
+                restart_budget(conn)
                 conn.execute("VACUUM INTO ?", (str(tmp),))
                 conn.close()
                 _check_clean(tmp, out)
         finally:
             conn.close()
     except SQLITE_ERRORS as exc:
+        if is_interrupted(exc):
+            raise stopped_query(conn, Path(source)) from None
         # damage that open_export's checks did not reach (big files skip quick_check)
         raise ProfkitError(f"{Path(source).name} is damaged, it cannot be scrubbed ({exc})",
                            hint="export it again: nsys export --type sqlite REPORT.nsys-rep") from None
     finally:
-        for leftover in (work, work.with_name(work.name + "-journal")):
-            with contextlib.suppress(FileNotFoundError):
-                leftover.unlink()
+        shutil.rmtree(private, ignore_errors=True)
     return removed
 
 
@@ -109,6 +117,8 @@ def _scrub_in_place(conn: sqlite3.Connection, anonymize: bool, extra_env: Mappin
     for table in sorted(tables):
         if not table.startswith("sqlite_"):
             _redact_table(conn, table, redact)
+    if CAPTURE in tables and _has_columns(conn, CAPTURE, ("name", "value")):
+        _redact_argument_pairs(conn, redact)
     counts.update(redact.summary())
     return {k: v for k, v in counts.items() if v}
 
@@ -129,9 +139,15 @@ def _anonymize_identity_fields(conn: sqlite3.Connection, tables: set[str], anony
 def _redact_table(conn: sqlite3.Connection, table: str, redact: Redactor) -> None:
     """Pass every text value of ``table`` through ``redact``; write back the ones it changed."""
     columns = [(r[1], (r[2] or "").upper()) for r in conn.execute(f'SELECT * FROM pragma_table_info("{_q(table)}")')]
-    # Integer and float columns are skipped: nsys stores text as StringIds keys
-    # there, and scanning a million-row kernel table per column would dominate.
+    # nsys stores text as StringIds keys in its integer columns; but SQLite lets any
+    # column hold text, so one scan of the table finds the numeric columns that do
+    # (a column scan each, on a million-row kernel table, would dominate).
     text_columns = [name for name, decl in columns if not re.search(r"INT|REAL|FLOA|DOUB", decl)]
+    numeric = [name for name, _ in columns if name not in text_columns]
+    if numeric:
+        probe = ", ".join(f'max(typeof("{_q(c)}") IN (\'text\', \'blob\'))' for c in numeric)
+        found = conn.execute(f'SELECT {probe} FROM "{_q(table)}"').fetchone() or ()
+        text_columns += [c for c, hit in zip(numeric, found) if hit]
     # Rows are addressed by rowid, unless the table has none (WITHOUT ROWID, or
     # a column shadowing the name): then by the old value, which is exact too.
     by_rowid = _has_rowid(conn, table) and not {"rowid", "_rowid_", "oid"} & {c.lower() for c, _ in columns}
@@ -151,6 +167,24 @@ def _redact_table(conn: sqlite3.Connection, table: str, redact: Redactor) -> Non
         # numbered ones (?1) bound from a sequence.
         conn.executemany(f'UPDATE "{tab}" SET "{col}" = CASE typeof("{col}") WHEN \'blob\' THEN ? '
                          f'ELSE CAST(? AS TEXT) END WHERE {key} = ?', changes)
+
+
+def _redact_argument_pairs(conn: sqlite3.Connection, redact: Redactor) -> None:
+    """``--password VALUE`` on a command line is two META_DATA_CAPTURE rows
+    (PROCESS_0:ARGUMENT_3, _4): the second's value goes when the first is a secret option."""
+    rows = conn.execute(f"SELECT rowid, CAST(name AS BLOB), CAST(value AS BLOB) FROM {CAPTURE} "
+                        "WHERE name GLOB 'PROCESS_*:ARGUMENT_*'").fetchall()
+    arguments = {}
+    for rowid, name, value in rows:
+        process, _, index = _text(name).rpartition(":ARGUMENT_")
+        if index.isdigit():
+            arguments[process, int(index)] = (rowid, _text(value))
+    for (process, index), (_, option) in sorted(arguments.items()):
+        following = arguments.get((process, index + 1))
+        if following is not None:
+            cleaned = redact.redact_pair(option, following[1])
+            if cleaned != following[1]:
+                conn.execute(f"UPDATE {CAPTURE} SET value = ? WHERE rowid = ?", (cleaned, following[0]))
 
 
 def _check_clean(path: Path, out: Path) -> None:
