@@ -8,7 +8,7 @@ asked columns, each as an SQL expression over one nsys table:
   ``group_concat`` scans parsed by numpy, several connections at once on big
   tables), in rowid order, so columns loaded at different times line up;
 - text columns stored as StringIds keys (kernel, API and thread names) are
-  scanned as integers, encoded densely (``stats.encode_keys``) and only the
+  scanned as integers, encoded densely (``model.keys.encode_keys``) and only the
   distinct keys are looked up in StringIds: a million kernels of 300 names
   cost 300 string lookups;
 - enum columns (copy kind, memory kind, sync type) are mapped through the
@@ -60,7 +60,8 @@ from profkit.readers.nsys.reader import (
     pid_sql,
     tid_sql,
 )
-from profkit.readers.nsys.stats import NULL_INT, ColumnsQuery, collect_columns, encode_keys
+from profkit.model.keys import NULL_INT, encode_keys
+from profkit.readers.nsys.stats import ColumnsQuery, collect_columns
 
 # -- column specs ----------------------------------------------------------------
 # An integer column: an SQL expression (NULL -> -1).
