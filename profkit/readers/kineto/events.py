@@ -34,14 +34,13 @@ from typing import Any
 import numpy as np
 
 from profkit.model import schema
+# A sync-site range gets the hook's NVTX domain, so it is labelled alike from nsys and Kineto traces.
+from profkit.model.sync_sites import DOMAIN as SYNC_SITE_DOMAIN
+from profkit.model.sync_sites import PREFIX as SYNC_SITE_PREFIX
 from profkit.readers.kineto import comms
 from profkit.readers.kineto.parse import Args, Event
 from profkit.readers.kineto.columns import Codes, Table, floats, ints, nanoseconds, triples
 
-# profkit.capture.sync_hook's PREFIX and DOMAIN (not imported: the reader needs no capture code).  A
-# sync-site range gets the hook's NVTX domain, so it is labelled alike from nsys and Kineto traces.
-SYNC_SITE_PREFIX = "profkit.sync|"
-SYNC_SITE_DOMAIN = "profkit.sync"
 PROFILER_STEP = re.compile(r"ProfilerStep#\d+")
 MEMCPY_NAME = re.compile(r"Memcpy (\w+) \((.*?) -> (.*?)\)")
 MEMSET_NAME = re.compile(r"Memset \((.*?)\)")
