@@ -56,8 +56,6 @@ from typing import Any
 import numpy as np
 
 from profkit.analysis.sync_calls import (
-    COPY_KIND_LABELS,
-    MEM_KIND_LABELS,
     PID_MASK,
     SYNC_APIS,
     TO_HOST_COPIES,
@@ -70,6 +68,7 @@ from profkit.analysis.sync_calls import (
 )
 from profkit.analysis.sync_idle import ActivitySource, attach_gpu_idle  # noqa: F401 (part of this API)
 from profkit.analysis.sync_ranges import RangeColumns, enclosing
+from profkit.model.cuda_labels import COPY_KIND_LABELS, MEM_KIND_LABELS
 from profkit.model import sync_sites
 
 # cause labels

@@ -26,8 +26,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from profkit.analysis.sync_calls import normalize_api_name  # noqa: F401 (the rule api_name_sql writes in SQL)
 from profkit.errors import ProfkitError
+from profkit.model.cuda_labels import normalize_api_name  # noqa: F401 (the rule api_name_sql writes in SQL)
 from profkit.model.trace import DECIMAL_HALF_UP, SQLITE_LEGACY
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
