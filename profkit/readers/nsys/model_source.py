@@ -46,11 +46,13 @@ from typing import Any
 
 import numpy as np
 
-from profkit.capture.sync_hook import PREFIX as SYNC_SITE_PREFIX
 from profkit.errors import ProfkitError
 from profkit.model import schema
+from profkit.model.keys import NULL_INT, encode_keys
+from profkit.model.sync_sites import PREFIX as SYNC_SITE_PREFIX
 from profkit.model.trace import DURATION, NSYS, Coded, Trace, TraceMeta, narrowed
 from profkit.readers.nsys import launches, nccl_payload, python_samples, queries, sync
+from profkit.readers.nsys.details import capture_details
 from profkit.readers.nsys.reader import (
     GLOBAL_TID_ID_MASK,
     GLOBAL_TID_PID_SHIFT,
@@ -60,7 +62,6 @@ from profkit.readers.nsys.reader import (
     pid_sql,
     tid_sql,
 )
-from profkit.model.keys import NULL_INT, encode_keys
 from profkit.readers.nsys.stats import ColumnsQuery, collect_columns
 
 # -- column specs ----------------------------------------------------------------
@@ -304,6 +305,11 @@ class NsysSource:
 
     def close(self) -> None:
         self.export.close()
+
+    def details(self) -> dict[str, Any]:
+        """Driver and runtime versions, capture settings, launched commands (``details.capture_details``):
+        ``profkit.analysis.capture`` asks the source for them, so it never imports this reader."""
+        return capture_details(self.export)
 
     def nccl_ranks(self) -> list[nccl_payload.NcclRank]:
         """Each process's NCCL rank, where NCCL's NVTX payloads were exported (``nccl_payload``);
