@@ -81,6 +81,13 @@ def steps_json(results: Sequence[tuple[Trace, StepResult]]) -> dict[str, Any] | 
     return results[0][1].to_dict()
 
 
+def graphs_json(trace: Trace) -> dict[str, Any] | None:
+    """``profkit graphs --format json``: the CUDA graphs summary, None when no graph was replayed."""
+    from profkit.analysis.graphs import cuda_graphs
+
+    return cuda_graphs(trace)
+
+
 def breakdown_json(paths: Sequence[PathLike], *, steady: bool = False, rank: int | None = None) -> list[Row]:
     """``profkit breakdown PATHS --format json``: one row per rank (each rank of a whole-job
     export), sorted by rank; a trace that records no rank is numbered by its place in ``paths``."""
@@ -241,12 +248,9 @@ class Profile:
                       step_range=report.step_range)
 
     def graphs(self) -> pd.DataFrame:
-        """One row per CUDA graph replayed (``profkit.analysis.graphs.cuda_graphs``); ``attrs`` the
-        rest (level, replays, in_graphs_pct, launch, setup, ...).  Empty, with no attrs, when the
-        trace replayed no graph."""
-        from profkit.analysis.graphs import cuda_graphs
-
-        found = cuda_graphs(self.trace)
+        """One row per CUDA graph replayed (``profkit graphs``); ``attrs`` the rest (level, replays,
+        in_graphs_pct, launch, setup, ...).  Empty, with no attrs, when the trace replayed no graph."""
+        found = graphs_json(self.trace)
         if found is None:
             return _frame([], ("graph", "replays", "gpu_ns", "mean_replay_ns", "kernels_per_replay",
                                "replays_per_step"))
