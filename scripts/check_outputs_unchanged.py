@@ -7,7 +7,7 @@ change and ``compare`` after it; compare exits 1 naming every output that differ
     python scripts/check_outputs_unchanged.py record /tmp/outputs-before
     python scripts/check_outputs_unchanged.py compare /tmp/outputs-before
 
-Outputs: ``kernels``, ``api``, ``nvtx``, ``steps``, ``breakdown``, ``stalls`` with ``--format
+Outputs: ``kernels``, ``api``, ``nvtx``, ``steps``, ``breakdown``, ``stalls``, ``graphs`` with ``--format
 json``, and ``report``'s report.json without its ``generated_utc`` (the only field that changes
 from run to run), on 3 nsys exports and 2 Kineto traces.  Bytes are compared, not parsed
 values, so a changed float formatting or key order shows too.
@@ -34,7 +34,7 @@ FIXTURES = {
     "kineto_mlp_print": DATA / "kineto" / "mlp_print.json.gz",
     "kineto_graphs": DATA / "graphs" / "gpt_graphs_kineto.json.gz",
 }
-COMMANDS = ("kernels", "api", "nvtx", "steps", "breakdown", "stalls")
+COMMANDS = ("kernels", "api", "nvtx", "steps", "breakdown", "stalls", "graphs")
 
 
 def _plain_copy(packed: Path, work: Path) -> Path:
