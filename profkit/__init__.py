@@ -8,7 +8,7 @@ The API is loaded on first use (``__getattr__``): ``import profkit``, which ever
 ``import profkit.<module>`` runs first, stays as cheap as this file.
 """
 
-__version__ = "0.1.0"
+from profkit._version import __version__
 
 _API = ("open", "open_ranks", "Profile", "Ranks")
 __all__ = ["__version__", *_API]

@@ -14,7 +14,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import profkit
 from profkit.capture.run import DEFAULT_RUNS_DIR
 from profkit.errors import ProfkitError
 
@@ -62,7 +61,7 @@ def launcher_env(env: Mapping[str, str]) -> dict[str, str]:
     environment's packages into the program's.
     """
     out = dict(env)
-    root = Path(profkit.__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]  # the folder holding profkit/ (this is profkit/capture/options.py)
     if root.name in ("site-packages", "dist-packages"):
         return out
     paths = [p for p in out.get("PYTHONPATH", "").split(os.pathsep) if p]
