@@ -32,11 +32,6 @@ if TYPE_CHECKING:
 PathLike = str | Path
 Row = dict[str, Any]
 
-# the keys of a summary row (profkit.analysis.summaries.SUMMARY_KEYS, and nvtx's "style"):
-# an empty summary still has its columns
-_SUMMARY_COLUMNS = ("name", "time_pct", "total_ns", "instances", "avg_ns", "med_ns", "min_ns", "max_ns",
-                    "stddev_ns")
-
 
 # -- the JSON of each command, from an open trace (the CLI prints these) --------------------
 
@@ -210,16 +205,21 @@ class Profile:
     def kernels(self) -> pd.DataFrame:
         """Time per kernel name (``profkit kernels``); ``attrs["note"]``: kernels the trace could not see."""
         from profkit.analysis.graphs import unrecorded_kernels_note
+        from profkit.analysis.summaries import SUMMARY_KEYS  # an empty summary still has its columns
 
-        return _frame(kernels_json(self.trace), _SUMMARY_COLUMNS, note=unrecorded_kernels_note(self.trace))
+        return _frame(kernels_json(self.trace), SUMMARY_KEYS, note=unrecorded_kernels_note(self.trace))
 
     def api(self) -> pd.DataFrame:
         """Time per CUDA API function (``profkit api``)."""
-        return _frame(api_json(self.trace), _SUMMARY_COLUMNS)
+        from profkit.analysis.summaries import SUMMARY_KEYS
+
+        return _frame(api_json(self.trace), SUMMARY_KEYS)
 
     def nvtx(self) -> pd.DataFrame:
         """Time per NVTX range text and style (``profkit nvtx``)."""
-        return _frame(nvtx_json(self.trace), (*_SUMMARY_COLUMNS, "style"))
+        from profkit.analysis.summaries import SUMMARY_KEYS
+
+        return _frame(nvtx_json(self.trace), (*SUMMARY_KEYS, "style"))
 
     def steps(self, *, use_ranges: bool = True, step_range: str | None = None,
               rank: int | None = None) -> pd.DataFrame:
@@ -273,7 +273,7 @@ class Ranks:
     """The ranks of one multi-GPU job: rank files, folders of them, or one whole-job export
     (each of its ranks counts).  Read in parallel on Dask by ``summary()``."""
 
-    def __init__(self, paths: Sequence[PathLike], *, scheduler: str | None = None, workers: int | None = None,
+    def __init__(self, paths: Sequence[PathLike] | PathLike, *, scheduler: str | None = None, workers: int | None = None,
                  rank_from: str | None = None) -> None:
         if isinstance(paths, (str, Path)):
             paths = [paths]
@@ -307,5 +307,4 @@ def open(path: PathLike) -> Profile:  # noqa: A001 (profkit.open, as the issue n
 def open_ranks(paths: Sequence[PathLike] | PathLike, *, scheduler: str | None = None, workers: int | None = None,
                rank_from: str | None = None) -> Ranks:
     """The ranks of a multi-GPU job (see ``Ranks``)."""
-    return Ranks(paths if not isinstance(paths, (str, Path)) else [paths], scheduler=scheduler,
-                 workers=workers, rank_from=rank_from)
+    return Ranks(paths, scheduler=scheduler, workers=workers, rank_from=rank_from)
