@@ -11,7 +11,8 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from profkit.analysis.busy_bins import busy_until, gpu_busy_per_bin, merge_intervals
+from profkit.analysis.busy_bins import gpu_busy_per_bin
+from profkit.analysis.intervals import busy_until, merge_intervals
 from profkit.export.lanes import nesting_lanes
 from profkit.export.perfetto import export_perfetto
 from profkit.model import Trace, TraceMeta, empty_table, from_columns

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from profkit.analysis.grouped_stats import NULL_INT
+from profkit.model.keys import NULL_INT
 from profkit.errors import ProfkitError
 from profkit.readers import open_trace
 from profkit.readers.nsys import fast_scan

@@ -18,7 +18,7 @@ from profkit.errors import ProfkitError
 from profkit.readers import open_trace
 from profkit.readers.nsys import NsysExport, decode_global_tid, normalize_api_name, open_export
 from profkit.readers.nsys.reader import api_name_sql, pid_sql, tid_sql
-from profkit.readers.nsys.stats import DECIMAL_HALF_UP, SQLITE_LEGACY
+from profkit.model.trace import DECIMAL_HALF_UP, SQLITE_LEGACY
 from tests.conftest import nsys_fixture, nsys_fixture_names, recorded_gpu_name
 
 FIXTURES = nsys_fixture_names()

@@ -20,7 +20,8 @@ from click.testing import CliRunner
 from profkit.analysis import summaries
 from profkit.cli import cli
 from profkit.readers.nsys import open_export
-from profkit.readers.nsys.stats import DECIMAL_HALF_UP, SQLITE_LEGACY, round_like_nsys, stats_from_columns
+from profkit.analysis.grouped_stats import round_like_nsys, stats_from_columns
+from profkit.model.trace import DECIMAL_HALF_UP, SQLITE_LEGACY
 from tests.conftest import nsys_fixture, nsys_fixture_names, oracle_csv
 
 FIXTURES = nsys_fixture_names()

@@ -77,12 +77,8 @@ def capture_info(trace: Trace) -> dict[str, Any]:
 
 def _extras(trace: Trace) -> dict[str, Any]:
     details = getattr(trace.source, "details", None)
-    if callable(details):
+    if callable(details):  # the nsys reader's (or a rank view's, its whole job's)
         return dict(details())
-    if trace.meta.source == NSYS and trace.native is not None:
-        from profkit.readers.nsys.details import capture_details
-
-        return capture_details(trace.native)
     extra = trace.meta.extra
     out = {key: extra.get(key) for key in ("driver_version", "cuda_runtime_version", "launched")}
     # Kineto records the CUDA version of the driver's API ("13.0"), not the driver's release

@@ -12,7 +12,7 @@ definitions:
 - ``stddev``: the *sample* standard deviation (n - 1), 0.0 for one value;
 - rounding: SQLite's own ``round(x, 1)`` (half away from zero on the decimal
   form, unlike Python's ``round``), in the flavour of the nsys release that
-  wrote the trace (``ROUNDING_MODES``).
+  wrote the trace (``profkit.model.trace.ROUNDING_MODES``).
 
 Speed: one in-place sort of packed (group code, value) int64 pairs orders
 every group by value (see ``_pack_sorted``): 1M kernels in ~0.05 s.
@@ -29,21 +29,8 @@ from typing import Any
 
 import numpy as np
 
-# Stands for NULL in integer key columns (the nsys reader's scans write it).
-NULL_INT = -(1 << 63)
-
-# How nsys rounds avg/median/stddev/percent to one decimal depends on the
-# SQLite inside the nsys that runs the report:
-# - SQLITE_LEGACY: SQLite before 3.43 (nsys 2023.4 ships 3.42).  round() prints
-#   with "%.1f", whose rounder adds 0.05 plus a fudge of x * 3e-16, so a value
-#   just below a tie (13065.65 is 13065.6499999999996 as a double) rounds up.
-# - DECIMAL_HALF_UP: newer SQLite (nsys 2025.3) rounds the exact binary value
-#   half away from zero: 13065.6499999999996 -> 13065.6, 70180.25 -> 70180.3.
-# Both are computed here exactly (fractions), so the result does not depend
-# on the SQLite that Python happens to link.
-SQLITE_LEGACY = "sqlite-legacy"
-DECIMAL_HALF_UP = "decimal-half-up"
-ROUNDING_MODES = (SQLITE_LEGACY, DECIMAL_HALF_UP)
+from profkit.model.keys import encode_keys
+from profkit.model.trace import DECIMAL_HALF_UP, SQLITE_LEGACY
 
 
 @dataclass(frozen=True)
@@ -174,33 +161,6 @@ def _middle_values(grouped: np.ndarray, starts: np.ndarray, counts: np.ndarray
             part = np.partition(segment, (upper - 1, upper))
             lo[i], hi[i] = part[upper - 1], part[upper]
     return lo, hi
-
-
-def encode_keys(keys: Sequence[Sequence[Any]]) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
-    """Dense integer codes for the key tuples, and the key tuple of each code."""
-    if len(keys) == 1 and isinstance(keys[0], np.ndarray):
-        key = keys[0]
-        if len(key) == 0:
-            return np.zeros(0, dtype=np.int64), []
-        low, high = int(key.min()), int(key.max())
-        if low >= 0 and high < max(1 << 22, 4 * len(key)):
-            # Small non-negative ids (StringIds keys): a lookup table is O(n),
-            # where np.unique sorts.
-            present = np.zeros(high + 1, dtype=bool)
-            present[key] = True
-            uniq = np.flatnonzero(present)
-            lookup = np.cumsum(present, dtype=np.int64) - 1
-            return lookup[key], [(int(u),) for u in uniq.tolist()]
-        uniq, codes = np.unique(key, return_inverse=True)
-        return codes.astype(np.int64, copy=False), [(_none_if_null(u),) for u in uniq.tolist()]
-    index: dict[tuple[Any, ...], int] = {}
-    columns = [k.tolist() if isinstance(k, np.ndarray) else k for k in keys]
-    codes_list = [index.setdefault(k, len(index)) for k in zip(*columns)]
-    return np.asarray(codes_list, dtype=np.int64), [tuple(_none_if_null(v) for v in k) for k in index]
-
-
-def _none_if_null(value: Any) -> Any:
-    return None if value == NULL_INT else value
 
 
 _VALUE_BITS = 40

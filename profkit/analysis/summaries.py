@@ -29,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from profkit.analysis.grouped_stats import NULL_INT, GroupStats, encode_keys, round_like_nsys, stats_from_columns
+from profkit.analysis.grouped_stats import GroupStats, round_like_nsys, stats_from_columns
+from profkit.model.keys import NULL_INT, encode_keys
 from profkit.model import Coded, Trace
 
 SUMMARY_KEYS = ("name", "time_pct", "total_ns", "instances", "avg_ns", "med_ns", "min_ns", "max_ns", "stddev_ns")

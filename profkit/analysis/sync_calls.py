@@ -19,8 +19,8 @@ cuda_memcpy_async and cuda_memset_sync flag the same calls):
 - cudaMemset* without "Async" on pinned host or managed memory (others are
   asynchronous with respect to the host).
 
-Copy and memory kinds are CUPTI's enum values (``COPY_KIND_LABELS``,
-``MEM_KIND_LABELS``: the labels nsys's ENUM tables and Kineto's event names
+Copy and memory kinds are CUPTI's enum values (``profkit.model.cuda_labels``'s
+``COPY_KIND_LABELS``, ``MEM_KIND_LABELS``: the labels nsys's ENUM tables and Kineto's event names
 use too).
 """
 
@@ -33,6 +33,8 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from profkit.model.cuda_labels import normalize_api_name
+
 # base API name -> what it synchronizes
 SYNC_APIS: dict[str, str] = {
     "cudaDeviceSynchronize": "device", "cudaThreadSynchronize": "device", "cuCtxSynchronize": "device",
@@ -41,14 +43,6 @@ SYNC_APIS: dict[str, str] = {
     "cudaStreamWaitEvent": "stream wait", "cuStreamWaitEvent": "stream wait",
 }
 
-# CUPTI enum values (cupti_activity.h), used when an export lacks the ENUM_* tables.
-MEM_KIND_LABELS = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed",
-                   5: "Device Static", 6: "Managed Static", 7: "Unknown"}
-COPY_KIND_LABELS = {0: "Unknown", 1: "Host-to-Device", 2: "Device-to-Host", 3: "Host-to-Array",
-                    4: "Array-to-Host", 5: "Array-to-Array", 6: "Array-to-Device", 7: "Device-to-Array",
-                    8: "Device-to-Device", 9: "Host-to-Host", 10: "Peer-to-Peer", 11: "Unified Host-to-Device",
-                    12: "Unified Device-to-Host", 13: "Unified Device-to-Device"}
-SYNC_TYPE_LABELS = {0: "Unknown", 1: "Event sync", 2: "Stream wait sync", 3: "Stream sync", 4: "Context sync"}
 PAGEABLE, PINNED, MANAGED = 0, 1, 4
 DEVICE_TO_DEVICE, PEER_TO_PEER = 8, 10
 HOST_MEM_KINDS = (PAGEABLE, PINNED)
@@ -242,16 +236,6 @@ class NvtxRange:
         """nsys's spelling: "domain:text" in a named domain, else the text."""
         text = self.text or ""
         return f"{self.domain}:{text}" if self.domain else text
-
-
-def normalize_api_name(name: str) -> str:
-    """Drop a CUDA API version suffix: ``cudaLaunchKernel_v7000`` -> ``cudaLaunchKernel``.
-
-    Same rule as nsys's cuda_api_sum.py: the suffix is exactly ``_v`` and
-    four more characters (``substr(value, -6, 2) == '_v'``)."""
-    if len(name) >= 6 and name[-6:-4] == "_v":
-        return name[:-6]
-    return name
 
 
 def kind_values(labels: dict[int, str]) -> dict[str, int]:

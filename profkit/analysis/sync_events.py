@@ -59,8 +59,6 @@ from typing import Any
 import numpy as np
 
 from profkit.analysis.sync_calls import (
-    COPY_KIND_LABELS,
-    MEM_KIND_LABELS,
     PID_MASK,
     SYNC_APIS,
     TO_HOST_COPIES,
@@ -73,13 +71,14 @@ from profkit.analysis.sync_calls import (
 )
 from profkit.analysis.sync_idle import ActivitySource, attach_gpu_idle  # noqa: F401 (part of this API)
 from profkit.analysis.sync_ranges import RangeColumns, enclosing
-from profkit.capture import sync_hook
+from profkit.model.cuda_labels import COPY_KIND_LABELS, MEM_KIND_LABELS
+from profkit.model import sync_sites
 
 # cause labels
 CAUSES = {
-    sync_hook.ITEM: ".item()", sync_hook.CPU: ".cpu()", sync_hook.TOLIST: ".tolist()",
-    sync_hook.FORMAT: "print/format", sync_hook.TRUTH: "truthiness",
-    sync_hook.SYNCHRONIZE: "torch.cuda.synchronize()",
+    sync_sites.ITEM: ".item()", sync_sites.CPU: ".cpu()", sync_sites.TOLIST: ".tolist()",
+    sync_sites.FORMAT: "print/format", sync_sites.TRUTH: "truthiness",
+    sync_sites.SYNCHRONIZE: "torch.cuda.synchronize()",
 }
 BLOCKING_COPY = "blocking copy"
 BLOCKING_MEMSET = "blocking memset"
@@ -242,7 +241,7 @@ def decode_site(text: str | None) -> tuple[str, str, str] | None:
     """
     if not text:
         return None
-    decoded = sync_hook.decode_site(text)
+    decoded = sync_sites.decode_site(text)
     if not (isinstance(decoded, tuple) and len(decoded) == 3):
         decoded = None
     if decoded is None and text.startswith("profkit.sync|"):

@@ -9,17 +9,30 @@ set its three fields.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from profkit.analysis.sync_events import SyncEvent
 
 ActivitySource = Callable[[int], Iterable[Sequence[tuple[int, int]]]]
 
 
-def attach_gpu_idle(events: Sequence[SyncEvent], devices: Sequence[int], activity: ActivitySource,
+class IdleTarget(Protocol):
+    """What ``attach_gpu_idle`` reads and fills of an event (``sync_events.SyncEvent`` is one);
+    named here so that this module needs nothing of the module that imports it."""
+
+    device: int | None
+    gpu_idle_ns: int
+    idle_start: int | None
+    idle_end: int | None
+
+    @property
+    def start(self) -> int: ...
+
+    @property
+    def end(self) -> int: ...
+
+
+def attach_gpu_idle(events: Sequence[IdleTarget], devices: Sequence[int], activity: ActivitySource,
                     first_kernel: Callable[[int], int | None] | None = None) -> None:
     """Fill gpu_idle_ns/idle_start/idle_end (the definition: ``sync_events``'s module docstring).
 

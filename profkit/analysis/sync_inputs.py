@@ -23,8 +23,6 @@ from typing import Any
 import numpy as np
 
 from profkit.analysis.sync_calls import (
-    COPY_KIND_LABELS,
-    MEM_KIND_LABELS,
     TID_BITS,
     ApiCall,
     CallColumns,
@@ -35,6 +33,7 @@ from profkit.analysis.sync_calls import (
 )
 from profkit.analysis.sync_ranges import RangeColumns
 from profkit.model import NSYS, Coded, Trace
+from profkit.model.cuda_labels import COPY_KIND_LABELS, MEM_KIND_LABELS
 
 _COPY_KINDS = kind_values(COPY_KIND_LABELS)
 _MEM_KINDS = kind_values(MEM_KIND_LABELS)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from profkit.analysis.busy_bins import busy_until, merge_intervals
+from profkit.analysis.intervals import busy_until, merge_intervals
 from profkit.analysis.grouping import factorize_rows
 from profkit.analysis.ranges import cpu_ranges
 from profkit.model import NSYS, Trace

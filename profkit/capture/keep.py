@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from profkit.atomic import atomic_path
+from profkit.capture.options import ProgramFailed
 from profkit.capture.run import RunRecord, Stopwatch
 from profkit.errors import ProfkitError
 from profkit.scrub import scrub
@@ -39,8 +40,6 @@ def keep_trace(raw: Path, final: Path, *, keep_env: bool, environment: Mapping[s
         with clock("scrub"):
             removed = scrub(raw, final, environment=environment)
     except ProfkitError as exc:
-        from profkit.capture.trace import ProgramFailed
-
         run_dir = final.parent
         record.finish("failed")
         record.write(run_dir)

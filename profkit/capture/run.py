@@ -28,7 +28,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from profkit import __version__
+from profkit._version import __version__
 from profkit.atomic import write_text
 from profkit.errors import ProfkitError
 

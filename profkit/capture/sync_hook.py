@@ -11,7 +11,7 @@ inside that range on the same thread, which is how the stall analysis joins
 the two.  nsys's own ``--python-backtrace`` gives no Python frames on our
 GPU host (callchainId stays NULL), so this is the attribution that works.
 
-Range text:  ``profkit.sync|<kind>|<file>:<line>|<source line>``
+Range text:  ``profkit.sync|<kind>|<file>:<line>|<source line>`` (``profkit.model.sync_sites``)
 
 Under ``profkit trace --backend torch`` (PROFKIT_SYNC_RANGES=record_function)
 the same text goes into a ``record_function`` range instead, which
@@ -37,19 +37,23 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-DOMAIN = "profkit.sync"
-PREFIX = "profkit.sync|"
+# the range text and kind names, shared with the readers and the analysis that read the ranges back
+from profkit.model.sync_sites import (  # noqa: F401 (decode_site, PREFIX: the hook's format, for its callers)
+    CPU,
+    DOMAIN,
+    FORMAT,
+    ITEM,
+    PREFIX,
+    SYNCHRONIZE,
+    TOLIST,
+    TRUTH,
+    decode_site,
+    encode_site,
+)
+
 # "record_function": torch.profiler ranges instead of NVTX (the torch backend sets it)
 RANGES_ENV = "PROFKIT_SYNC_RANGES"
 RECORD_FUNCTION = "record_function"
-
-# kind names, shared with the analysis that reads the ranges back
-ITEM = "item"
-CPU = "cpu"
-TOLIST = "tolist"
-FORMAT = "print/format"
-TRUTH = "truthiness"
-SYNCHRONIZE = "synchronize"
 
 # (owner attribute path, attribute, kind) of the Tensor methods wrapped
 TENSOR_METHODS = (
@@ -70,21 +74,6 @@ _installed: list[tuple[Any, str, Any]] = []  # (owner, attribute, original) to u
 _SKIP_DIRS: tuple[str, ...] = ()
 _site_cache: dict[tuple[str, str, int], Any] = {}
 _MISSING = object()
-
-
-def encode_site(kind: str, filename: str, lineno: int, code: str) -> str:
-    code = " ".join(code.split()).replace("|", "¦")
-    return f"{PREFIX}{kind}|{filename}:{lineno}|{code}"
-
-
-def decode_site(text: str) -> tuple[str, str, str] | None:
-    """(kind, "file:line", code) from a range text, or None if not ours."""
-    if not text or not text.startswith(PREFIX):
-        return None
-    parts = text[len(PREFIX):].split("|", 2)
-    if len(parts) != 3:
-        return None
-    return parts[0], parts[1], parts[2]
 
 
 def _user_frame(depth: int = 4):

@@ -19,17 +19,14 @@ import subprocess
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from profkit.capture import nsys as nsys_mod
 from profkit.capture.keep import keep_trace
 from profkit.capture.launch import DISTRIBUTED, TORCH_STEPS_ENV, TORCH_TRACE_ENV
+from profkit.capture.options import ProgramFailed, TraceOptions, launcher_env
 from profkit.capture.run import KINETO_JSON, LOG, RunRecord, Stopwatch
 from profkit.capture.sync_hook import RANGES_ENV, RECORD_FUNCTION
 from profkit.errors import ProfkitError
-
-if TYPE_CHECKING:
-    from profkit.capture.trace import TraceOptions
 
 LAUNCH_MODULE = "profkit.capture.launch"
 NO_TORCH_HINT = "install PyTorch in that Python (or pass --python), or use --backend nsys"
@@ -79,8 +76,6 @@ def program_argv(options: TraceOptions) -> list[str]:
 def torch_environment(base: Mapping[str, str], trace_path: Path, *, sync_sites: bool,
                       steps: tuple[int, int] | None = None) -> dict[str, str]:
     """The program's environment: where the shim writes the trace, and record_function sync ranges."""
-    from profkit.capture.trace import launcher_env
-
     env = launcher_env(base)
     env[TORCH_TRACE_ENV] = str(trace_path)
     env[RANGES_ENV] = RECORD_FUNCTION
@@ -116,8 +111,6 @@ def profile(options: TraceOptions, program: list[str], run_dir: Path, base_env: 
         written = sorted(temp_dir.glob("trace_rank*.json"), key=_rank_of) if distributed else \
             [raw] if raw.exists() else []
         if not written:
-            from profkit.capture.trace import ProgramFailed
-
             record.exit_code = result.returncode
             record.finish("failed")
             record.write(run_dir)

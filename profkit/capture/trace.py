@@ -21,22 +21,20 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any
 
-import profkit
 from profkit.capture import ncu as ncu_mod
 from profkit.capture import nsys as nsys_mod
 from profkit.capture import torch_backend
 from profkit.capture.launch import DISTRIBUTED
+from profkit.capture.options import ProgramFailed, TraceOptions, launcher_env
 from profkit.capture.gpu import detect_gpus
 from profkit.capture.nsys import ProfileRequest, Reporter
 from profkit.capture.run import (
-    DEFAULT_RUNS_DIR,
     LOG,
     NCU_CSV,
     NSYS_REP,
@@ -63,32 +61,6 @@ BACKENDS = ("auto", "nsys", "torch")
 
 
 @dataclass
-class TraceOptions:
-    target: str  # script.py, a module name (module=True), or an executable
-    args: Sequence[str] = ()
-    module: bool = False
-    output: Path | None = None  # the run folder; default profkit-runs/<script>-<time>/
-    runs_dir: Path = DEFAULT_RUNS_DIR
-    ncu_top: int = 0
-    nvtx_range: str | None = None
-    sync_sites: bool = True
-    nsys_args: Sequence[str] = ()
-    python: str = sys.executable
-    temp_root: Path | None = None  # where the .qdstrm goes; default: the system temp folder
-    check_gpu: bool = True
-    top: int = 10  # kernels kept for the terminal summary
-    backend: str = "auto"  # auto | nsys | torch
-    # The export kept in the run folder is scrubbed (profkit.scrub) unless
-    # keep_env; the .nsys-rep (which holds the environment too) is deleted
-    # unless keep_rep.
-    keep_env: bool = False
-    keep_rep: bool = False
-    # torch backend: record only optimizer steps skip_steps+1 .. skip_steps+steps (0: the whole program)
-    steps: int = 0
-    skip_steps: int = 0
-
-
-@dataclass
 class TraceResult:
     run_dir: Path
     record: RunRecord
@@ -97,14 +69,6 @@ class TraceResult:
     kernels: list[dict[str, Any]] = field(default_factory=list)  # busiest first
     total_gpu_ns: int = 0
     exit_code: int = 0
-
-
-class ProgramFailed(ProfkitError):
-    """nsys captured nothing; exits with the program's status when it failed."""
-
-    def __init__(self, message: str, exit_code: int, hint: str | None = None) -> None:
-        super().__init__(message, hint)
-        self.exit_code = exit_code if exit_code else ProfkitError.exit_code
 
 
 def program_argv(options: TraceOptions) -> list[str]:
@@ -135,24 +99,6 @@ def _is_native_executable(target: str) -> bool:
         with open(path, "rb") as fh:
             return fh.read(4) == b"\x7fELF"
     return shutil.which(target) is not None and not target.endswith(".py")
-
-
-def launcher_env(env: Mapping[str, str]) -> dict[str, str]:
-    """Make ``python -m profkit.capture.launch`` importable in the child.
-
-    A source checkout (the GPU host runs ``PYTHONPATH=$PWD python3 -m
-    profkit``) needs its root on PYTHONPATH; an installed profkit is already
-    importable, and putting site-packages on PYTHONPATH would leak this
-    environment's packages into the program's.
-    """
-    out = dict(env)
-    root = Path(profkit.__file__).resolve().parent.parent
-    if root.name in ("site-packages", "dist-packages"):
-        return out
-    paths = [p for p in out.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if str(root) not in paths:
-        out["PYTHONPATH"] = os.pathsep.join([str(root), *paths])
-    return out
 
 
 def choose_backend(requested: str, env: Mapping[str, str], root: Path = Path("/")) -> str:

@@ -16,7 +16,8 @@ from typing import NoReturn
 
 import click
 
-from profkit import __version__, allocator, signals
+from profkit import allocator, signals
+from profkit._version import __version__
 from profkit.errors import ProfkitError
 
 # command name -> "module:attribute"; the order is the order in --help.

@@ -77,22 +77,9 @@ def breakdown(traces: tuple[Path, ...], steady: bool, rank: int | None, wide: bo
     whole multi-GPU job (one process per GPU) gives a row per rank (--rank N:
     only rank N's), with rank_source saying where its rank came from.
     """
-    from profkit.analysis.breakdown import rank_breakdown
-    from profkit.model.rank_view import rank_label, select_ranks
-    from profkit.readers import open_trace
+    from profkit.api import breakdown_json
 
-    rows = []
-    for position, path in enumerate(traces):
-        with open_trace(path) as whole:
-            for trace in select_ranks(whole, rank):
-                row = rank_breakdown(trace, steady=steady)
-                if rank_label(trace):
-                    row["rank_source"] = trace.meta.extra.get("rank_source")
-                if row["rank"] is None:
-                    row["rank"] = position
-                row["launch_bound"] = row["launch"]["launch_bound"]
-                rows.append(row)
-    rows.sort(key=lambda r: r["rank"])
+    rows = breakdown_json(traces, steady=steady, rank=rank)
     if fmt == "json":
         click.echo(rows_to_json(rows))
         return

@@ -1,6 +1,7 @@
 """`profkit graphs TRACE`: the CUDA graphs a trace replayed (profkit.analysis.graphs).
 
-Thin command: open the trace, call ``cuda_graphs``, render with profkit.output.
+Thin command: open the trace, take ``cuda_graphs`` through ``profkit.api.graphs_json`` (as the
+Python API does), render with profkit.output.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from profkit.analysis.graphs import cuda_graphs
+from profkit.api import graphs_json
 from profkit.output import emit_rows, format_option
 from profkit.readers import open_trace
 from profkit.report.graphs_section import GRAPH_COLUMNS, graphs_finding
@@ -36,7 +37,7 @@ def graphs(trace_path: Path, fmt: str) -> None:
     null when the trace replayed no graph.  Definitions: profkit.analysis.graphs.
     """
     with open_trace(trace_path) as trace:
-        result = cuda_graphs(trace)
+        result = graphs_json(trace)
     if fmt == "json":
         click.echo(json.dumps(result, indent=2))
         return

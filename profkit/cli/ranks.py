@@ -13,7 +13,6 @@ from typing import Any
 
 import click
 
-from profkit.errors import ProfkitError
 from profkit.output import Column, emit_rows, format_option
 
 PARTIAL_EXIT = 3
@@ -48,11 +47,8 @@ rank_from_option = click.option("--rank-from", "rank_from", default=None, metava
 def read_ranks(traces: tuple[Path, ...], scheduler: str | None, workers: int | None,
                rank_from: str | None) -> list[dict[str, Any]]:
     """Per-rank summaries, with one progress line per rank on stderr."""
-    from profkit.ranks.engine import map_ranks
-    from profkit.ranks.inputs import rank_inputs
-    from profkit.ranks.per_rank import summarize_rank
+    from profkit.api import ranks_json
 
-    inputs = rank_inputs(list(traces), rank_from)
     done = 0
 
     def progress(inp: Any, result: dict[str, Any], total: int) -> None:
@@ -63,14 +59,14 @@ def read_ranks(traces: tuple[Path, ...], scheduler: str | None, workers: int | N
             status += f" (rank from: {result.get('rank_source')})"
         click.echo(f"profkit: [{done}/{total}] {inp.path.name}: {status}", err=True)
 
-    return map_ranks(summarize_rank, inputs, scheduler=scheduler, workers=workers, on_done=progress)
+    return ranks_json(traces, scheduler=scheduler, workers=workers, rank_from=rank_from, on_done=progress)
 
 
 def exit_for(summaries: list[dict[str, Any]]) -> int:
-    failed = [s for s in summaries if "error" in s]
-    if failed and len(failed) == len(summaries):
-        raise ProfkitError(f"no rank could be read ({failed[0]['file']}: {failed[0]['error']})")
-    return PARTIAL_EXIT if failed else 0
+    from profkit.api import require_some_rank
+
+    require_some_rank(summaries)
+    return PARTIAL_EXIT if any("error" in s for s in summaries) else 0
 
 
 @click.command()
@@ -101,17 +97,16 @@ def ranks(traces: tuple[Path, ...], fmt: str, scheduler: str | None, workers: in
       profkit ranks whole_job.sqlite
       profkit ranks traces/ --scheduler tcp://10.0.0.5:8786 --format json
     """
-    from profkit.analysis.ranks import check_one_job, failed_ranks, rank_rows
+    from profkit.analysis.ranks import failed_ranks
+    from profkit.api import rank_table_json
 
     summaries = read_ranks(traces, scheduler, workers, rank_from)
     code = exit_for(summaries)
-    check_one_job(summaries)
-    rows = rank_rows(summaries)
+    rows = rank_table_json(summaries)  # the ranks, then a row per file not read
     if fmt == "json":
-        emit_rows(rows + [{"file": f["file"], "rank": f["rank"], "error": f["error"]}
-                          for f in failed_ranks(summaries)], RANK_COLUMNS, fmt)
+        emit_rows(rows, RANK_COLUMNS, fmt)
     else:
-        emit_rows(rows, RANK_COLUMNS, fmt, title="Ranks")
+        emit_rows([r for r in rows if "error" not in r], RANK_COLUMNS, fmt, title="Ranks")
     for f in failed_ranks(summaries):
         click.echo(f"profkit: rank file {f['file']} not read: {f['error']}", err=True)
     if code:

@@ -1,8 +1,8 @@
 """`profkit stalls TRACE|RUN_DIR`: every CPU-GPU synchronization, its Python line and its cost.
 
 Thin command: find the trace (an nsys export, a PyTorch profiler trace, or
-a `profkit trace` run folder), call profkit.analysis.stalls, render with
-profkit.output.
+a `profkit trace` run folder), analyse it with ``profkit.api.stall_report``
+(as the Python API does), render with profkit.output.
 """
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ from typing import Any
 
 import click
 
-from profkit.analysis.stalls import StallReport, analyze_stalls, compare_steps
-from profkit.capture.run import RUN_JSON, read_run_record
-from profkit.readers import open_trace, resolve_run_folder
+from profkit.analysis.stalls import StallReport, compare_steps
+from profkit.api import stall_report
 from profkit.output import Column, emit_rows, format_option, md_escape, md_escape_prose, rows_to_json
 
 SITE_COLUMNS = [
@@ -88,31 +87,15 @@ def stalls(target: Path, step_range: str | None, other: Path | None, threshold: 
 def _analyze(target: Path, other: Path | None, step_range: str | None, threshold: float,
              force: bool) -> tuple[StallReport, StallReport | None]:
     """The stalls of TARGET, and of OTHER when given (refused when it looks like another program)."""
-    from contextlib import ExitStack
+    if other is not None:
+        from profkit.analysis.same_program import check_traces
+        from profkit.readers import open_trace, resolve_run_folder
 
-    from profkit.analysis.same_program import check_traces
-
-    with ExitStack() as stack:
-        traces = [stack.enter_context(open_trace(resolve_run_folder(p))) for p in (target, other) if p is not None]
-        if len(traces) == 2:
-            check_traces(traces[0], traces[1], force=force)
-        reports = [analyze_stalls(t, step_range=step_range, threshold_pct=threshold, source_roots=source_roots(p))
-                   for t, p in zip(traces, (target, other))]
-    return reports[0], reports[1] if len(reports) == 2 else None
-
-
-def source_roots(target: Path) -> list[Path]:
-    """Where a folder's program ran (run.json's cwd), then the folder: the recorded
-    source paths of its sync sites are tried against these."""
-    if not target.is_dir():
-        return []
-    roots = [target]
-    if (target / RUN_JSON).is_file():  # unreadable: one line, as for profkit report
-        record = read_run_record(target)
-        cwd = record.get("cwd") if isinstance(record, dict) else None
-        if isinstance(cwd, str) and cwd:
-            roots.insert(0, Path(cwd))
-    return roots
+        with open_trace(resolve_run_folder(target)) as a, open_trace(resolve_run_folder(other)) as b:
+            check_traces(a, b, force=force)
+    report = stall_report(target, step_range=step_range, threshold_pct=threshold)
+    return report, (stall_report(other, step_range=step_range, threshold_pct=threshold) if other is not None
+                    else None)
 
 
 def _site_rows(report: StallReport) -> list[dict[str, Any]]:

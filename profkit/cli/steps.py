@@ -1,7 +1,7 @@
 """`profkit steps TRACE`: the iterations of a run, its phases and the steady-state step time.
 
-Thin command: open the trace, call profkit.analysis.steps.find_steps, render
-with profkit.output.
+Thin command: open the trace, take its steps from ``profkit.api`` (as the Python
+API does), render with profkit.output.
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ from pathlib import Path
 
 import click
 
-from profkit.analysis.steps import find_steps, headline
+from profkit.analysis.steps import headline
 from profkit.analysis.steps.result import StepResult
 from profkit.cli.ranks import job_rank_option
-from profkit.model.rank_view import rank_label, select_ranks
+from profkit.api import step_results, steps_json
+from profkit.model.rank_view import rank_label
 from profkit.output import Column, emit_rows, format_option
 from profkit.readers import open_trace
 
@@ -57,14 +58,11 @@ def steps(trace_path: Path, step_range: str | None, no_ranges: bool, limit: int,
     --rank N only rank N's.
     """
     with open_trace(trace_path) as trace:
-        results = [(t, find_steps(t, use_ranges=not no_ranges, step_range=step_range))
-                   for t in select_ranks(trace, rank)]
-    several = any(rank_label(t) for t, _ in results)  # ranks of a whole-job export, even one of them
+        results = step_results(trace, use_ranges=not no_ranges, step_range=step_range, rank=rank)
     if fmt == "json":
-        out = [{"rank": t.meta.rank, "rank_source": t.meta.extra.get("rank_source"), **result.to_dict()}
-               for t, result in results] if several else results[0][1].to_dict()
-        click.echo(json.dumps(out, indent=2))
+        click.echo(json.dumps(steps_json(results), indent=2))
         return
+    several = any(rank_label(t) for t, _ in results)  # ranks of a whole-job export, even one of them
     for t, result in results:
         _emit(trace_path, t.meta.rank if several else None, rank_label(t), result, limit, fmt)
 

@@ -1,8 +1,8 @@
 """`profkit kernels|api|nvtx|info TRACE`: the summary tables of a trace.
 
 Thin commands: open the trace (an nsys export or a PyTorch profiler trace,
-``profkit.readers.open_trace``), call profkit.analysis.summaries, render
-with profkit.output.  On nsys exports the figures equal `nsys stats`
+``profkit.readers.open_trace``), take the rows from ``profkit.api`` (the
+functions the Python API frames), render with profkit.output.  On nsys exports the figures equal `nsys stats`
 (cuda_gpu_kern_sum, cuda_api_sum, nvtx_sum) on the same file.
 """
 
@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from profkit.analysis import summaries
+from profkit.api import api_json, kernels_json, nvtx_json
 from profkit.analysis.capture import capture_info
 from profkit.analysis.graphs import unrecorded_kernels_note
 from profkit.cli.kernel_code_options import kernel_target_options
@@ -114,7 +115,7 @@ def kernels(export: Path, top: int | None, wide: bool, fmt: str, with_code: bool
     if with_code or code_dirs or kernel_targets or ncu_csv is not None:
         _print_kernels_with_code(export, top, fmt, wide, code_dirs, ncu_csv, kernel_targets)
         return
-    _print_summary(summaries.kernel_summary, KERNEL_COLUMNS, "CUDA kernels", export, top, fmt, wide,
+    _print_summary(kernels_json, KERNEL_COLUMNS, "CUDA kernels", export, top, fmt, wide,
                    note=unrecorded_kernels_note)
 
 
@@ -132,7 +133,7 @@ def _print_kernels_with_code(export: Path, top: int | None, fmt: str, wide: bool
             ncu_csv = export / NCU_CSV
     launches = read_ncu_csv(ncu_csv) if ncu_csv is not None else None
     with open_trace(export) as trace:
-        rows = summaries.kernel_summary(trace)
+        rows = kernels_json(trace)
         code, compiled = code_for_trace(trace, [r["name"] for r in rows], dirs, kernel_targets)
         rows = attach_code(rows, code, launch_shapes(trace) if code else None)
         peaks = peak_bandwidth(trace)
@@ -162,7 +163,7 @@ def api(export: Path, top: int | None, fmt: str) -> None:
     Version suffixes are dropped from names as nsys does
     (cudaLaunchKernel_v7000 -> cudaLaunchKernel).  Needs `nsys profile -t cuda`.
     """
-    _print_summary(summaries.api_summary, API_COLUMNS, "CUDA API", export, top, fmt)
+    _print_summary(api_json, API_COLUMNS, "CUDA API", export, top, fmt)
 
 
 @click.command()
@@ -181,7 +182,7 @@ def nvtx(export: Path, top: int | None, fmt: str) -> None:
     Ranges in a named domain show as "domain:text"; a range that never
     ended lasts until the last NVTX event.  Needs `nsys profile -t nvtx`.
     """
-    _print_summary(summaries.nvtx_summary, NVTX_COLUMNS, "NVTX ranges", export, top, fmt)
+    _print_summary(nvtx_json, NVTX_COLUMNS, "NVTX ranges", export, top, fmt)
 
 
 @click.command()

@@ -21,7 +21,7 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from profkit.capture.sync_hook import decode_site
+from profkit.model.sync_sites import decode_site
 from profkit.errors import ProfkitError
 from profkit.export import chrome_events as ev
 from profkit.export.lanes import MAX_LANES, nesting_lanes

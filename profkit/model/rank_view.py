@@ -253,6 +253,11 @@ class RankSource:
             self.meta.extra.setdefault(key, value)
         return out
 
+    @property
+    def details(self) -> Any:
+        """The parent source's ``details`` (the whole job's capture), where it has one."""
+        return getattr(self.parent.source, "details", None)
+
     def close(self) -> None:
         if self._owns_parent:
             self.parent.close()

@@ -50,6 +50,20 @@ if TYPE_CHECKING:  # pandas is imported only when a DataFrame is asked for (see 
 NSYS = "nsys"
 KINETO = "kineto"
 
+# How nsys rounds avg/median/stddev/percent to one decimal depends on the
+# SQLite inside the nsys that runs the report:
+# - SQLITE_LEGACY: SQLite before 3.43 (nsys 2023.4 ships 3.42).  round() prints
+#   with "%.1f", whose rounder adds 0.05 plus a fudge of x * 3e-16, so a value
+#   just below a tie (13065.65 is 13065.6499999999996 as a double) rounds up.
+# - DECIMAL_HALF_UP: newer SQLite (nsys 2025.3) rounds the exact binary value
+#   half away from zero: 13065.6499999999996 -> 13065.6, 70180.25 -> 70180.3.
+# Both are computed exactly (fractions, analysis.grouped_stats.round_like_nsys), so
+# the result does not depend on the SQLite that Python happens to link.  Here, not in
+# the statistics, because the nsys reader picks the mode (TraceMeta.rounding_mode).
+SQLITE_LEGACY = "sqlite-legacy"
+DECIMAL_HALF_UP = "decimal-half-up"
+ROUNDING_MODES = (SQLITE_LEGACY, DECIMAL_HALF_UP)
+
 
 @dataclass
 class TraceMeta:
@@ -63,8 +77,8 @@ class TraceMeta:
     world_size: int | None = None
     # How avg/median/stddev are rounded to 0.1 ns in summaries: nsys exports use
     # the rounding of the nsys release that wrote them, so profkit equals that
-    # release's `nsys stats` (profkit.readers.nsys.stats.ROUNDING_MODES).
-    rounding_mode: str = "decimal-half-up"
+    # release's `nsys stats` (ROUNDING_MODES).
+    rounding_mode: str = DECIMAL_HALF_UP
     # nvtx_sum names a range of the default domain ":text" from nsys 2024 on.
     nvtx_default_domain_prefix: bool = False
     session_start_utc: str | None = None

@@ -23,7 +23,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from profkit import __version__, allocator
+from profkit import allocator
+from profkit._version import __version__
 from profkit.analysis import summaries, timeline
 from profkit.analysis.capture import capture_info
 from profkit.analysis.graphs import has_graphs

@@ -10,7 +10,7 @@ from pathlib import Path
 from datetime import datetime, timezone
 from typing import Any
 
-from profkit import __version__
+from profkit._version import __version__
 from profkit.analysis.ranks import STRAGGLER_MIN_WAIT
 from profkit.output import Column
 from profkit.report.model import Figure, Report, Section, Table

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from profkit.analysis.busy_bins import busy_within, merge_intervals
+from profkit.analysis.intervals import busy_within, merge_intervals
 from profkit.analysis.launch_calls import CallIndex, launch_calls
 from profkit.model import Trace, schema
 
@@ -142,7 +142,7 @@ def _launch_times(trace: Trace, gpu_start: np.ndarray, corr: np.ndarray, call: n
 
 
 def merged_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The union of [start, end) intervals as sorted, disjoint intervals (``busy_bins.merge_intervals``)."""
+    """The union of [start, end) intervals as sorted, disjoint intervals (``intervals.merge_intervals``)."""
     return merge_intervals(np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64))
 
 

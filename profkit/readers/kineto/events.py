@@ -34,16 +34,15 @@ from typing import Any
 import numpy as np
 
 from profkit.model import schema
+# A sync-site range gets the hook's NVTX domain, so it is labelled alike from nsys and Kineto traces.
+from profkit.model.sync_sites import DOMAIN as SYNC_SITE_DOMAIN
+from profkit.model.sync_sites import PREFIX as SYNC_SITE_PREFIX
 from profkit.readers.kineto import comms
 from profkit.readers.kineto.parse import Args, Event
 from profkit.limits import current as current_limits
 from profkit.readers.kineto import columns
 from profkit.readers.kineto.columns import Codes, Table, floats, ints, nanoseconds, triples
 
-# profkit.capture.sync_hook's PREFIX and DOMAIN (not imported: the reader needs no capture code).  A
-# sync-site range gets the hook's NVTX domain, so it is labelled alike from nsys and Kineto traces.
-SYNC_SITE_PREFIX = "profkit.sync|"
-SYNC_SITE_DOMAIN = "profkit.sync"
 PROFILER_STEP = re.compile(r"ProfilerStep#\d+")
 # "Memcpy HtoD (Pageable -> Device)": the two sides are split without a pattern, since
 # two lazy groups backtrack quadratically on a long name with many " -> ".

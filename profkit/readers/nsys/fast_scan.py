@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from profkit.analysis.grouped_stats import NULL_INT
+from profkit.model.keys import NULL_INT
 
 # connectorx releases whose SQLite connection string handling was checked
 # (tests/test_fast_scan.py: read-only, odd paths, NULLs, bad values).

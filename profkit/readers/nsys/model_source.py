@@ -8,7 +8,7 @@ asked columns, each as an SQL expression over one nsys table:
   ``group_concat`` scans parsed by numpy, several connections at once on big
   tables), in rowid order, so columns loaded at different times line up;
 - text columns stored as StringIds keys (kernel, API and thread names) are
-  scanned as integers, encoded densely (``stats.encode_keys``) and only the
+  scanned as integers, encoded densely (``model.keys.encode_keys``) and only the
   distinct keys are looked up in StringIds: a million kernels of 300 names
   cost 300 string lookups;
 - enum columns (copy kind, memory kind, sync type) are mapped through the
@@ -46,11 +46,13 @@ from typing import Any
 
 import numpy as np
 
-from profkit.capture.sync_hook import PREFIX as SYNC_SITE_PREFIX
 from profkit.errors import ProfkitError
 from profkit.model import schema
+from profkit.model.keys import NULL_INT, encode_keys
+from profkit.model.sync_sites import PREFIX as SYNC_SITE_PREFIX
 from profkit.model.trace import DURATION, NSYS, Coded, Trace, TraceMeta, narrowed
 from profkit.readers.nsys import launches, nccl_payload, python_samples, queries, sync
+from profkit.readers.nsys.details import capture_details
 from profkit.readers.nsys.reader import (
     GLOBAL_TID_ID_MASK,
     GLOBAL_TID_PID_SHIFT,
@@ -60,7 +62,7 @@ from profkit.readers.nsys.reader import (
     pid_sql,
     tid_sql,
 )
-from profkit.readers.nsys.stats import NULL_INT, ColumnsQuery, collect_columns, encode_keys
+from profkit.readers.nsys.stats import ColumnsQuery, collect_columns
 
 # -- column specs ----------------------------------------------------------------
 # An integer column: an SQL expression (NULL -> -1).
@@ -303,6 +305,11 @@ class NsysSource:
 
     def close(self) -> None:
         self.export.close()
+
+    def details(self) -> dict[str, Any]:
+        """Driver and runtime versions, capture settings, launched commands (``details.capture_details``):
+        ``profkit.analysis.capture`` asks the source for them, so it never imports this reader."""
+        return capture_details(self.export)
 
     def nccl_ranks(self) -> list[nccl_payload.NcclRank]:
         """Each process's NCCL rank, where NCCL's NVTX payloads were exported (``nccl_payload``);

@@ -27,11 +27,12 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from profkit.analysis.sync_calls import normalize_api_name  # noqa: F401 (the rule api_name_sql writes in SQL)
 from profkit.errors import ProfkitError
 from profkit.limits import VARIABLES, LimitExceeded
 from profkit.limits import current as current_limits
 from profkit.signals import STOP, raise_stop
+from profkit.model.cuda_labels import normalize_api_name  # noqa: F401 (the rule api_name_sql writes in SQL)
+from profkit.model.trace import DECIMAL_HALF_UP, SQLITE_LEGACY
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -110,12 +111,10 @@ class NsysExport:
         Two habits changed between nsys 2023.4 and 2025.3 (seen on the same
         exports; where in 2024 they changed is not known, 2024 counts as new):
         - rounding of avg/med/stddev: 2023.4 ships SQLite 3.42 (legacy printf
-          rounding), 2025.3 rounds the exact value half up (stats.ROUNDING_MODES);
+          rounding), 2025.3 rounds the exact value half up (model.trace.ROUNDING_MODES);
         - nvtx_sum names a range of the default domain ":text" in 2025.3 and
           "text" in 2023.4.
         """
-        from profkit.readers.nsys.stats import DECIMAL_HALF_UP, SQLITE_LEGACY
-
         self.rounding_mode = SQLITE_LEGACY if year < 2024 else DECIMAL_HALF_UP
         self.nvtx_default_domain_prefix = year >= 2024
 

@@ -3,7 +3,7 @@
 The statistics themselves (count, total, avg, median, min, max, stddev,
 rounded the way each nsys release rounds) are pure numpy and live in
 ``profkit.analysis.grouped_stats``; this module gets the columns out of
-SQLite (``collect_columns``) and re-exports those names for older callers.
+SQLite (``collect_columns``).
 
 Speed: SQLite has no hash aggregation, so ``GROUP BY`` on an unindexed
 column sorts every row, and the export is read-only (no index can be added).
@@ -29,16 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from profkit.analysis.grouped_stats import (  # noqa: F401 (re-exported)
-    DECIMAL_HALF_UP,
-    NULL_INT,
-    ROUNDING_MODES,
-    SQLITE_LEGACY,
-    GroupStats,
-    encode_keys,
-    round_like_nsys,
-    stats_from_columns,
-)
+from profkit.model.keys import NULL_INT
 from profkit.errors import ProfkitError
 from profkit.readers.nsys import fast_scan
 from profkit.readers.nsys.reader import SQLITE_ERRORS, NsysExport
@@ -65,7 +56,7 @@ class ColumnsQuery:
     with_clause: str = ""
 
 
-# NULL_INT (from grouped_stats) stands for NULL in integer columns
+# NULL_INT (profkit.model.keys) stands for NULL in integer columns
 # (group_concat skips NULLs, which would misalign the columns).
 # Rows per group_concat chunk: the text of a chunk is ~20 bytes per row and
 # column, so chunks keep transient strings near 5 MB per column.

@@ -19,7 +19,7 @@ for ``model_source``:
 
 from __future__ import annotations
 
-from profkit.analysis.sync_calls import COPY_KIND_LABELS, MEM_KIND_LABELS, SYNC_TYPE_LABELS
+from profkit.model.cuda_labels import COPY_KIND_LABELS, MEM_KIND_LABELS, SYNC_TYPE_LABELS
 from profkit.readers.nsys import queries
 from profkit.readers.nsys.reader import GLOBAL_PID_MASK, NsysExport
 

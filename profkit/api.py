@@ -1,0 +1,310 @@
+"""profkit as a Python library: a trace in, pandas DataFrames out.
+
+    import profkit
+    with profkit.open("run.sqlite") as t:      # an nsys export, a Kineto trace or folder, a run folder
+        t.kernels()                            # = profkit kernels run.sqlite --format json
+        t.steps().attrs["summary"]             # = profkit steps ... | jq .summary
+
+Each method returns the rows of the matching command's ``--format json`` as a DataFrame, with
+the same columns and values; what is not a row table (a summary, findings, a note) is in
+``df.attrs``.  The ``*_json`` functions below build that JSON once, for both: the CLI prints
+them, the API frames them, so the two cannot drift apart.
+
+Imports are lazy, here as in ``profkit/__init__.py``: ``profkit kernels`` imports this module
+and must not pay for pandas or the step finder, which only the commands that use them load.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from profkit.errors import ProfkitError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from profkit.analysis.stalls import StallReport
+    from profkit.analysis.steps.result import StepResult
+    from profkit.model import Trace
+
+PathLike = str | Path
+Row = dict[str, Any]
+
+
+# -- the JSON of each command, from an open trace (the CLI prints these) --------------------
+
+def kernels_json(trace: Trace) -> list[Row]:
+    """``profkit kernels --format json``: one row per kernel name (= nsys's cuda_gpu_kern_sum)."""
+    from profkit.analysis.summaries import kernel_summary
+
+    return kernel_summary(trace)
+
+
+def api_json(trace: Trace) -> list[Row]:
+    """``profkit api --format json``: one row per CUDA API function (= cuda_api_sum)."""
+    from profkit.analysis.summaries import api_summary
+
+    return api_summary(trace)
+
+
+def nvtx_json(trace: Trace) -> list[Row]:
+    """``profkit nvtx --format json``: one row per NVTX range text and style (= nvtx_sum)."""
+    from profkit.analysis.summaries import nvtx_summary
+
+    return nvtx_summary(trace)
+
+
+def step_results(trace: Trace, *, use_ranges: bool = True, step_range: str | None = None,
+                 rank: int | None = None) -> list[tuple[Trace, StepResult]]:
+    """The steps of the trace, or of each rank of a whole-job export (``rank``: only that one)."""
+    from profkit.analysis.steps import find_steps
+    from profkit.model.rank_view import select_ranks
+
+    return [(t, find_steps(t, use_ranges=use_ranges, step_range=step_range)) for t in select_ranks(trace, rank)]
+
+
+def steps_json(results: Sequence[tuple[Trace, StepResult]]) -> dict[str, Any] | list[dict[str, Any]]:
+    """``profkit steps --format json`` of ``step_results``: ``{"summary", "steps", ...}``, or for
+    a whole-job export a list with one such object per rank (one rank asked for: still a list)."""
+    from profkit.model.rank_view import rank_label
+
+    if any(rank_label(t) for t, _ in results):  # ranks of a whole-job export, even one of them
+        return [{"rank": t.meta.rank, "rank_source": t.meta.extra.get("rank_source"), **result.to_dict()}
+                for t, result in results]
+    return results[0][1].to_dict()
+
+
+def graphs_json(trace: Trace) -> dict[str, Any] | None:
+    """``profkit graphs --format json``: the CUDA graphs summary, None when no graph was replayed."""
+    from profkit.analysis.graphs import cuda_graphs
+
+    return cuda_graphs(trace)
+
+
+def breakdown_json(paths: Sequence[PathLike], *, steady: bool = False, rank: int | None = None) -> list[Row]:
+    """``profkit breakdown PATHS --format json``: one row per rank (each rank of a whole-job
+    export), sorted by rank; a trace that records no rank is numbered by its place in ``paths``."""
+    from profkit.readers import open_trace
+
+    rows = []
+    for position, path in enumerate(paths):
+        with open_trace(path) as whole:
+            rows += _breakdown_rows(whole, position, steady, rank)
+    rows.sort(key=lambda r: r["rank"])
+    return rows
+
+
+def _breakdown_rows(whole: Trace, position: int, steady: bool, rank: int | None) -> list[Row]:
+    from profkit.analysis.breakdown import rank_breakdown
+    from profkit.model.rank_view import rank_label, select_ranks
+
+    rows = []
+    for trace in select_ranks(whole, rank):
+        row = rank_breakdown(trace, steady=steady)
+        if rank_label(trace):
+            row["rank_source"] = trace.meta.extra.get("rank_source")
+        if row["rank"] is None:
+            row["rank"] = position
+        row["launch_bound"] = row["launch"]["launch_bound"]
+        rows.append(row)
+    return rows
+
+
+def stall_report(path: PathLike, *, step_range: str | None = None, threshold_pct: float = 5.0) -> StallReport:
+    """``profkit stalls PATH``'s analysis (its JSON is ``.sites``); ``path`` may be a run folder,
+    whose recorded working folder is where the sync sites' source lines are looked up."""
+    from profkit.readers import open_trace, resolve_run_folder
+
+    path = Path(path)
+    with open_trace(resolve_run_folder(path)) as trace:
+        return _stalls_of(trace, path, step_range, threshold_pct)
+
+
+def _stalls_of(trace: Trace, path: Path, step_range: str | None, threshold_pct: float) -> StallReport:
+    from profkit.analysis.stalls import analyze_stalls
+
+    return analyze_stalls(trace, step_range=step_range, threshold_pct=threshold_pct, source_roots=source_roots(path))
+
+
+def source_roots(target: Path) -> list[Path]:
+    """Where a folder's program ran (run.json's cwd), then the folder: the recorded
+    source paths of its sync sites are tried against these."""
+    from profkit.capture.run import RUN_JSON, read_run_record
+
+    if not target.is_dir():
+        return []
+    roots = [target]
+    if (target / RUN_JSON).is_file():  # unreadable: one line, as for profkit report
+        record = read_run_record(target)
+        cwd = record.get("cwd") if isinstance(record, dict) else None
+        if isinstance(cwd, str) and cwd:
+            roots.insert(0, Path(cwd))
+    return roots
+
+
+def ranks_json(paths: Sequence[PathLike], *, scheduler: str | None = None, workers: int | None = None,
+               rank_from: str | None = None,
+               on_done: Callable[[Any, dict[str, Any], int], None] | None = None) -> list[dict[str, Any]]:
+    """The per-rank summaries behind ``profkit ranks`` (read in parallel on Dask), one per rank
+    or per unreadable file (``{"file", "rank", "error"}``); ``on_done(input, summary, total)``
+    is called as each rank is read."""
+    from profkit.ranks.engine import map_ranks
+    from profkit.ranks.inputs import rank_inputs
+    from profkit.ranks.per_rank import summarize_rank
+
+    inputs = rank_inputs([Path(p) for p in paths], rank_from)
+    return map_ranks(summarize_rank, inputs, scheduler=scheduler, workers=workers, on_done=on_done)
+
+
+def require_some_rank(summaries: Sequence[dict[str, Any]]) -> None:
+    """A ProfkitError when no rank could be read (some unreadable files are only reported)."""
+    failed = [s for s in summaries if "error" in s]
+    if failed and len(failed) == len(summaries):
+        raise ProfkitError(f"no rank could be read ({failed[0]['file']}: {failed[0]['error']})")
+
+
+def rank_table_json(summaries: Sequence[dict[str, Any]]) -> list[Row]:
+    """``profkit ranks --format json``: the readable ranks' rows, then one row per failed file."""
+    from profkit.analysis.ranks import check_one_job, failed_ranks, rank_rows
+
+    require_some_rank(summaries)
+    check_one_job(summaries)
+    return rank_rows(summaries) + [{"file": f["file"], "rank": f["rank"], "error": f["error"]}
+                                   for f in failed_ranks(summaries)]
+
+
+# -- DataFrames ---------------------------------------------------------------------------
+
+def _frame(rows: Sequence[Row], columns: Iterable[str] = (), **attrs: Any) -> pd.DataFrame:
+    """Rows as a DataFrame that gives the same rows back: a column holding a None stays
+    object (pandas would make it float and the None a NaN, and integers floats)."""
+    import pandas as pd
+
+    names = list(dict.fromkeys([*(k for row in rows for k in row), *columns]))
+    frame = pd.DataFrame({name: pd.Series([row.get(name) for row in rows],
+                                          dtype=object if any(row.get(name) is None for row in rows) else None)
+                          for name in names}, columns=names)
+    frame.attrs.update(attrs)
+    return frame
+
+
+class Profile:
+    """One open trace and the questions profkit answers about it, as DataFrames.
+
+    Open with ``profkit.open(path)``; close with ``close()`` or a ``with`` block.  The trace's
+    columns are read once and shared by every method."""
+
+    def __init__(self, path: PathLike) -> None:
+        from profkit.readers import open_trace
+
+        self.path = Path(path)
+        self.trace = open_trace(self.path)
+
+    def kernels(self) -> pd.DataFrame:
+        """Time per kernel name (``profkit kernels``); ``attrs["note"]``: kernels the trace could not see."""
+        from profkit.analysis.graphs import unrecorded_kernels_note
+        from profkit.analysis.summaries import SUMMARY_KEYS  # an empty summary still has its columns
+
+        return _frame(kernels_json(self.trace), SUMMARY_KEYS, note=unrecorded_kernels_note(self.trace))
+
+    def api(self) -> pd.DataFrame:
+        """Time per CUDA API function (``profkit api``)."""
+        from profkit.analysis.summaries import SUMMARY_KEYS
+
+        return _frame(api_json(self.trace), SUMMARY_KEYS)
+
+    def nvtx(self) -> pd.DataFrame:
+        """Time per NVTX range text and style (``profkit nvtx``)."""
+        from profkit.analysis.summaries import SUMMARY_KEYS
+
+        return _frame(nvtx_json(self.trace), (*SUMMARY_KEYS, "style"))
+
+    def steps(self, *, use_ranges: bool = True, step_range: str | None = None,
+              rank: int | None = None) -> pd.DataFrame:
+        """One row per step (``profkit steps``); ``attrs``: summary, startup, teardown, evidence,
+        message.  A whole-job export gives every rank's steps with a ``rank`` column, and
+        ``attrs["ranks"]`` holds each rank's other keys."""
+        from profkit.analysis.steps.result import STEP_COLUMNS
+
+        out = steps_json(step_results(self.trace, use_ranges=use_ranges, step_range=step_range, rank=rank))
+        if isinstance(out, dict):
+            return _frame(out["steps"], STEP_COLUMNS, **{k: v for k, v in out.items() if k != "steps"})
+        rows = [{"rank": r["rank"], **step} for r in out for step in r["steps"]]
+        return _frame(rows, ("rank", *STEP_COLUMNS), ranks=[{k: v for k, v in r.items() if k != "steps"} for r in out])
+
+    def breakdown(self, *, steady: bool = False, rank: int | None = None) -> pd.DataFrame:
+        """Where the GPU time goes, one row per rank (``profkit breakdown``); the nested figures
+        (kernel_types, idle_by_stream, longest_idle, launch, queue) are in their columns."""
+        rows = _breakdown_rows(self.trace, 0, steady, rank)
+        rows.sort(key=lambda r: r["rank"])
+        return _frame(rows)
+
+    def stalls(self, *, step_range: str | None = None, threshold_pct: float = 5.0) -> pd.DataFrame:
+        """One row per sync site (``profkit stalls``); ``attrs``: findings, by_nvtx, step_stats."""
+        report = _stalls_of(self.trace, self.path, step_range, threshold_pct)
+        return _frame(report.sites, findings=report.findings, by_nvtx=report.by_nvtx, step_stats=report.step_stats,
+                      step_range=report.step_range)
+
+    def graphs(self) -> pd.DataFrame:
+        """One row per CUDA graph replayed (``profkit graphs``); ``attrs`` the rest (level, replays,
+        in_graphs_pct, launch, setup, ...).  Empty, with no attrs, when the trace replayed no graph."""
+        found = graphs_json(self.trace)
+        if found is None:
+            return _frame([], ("graph", "replays", "gpu_ns", "mean_replay_ns", "kernels_per_replay",
+                               "replays_per_step"))
+        return _frame(found["graphs"], **{k: v for k, v in found.items() if k != "graphs"})
+
+    def close(self) -> None:
+        self.trace.close()
+
+    def __enter__(self) -> Profile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<profkit.Profile {self.path}>"
+
+
+class Ranks:
+    """The ranks of one multi-GPU job: rank files, folders of them, or one whole-job export
+    (each of its ranks counts).  Read in parallel on Dask by ``summary()``."""
+
+    def __init__(self, paths: Sequence[PathLike] | PathLike, *, scheduler: str | None = None, workers: int | None = None,
+                 rank_from: str | None = None) -> None:
+        if isinstance(paths, (str, Path)):
+            paths = [paths]
+        if not paths:
+            raise ProfkitError("open_ranks needs at least one trace")
+        self.paths = [Path(p) for p in paths]
+        self.scheduler, self.workers, self.rank_from = scheduler, workers, rank_from
+
+    def summary(self) -> pd.DataFrame:
+        """One row per rank (``profkit ranks --format json``), failed files last with an ``error``;
+        a ProfkitError when no rank could be read."""
+        from profkit.analysis.ranks import RANK_KEYS
+
+        summaries = ranks_json(self.paths, scheduler=self.scheduler, workers=self.workers, rank_from=self.rank_from)
+        return _frame(rank_table_json(summaries), RANK_KEYS)
+
+    def breakdown(self, *, steady: bool = False) -> pd.DataFrame:
+        """Where each rank's GPU time goes (``profkit breakdown PATHS``), one row per rank."""
+        return _frame(breakdown_json(self.paths, steady=steady))
+
+    def __repr__(self) -> str:
+        return f"<profkit.Ranks {len(self.paths)} paths>"
+
+
+def open(path: PathLike) -> Profile:  # noqa: A001 (profkit.open, as the issue names it)
+    """Open a trace (read-only): an nsys SQLite export, a PyTorch profiler (Kineto) trace or its
+    folder, or a ``profkit trace`` run folder.  Bad input raises ``ProfkitError`` (one line)."""
+    return Profile(path)
+
+
+def open_ranks(paths: Sequence[PathLike] | PathLike, *, scheduler: str | None = None, workers: int | None = None,
+               rank_from: str | None = None) -> Ranks:
+    """The ranks of a multi-GPU job (see ``Ranks``)."""
+    return Ranks(paths, scheduler=scheduler, workers=workers, rank_from=rank_from)
