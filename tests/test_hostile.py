@@ -14,6 +14,7 @@ import gzip
 import io
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -372,3 +373,24 @@ def test_a_cache_walk_has_a_file_limit(tmp_path: Path) -> None:
     finally:
         del os.environ["PROFKIT_MAX_CACHE_FILES"]
     assert len(bounded_files(folder, (".py",))) == 30
+
+
+@pytest.mark.skipif(shutil.which("soffice") is None, reason="LibreOffice (soffice) is not installed")
+def test_libreoffice_reads_one_row_per_kernel_and_no_formula(tmp_path: Path) -> None:
+    """The CSV opened by a spreadsheet: LibreOffice converts it to .xlsx headless; the sheet
+    has a header and one row per kernel, and no cell holds a formula (<f> element)."""
+    import re
+    import zipfile
+
+    trace = _kineto_with_names(tmp_path, FORMULAS)
+    code, out, err, _ = run(["kernels", str(trace), "--format", "csv"])
+    assert code == 0, err
+    expected = json.loads(run(["kernels", str(trace), "--format", "json"])[1])
+    sheet = tmp_path / "kernels.csv"
+    sheet.write_bytes(out.encode())
+    subprocess.run(["soffice", "--headless", f"-env:UserInstallation=file://{tmp_path}/lo", "--convert-to",
+                    "xlsx", "--outdir", str(tmp_path), str(sheet)], check=True, capture_output=True, timeout=300)
+    with zipfile.ZipFile(tmp_path / "kernels.xlsx") as book:
+        xml = book.read("xl/worksheets/sheet1.xml").decode()
+    assert "<f>" not in xml and "<f " not in xml
+    assert len(re.findall(r"<row ", xml)) == 1 + len(expected)

@@ -29,6 +29,7 @@ BASE, MODEL, READERS, ANALYSIS, RENDER, CAPTURE, TOP = range(7)
 # the first matching prefix wins: more specific prefixes come first
 LAYERS: list[tuple[str, int]] = [
     ("profkit.errors", BASE), ("profkit.allocator", BASE), ("profkit.atomic", BASE), ("profkit._version", BASE),
+    ("profkit.limits", BASE), ("profkit.signals", BASE),
     ("profkit.model", MODEL),
     ("profkit.readers", READERS), ("profkit.scrub", READERS),
     ("profkit.analysis", ANALYSIS), ("profkit.ranks", ANALYSIS), ("profkit.ptx", ANALYSIS),

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -193,13 +194,29 @@ def run_folder_caches(record: Any, run_dir: Path | None = None) -> list[Path]:
     return [p for p in paths if any(_below(p.resolve(), root) for root in roots)]
 
 
+def kernel_caches() -> dict[str, str]:
+    """Where the profiled program's Triton and inductor kernels are compiled to.
+
+    The program inherits profkit's environment, so these are its folders:
+    ``$TORCHINDUCTOR_CACHE_DIR`` (default ``<tmp>/torchinductor_<user>``, as
+    torch._inductor.runtime.cache_dir_utils computes it) and ``$TRITON_CACHE_DIR``
+    (default ``~/.triton/cache``).  `profkit kernels --with-code RUN` reads the
+    compiled code of the run's kernels from them."""
+    import getpass
+    import tempfile
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no user name for this uid (containers)
+        user = str(os.getuid()) if hasattr(os, "getuid") else "user"
+    inductor = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(tempfile.gettempdir(), f"torchinductor_{user}")
+    triton = os.environ.get("TRITON_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".triton", "cache")
+    return {"inductor": inductor, "triton": triton}
+
+
 def user_cache_roots() -> list[Path]:
     """This user's kernel cache folders: the inductor and Triton caches ``profkit trace``
     records (their environment variables or defaults) and ``$XDG_CACHE_HOME`` (~/.cache)."""
-    import os
-
-    from profkit.capture.run import kernel_caches
-
     roots = [Path(p) for p in kernel_caches().values()]
     roots.append(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"))
     return [r.resolve() for r in roots]

@@ -19,7 +19,6 @@ end, so a crash or Ctrl-C still leaves a record of what was attempted.
 from __future__ import annotations
 
 import json
-import os
 import platform
 import re
 import time
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from profkit._version import __version__
+from profkit.analysis.kernel_code import kernel_caches
 from profkit.atomic import write_text
 from profkit.errors import ProfkitError
 
@@ -67,26 +67,6 @@ def create_run_dir(target: str, output: Path | None = None, runs_dir: Path = DEF
         except FileExistsError:  # two runs in the same second
             n += 1
             candidate = base.with_name(f"{base.name}-{n}")
-
-
-def kernel_caches() -> dict[str, str]:
-    """Where the profiled program's Triton and inductor kernels are compiled to.
-
-    The program inherits profkit's environment, so these are its folders:
-    ``$TORCHINDUCTOR_CACHE_DIR`` (default ``<tmp>/torchinductor_<user>``, as
-    torch._inductor.runtime.cache_dir_utils computes it) and ``$TRITON_CACHE_DIR``
-    (default ``~/.triton/cache``).  `profkit kernels --with-code RUN` reads the
-    compiled code of the run's kernels from them."""
-    import getpass
-    import tempfile
-
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):  # no user name for this uid (containers)
-        user = str(os.getuid()) if hasattr(os, "getuid") else "user"
-    inductor = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(tempfile.gettempdir(), f"torchinductor_{user}")
-    triton = os.environ.get("TRITON_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".triton", "cache")
-    return {"inductor": inductor, "triton": triton}
 
 
 @dataclass
