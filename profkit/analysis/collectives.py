@@ -14,8 +14,9 @@ reduce-scatter and all-to-all (n-1)/n; broadcast, reduce, send/recv 1 -- so
 that busbw compares with the hardware's link bandwidth whatever n is.  GB/s
 are 1e9 bytes per second, as nccl-tests prints them (bytes per ns).
 
-Where the sizes are not recorded (nsys exports: ``schema.KERNELS``) every
-size is -1 and nothing here turns that into 0.
+nsys records bytes only (NCCL's NVTX payload, ``schema.KERNELS`` msg_bytes),
+which are taken as they are.  Where the sizes are not recorded (nsys exports
+without blobs) every size is -1 and nothing here turns that into 0.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ _FACTORS = (("allreduce", _ALL_REDUCE), ("allgather", _SHARE), ("reducescatter",
             ("send", _ONE), ("recv", _ONE))
 
 CALL_COLUMNS = ["name", "start", "end", "collective", "msg_in_nelems", "msg_out_nelems", "msg_dtype",
-                "group_size"]
+                "msg_bytes", "group_size"]
 
 
 def collective_type(kernel_name: str) -> str:
@@ -71,11 +72,17 @@ def busbw_factor(collective: str, ranks: int | None) -> float | None:
     return None
 
 
-def message_bytes(in_nelems: np.ndarray, out_nelems: np.ndarray, dtypes: Any) -> np.ndarray:
-    """Bytes each call moved (nccl-tests' S), -1 where the trace does not say."""
+def message_bytes(in_nelems: np.ndarray, out_nelems: np.ndarray, dtypes: Any,
+                  recorded: np.ndarray | None = None) -> np.ndarray:
+    """Bytes each call moved (nccl-tests' S), -1 where the trace does not say.  ``recorded``
+    (the kernels' msg_bytes) wins where known: nsys records bytes without elements or dtype."""
     elements = np.maximum(np.asarray(in_nelems, dtype=np.int64), np.asarray(out_nelems, dtype=np.int64))
     size = np.array([DTYPE_BYTES.get(str(d), -1) for d in dtypes], dtype=np.int64)
-    return np.where((elements >= 0) & (size > 0), elements * size, schema.MISSING_INT)
+    computed = np.where((elements >= 0) & (size > 0), elements * size, schema.MISSING_INT)
+    if recorded is None:
+        return computed
+    recorded = np.asarray(recorded, dtype=np.int64)
+    return np.where(recorded >= 0, recorded, computed)
 
 
 def rank_calls(trace: Trace, comm: np.ndarray) -> dict[str, Any]:
@@ -89,7 +96,7 @@ def rank_calls(trace: Trace, comm: np.ndarray) -> dict[str, Any]:
         "call": kernels["collective"].astype(str).to_numpy(),
         "ns": (kernels["end"] - kernels["start"]).to_numpy(np.int64),
         "bytes": message_bytes(kernels["msg_in_nelems"].to_numpy(), kernels["msg_out_nelems"].to_numpy(),
-                               kernels["msg_dtype"].astype(str).to_numpy()),
+                               kernels["msg_dtype"].astype(str).to_numpy(), kernels["msg_bytes"].to_numpy()),
         "group_size": kernels["group_size"].to_numpy(np.int64),
     }
 

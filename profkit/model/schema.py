@@ -97,16 +97,22 @@ KERNELS = _cols(
     # per-column loading costs nothing to an analysis that does not ask.
     # Kineto records them (the kernel's args 'Collective name', 'In msg
     # nelems', ..., else those of the record_param_comms cpu_op with the same
-    # 'External id'); NCCL kernels only.  nsys exports do not: NCCL's NVTX
-    # ranges (ncclAllReduce ...) declare a 'Message size [bytes]' payload in
-    # NVTX_PAYLOAD_SCHEMAS, but NVTX_EVENTS.binaryData is NULL (nsys 2025.3
-    # exports payloads only with `nsys export --include-blobs=true`), so from
-    # nsys these are unknown (-1, ''), never 0.
+    # 'External id'); NCCL kernels only.  nsys: NCCL's NVTX ranges
+    # (ncclAllReduce ...) carry a 'Message size [bytes]' payload, whose bytes
+    # an export holds only when made with `nsys export --include-blobs=true`
+    # (readers/nsys/nccl_messages.py); it gives bytes, not elements or dtype,
+    # so an nsys kernel fills collective, msg_bytes and group_size and leaves
+    # the nelems and dtype unknown.  Without the blobs all are unknown (-1,
+    # ''), never 0.
     ("collective", CATEGORY, "torch's collective name: 'allreduce', 'allgather', 'reduce_scatter', "
                              "'broadcast', ... ('' not a collective, or not recorded)"),
     ("msg_in_nelems", INT, "elements of the call's input (Kineto 'In msg nelems'), -1 unknown"),
     ("msg_out_nelems", INT, "elements of its output ('Out msg nelems'; all-gather: the whole output), -1 unknown"),
     ("msg_dtype", CATEGORY, "element type as torch names it ('Float', 'BFloat16', ...; '' unknown)"),
+    # For sources that record bytes, not elements (nsys' NCCL payload); analysis.collectives
+    # prefers it to elements x element size.
+    ("msg_bytes", INT, "bytes the call moved as nccl-tests' size S (all-gather, reduce-scatter: the whole "
+                       "array), -1 unknown (Kineto: -1, its nelems and dtype give it)"),
     ("group_size", INT, "ranks in the call's process group, -1 unknown"),
     ("process_group", CATEGORY, "process group name and description, e.g. '0 (default_pg)' ('' unknown)"),
 )

@@ -51,7 +51,7 @@ from profkit.model import schema
 from profkit.model.keys import NULL_INT, encode_keys
 from profkit.model.sync_sites import PREFIX as SYNC_SITE_PREFIX
 from profkit.model.trace import DURATION, NSYS, Coded, Trace, TraceMeta, narrowed
-from profkit.readers.nsys import launches, nccl_payload, python_samples, queries, sync
+from profkit.readers.nsys import launches, nccl_messages, nccl_payload, python_samples, queries, sync
 from profkit.readers.nsys.details import capture_details
 from profkit.readers.nsys.reader import (
     GLOBAL_TID_ID_MASK,
@@ -135,8 +135,9 @@ def _kernels(export: NsysExport) -> TableSpec:
         "smem_config_bytes": _int(export, t, "sharedMemoryExecuted"),
         "local_memory_per_thread": _int(export, t, "localMemoryPerThread"),
     })
-    # Not in the export (schema.KERNELS says why): unknown, not 0.
-    cols.update({c: Spec(INT, None) for c in ("msg_in_nelems", "msg_out_nelems", "group_size")})
+    # Not columns of the export (schema.KERNELS says why): unknown, not 0; collective, msg_bytes
+    # and group_size are then filled from NCCL's NVTX payloads where exported (NsysSource._nccl).
+    cols.update({c: Spec(INT, None) for c in ("msg_in_nelems", "msg_out_nelems", "msg_bytes", "group_size")})
     cols.update({c: Spec(STRING_ID, None) for c in ("collective", "msg_dtype", "process_group")})
     return TableSpec(t, columns=cols)
 
@@ -269,6 +270,8 @@ _NSYS_TABLES = {
     "syncs": sync.SYNC, "osrt": queries.OSRT.table, "processes": "PROCESSES", "threads": "ThreadNames",
 }
 _RANGE_TEXT_COLUMNS = ("name", "domain", "kind")
+# kernels columns filled from NCCL's NVTX payloads after the scan (nccl_messages)
+_NCCL_COLUMNS = {"collective", "msg_bytes", "group_size"}
 
 
 # model table -> what the nsys table holds and the ``nsys profile -t`` option recording it
@@ -289,6 +292,7 @@ class NsysSource:
         self._specs: dict[str, TableSpec] = {}
         self._labels: dict[int, dict[int, str]] = {}
         self._frames: dict[str, Any] | None = None
+        self._messages: dict[int, nccl_messages.NcclMessage] | None = None
 
     def background_source(self) -> NsysSource:
         """The same export on its own connection (``Trace.prefetch`` loads through it on
@@ -389,7 +393,36 @@ class NsysSource:
                 data[name] = _missing(table, name, n)
         if table == "ranges" and "end" in data:
             self._note_nvtx_end(data["end"])
+        if table == "kernels" and _NCCL_COLUMNS & set(wanted):
+            self._nccl(data, spec, n)
         return {c: data[c] for c in wanted}
+
+    def _nccl(self, data: dict[str, Any], spec: TableSpec, n: int) -> None:
+        """collective, msg_bytes and group_size of the NCCL kernels, from NCCL's NVTX payloads
+        (``nccl_messages``): decoded once per source, left unknown where the export has none."""
+        if self._messages is None:
+            self._messages = nccl_messages.nccl_messages(self.export)
+        if not self._messages:
+            return
+        # the scanned columns are in rowid order (collect_columns): each kernel's row is its rowid's rank
+        rowids = collect_columns(self.export, ColumnsQuery(spec.table, f'"{spec.table}"', ("rowid",), (),
+                                                           where=spec.where))[0][0]
+        keys = np.fromiter(self._messages, dtype=np.int64, count=len(self._messages))
+        at = np.searchsorted(rowids, keys)
+        hit = (at < len(rowids)) & (rowids[np.minimum(at, len(rowids) - 1)] == keys) if len(rowids) else \
+            np.zeros(len(keys), dtype=bool)
+        rows, found = at[hit], [self._messages[int(k)] for k in keys[hit]]
+        if "msg_bytes" in data:
+            data["msg_bytes"] = np.full(n, schema.MISSING_INT, dtype=np.int64)
+            data["msg_bytes"][rows] = [m.bytes for m in found]
+        if "group_size" in data:
+            data["group_size"] = np.full(n, schema.MISSING_INT, dtype=np.int64)
+            data["group_size"][rows] = [m.group_size for m in found]
+        if "collective" in data:
+            names = [""] + sorted({m.collective for m in found})
+            codes = np.zeros(n, dtype=np.int32)
+            codes[rows] = [names.index(m.collective) for m in found]
+            data["collective"] = Coded(codes, names)
 
     # -- helpers -------------------------------------------------------------
     def _count(self, spec: TableSpec) -> int:

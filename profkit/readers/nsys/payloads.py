@@ -35,7 +35,9 @@ from profkit.errors import ProfkitError
 SCALAR_FORMATS = {
     1: "b", 2: "B", 3: "h", 4: "H", 5: "i", 6: "I", 7: "q", 8: "Q", 9: "q", 10: "Q",
     11: "b", 12: "B", 13: "h", 14: "H", 15: "i", 16: "I", 17: "q", 18: "Q",
-    20: "f", 21: "d", 22: "f", 23: "d",  # FLOAT, DOUBLE, FLOAT32, FLOAT64 (entry types 19+)
+    19: "f", 20: "d",  # FLOAT, DOUBLE (21 LONGDOUBLE: no struct format, so unsupported)
+    22: "Q", 23: "Q",  # SIZE (size_t: NCCL's "Message size [bytes]"), ADDRESS
+    43: "f", 44: "d",  # FLOAT32, FLOAT64
 }
 REGISTERED_STRING_HANDLE = 80  # NVTX_PAYLOAD_ENTRY_TYPE_NVTX_REGISTERED_STRING_HANDLE
 ARRAY_LENGTH_INDEX = 3 << 4    # NVTX_PAYLOAD_ENTRY_FLAG_ARRAY_LENGTH_INDEX
@@ -211,7 +213,8 @@ def read_schemas(export: Any) -> PayloadSchemas:
         labels: dict[tuple[int, int], dict[int, str]] = {}
         for domain, schema_id, name, value in export.rows(
                 "SELECT domainId, schemaId, name, value FROM NVTX_PAYLOAD_ENUM_ENTRIES"):
-            labels.setdefault((domain, schema_id), {})[int(value)] = name or ""
+            # nsys 2025.3 stores a 0 value as NULL (NCCL's redop enum: "Sum" has value NULL, "Product" 1)
+            labels.setdefault((domain, schema_id), {})[int(value or 0)] = name or ""
         for domain, schema_id, size in export.rows("SELECT domainId, schemaId, size FROM NVTX_PAYLOAD_ENUMS"):
             enums[(domain, schema_id)] = PayloadEnum(domain, schema_id, int(size or 0),
                                                      labels.get((domain, schema_id), {}))
