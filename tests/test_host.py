@@ -214,3 +214,25 @@ def test_report_has_a_host_section_and_leads_with_the_verdict(tmp_path: Path) ->
     first_finding = md.split("## Findings", 1)[1].strip().splitlines()[0]
     assert first_finding.startswith("- Bound by Python/framework overhead") and "planted_host_work" in first_finding
     assert "## Host" in md and "| planted_host_work | hf_llama.py:43 |" in md
+
+
+def test_a_scrubbed_export_still_gives_the_host_time(tmp_path: Path) -> None:
+    """profkit trace scrubs its export with the program's environment: a recorded value found
+    in the sampled file paths (the working folder) is redacted, so several file names become
+    one text.  The samples still decode, to the same functions, lines and times."""
+    from profkit.scrub import scrub
+
+    source = trace_path("train", "nsys")
+    folder = str(Path(planted("train", "nsys")[0]).parent.parent)  # where the program ran: /work/main
+    scrubbed = tmp_path / "scrubbed.sqlite"
+    scrub(source, scrubbed, environment={"PWD": folder, "HOME": "/root"})
+    code, out = run("host", str(scrubbed), "--steady", "--format", "json")
+    assert code == 0, out
+    after, before = json.loads(out), host_json("train", "nsys")
+
+    def idle(result: dict) -> list[tuple]:  # the functions the GPU waited in (the rows that matter)
+        return [(r["function"], r["line"], r["gpu_idle_ns_per_step"]) for r in result["functions"]
+                if r["gpu_idle_ns_per_step"] > 0]
+
+    assert idle(after) == idle(before) and idle(before)
+    assert after["summary"]["gpu_idle_ns_per_step"] == before["summary"]["gpu_idle_ns_per_step"]

@@ -140,4 +140,9 @@ def _emit(cols: dict[str, list[int]], start: int, end: int, gtid: int, depth: in
 def _coded(keys: list[int], strings: dict[int, str]) -> Coded:
     unique, inverse = np.unique(np.array(keys, dtype=np.int64), return_inverse=True)
     labels = [html.unescape(strings.get(int(k), "")) for k in unique.tolist()]
-    return Coded(inverse.astype(np.int64).reshape(-1), labels)
+    # Distinct string ids can hold one text: two paths a scrub redacted alike, an escaped and an
+    # unescaped name, missing ids.  A category is a text, so they share one code.
+    distinct: dict[str, int] = {}
+    remap = np.array([distinct.setdefault(label, len(distinct)) for label in labels], dtype=np.int64)
+    codes = remap[inverse.reshape(-1)] if len(labels) else np.zeros(0, dtype=np.int64)
+    return Coded(codes, list(distinct))
