@@ -365,6 +365,11 @@ def test_gpu_trace_gelu_with_ncu_top_2(tmp_path):
     rows = json.loads((run_dir / "report.json").read_text())["sections"]["ncu"]["tables"]["ncu"]["rows"]
     assert len(rows) == 2
     assert all(r["duration_ns"] > 0 and r["dram_throughput_pct"] is not None for r in rows)
+    # --ncu-top collects the roofline sections by default: every profiled launch gets its roof
+    tables = json.loads((run_dir / "report.json").read_text())["sections"]["ncu"]["tables"]
+    roofline_rows = tables["roofline"]["rows"]
+    assert roofline_rows and all(r["roof"] and r["bound"] in ("memory", "compute") for r in roofline_rows)
+    assert all(r["bound"] == "memory" for r in roofline_rows)  # GELU kernels are elementwise
 
 
 def test_nvtx_range_that_never_starts(workdir, monkeypatch):
