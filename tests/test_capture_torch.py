@@ -314,3 +314,73 @@ def test_steps_need_the_torch_backend(tmp_path: Path) -> None:
     options = TraceOptions(target="prog.py", backend="nsys", output=tmp_path / "run", steps=3)
     with pytest.raises(ProfkitError, match="--steps records a window"):
         run_trace(options, Recorder())  # type: ignore[arg-type]
+
+
+INFERENCE_LOOP = """\
+import time
+
+import torch
+from torch.profiler import record_function
+
+model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64))
+start = time.monotonic()
+iteration = 0
+with torch.no_grad():
+    while time.monotonic() - start < {seconds}:
+        with record_function(f"iteration#{{iteration}}"):
+            model(torch.randn(8, 64))
+        time.sleep(0.02)
+        iteration += 1
+print("iterations", iteration)
+"""
+
+
+def test_a_window_of_seconds_records_only_that_part_of_an_inference_loop(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """issue 22: `--window 1:2` on a 6 s loop of forwards (no optimizer) records one second of
+    it, after the first second and well before the end, with stacks on.  The profiler's first
+    start takes seconds on a busy machine: the window keeps its length, not its end."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    (tmp_path / "serve.py").write_text(INFERENCE_LOOP.format(seconds=6.0))
+    run_dir = tmp_path / "run"
+    recorder = Recorder()
+    options = TraceOptions(target="serve.py", backend="torch", output=run_dir, python=sys.executable, window="1:2")
+    with pytest.raises(ProgramFailed, match="no CUDA trace data"):  # a CPU trace: no report
+        run_trace(options, recorder)  # type: ignore[arg-type]
+    total = int("".join(recorder.text).split("iterations")[-1].split()[0])
+    events = raw_events(run_dir / KINETO_JSON)
+    iterations = sorted((int(e["name"].split("#")[1]), e["ts"], e["ts"] + e["dur"]) for e in events
+                        if str(e.get("name", "")).startswith("iteration#"))
+    recorded = [i for i, _, _ in iterations]
+    assert recorded == list(range(recorded[0], recorded[-1] + 1))  # one stretch, no gaps
+    assert 0 < recorded[0] and recorded[-1] < total - 1, (recorded, total)
+    span_s = (iterations[-1][2] - iterations[0][1]) / 1e6
+    assert 0.7 <= span_s <= 1.3, span_s  # the iterations fill the window, one per ~20 ms + forward
+    assert any(e.get("cat") == "python_function" for e in events)  # stacks stay on
+    assert read_run_record(run_dir)["status"] == "failed"
+
+
+def test_a_window_that_never_opens_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    (tmp_path / "serve.py").write_text(INFERENCE_LOOP.format(seconds=0.3))
+    options = TraceOptions(target="serve.py", backend="torch", output=tmp_path / "run", python=sys.executable,
+                           window="30:40")
+    with pytest.raises(ProgramFailed, match="the program ended before --window 30:40 opened"):
+        run_trace(options, Recorder())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("backend", "window", "steps", "message"), [
+    ("nsys", "1:2", 0, "--window records a window of seconds with --backend torch"),
+    ("torch", "1:2", 3, "--steps and --window each choose what to record"),
+    ("torch", "5", 0, "--window '5' is not START:END"),
+    ("torch", "3:1", 0, "START must be >= 0 and before END"),
+    ("torch", "a:b", 0, "could not convert"),
+])
+def test_bad_windows_are_refused_before_the_program_runs(tmp_path: Path, backend: str, window: str, steps: int,
+                                                         message: str) -> None:
+    options = TraceOptions(target="prog.py", backend=backend, output=tmp_path / "run", window=window, steps=steps)
+    with pytest.raises(ProfkitError, match=message):
+        run_trace(options, Recorder())  # type: ignore[arg-type]
+    assert not (tmp_path / "run").exists()

@@ -23,6 +23,14 @@ instead of all of it: the profiler's schedule advances on every optimizer step
 steps and records the next COUNT, each a ``ProfilerStep#N`` range, then stops
 recording, so memory and the trace stay bounded however long the program runs.
 
+PROFKIT_TORCH_WINDOW=START:END profiles a window of seconds instead, for loops without an
+optimizer (inference, ``generate()``): seconds since the program started (this shim's start;
+END empty: until the program ends).  The profiler's first start takes seconds (Kineto sets
+itself up), so recording begins that much after START and lasts END - START.  torch.profiler records only the thread that starts it, so
+the window opens and closes on the main thread, at the first module forward (a global forward
+pre-hook) or optimizer step at or after START and END; a loop of plain tensor code with
+neither records from START to the program's end.
+
 PROFKIT_SYNC_SITES=0 turns the sync-site hook off.
 """
 
@@ -36,6 +44,7 @@ from collections.abc import Callable
 USAGE = "usage: python -m profkit.capture.launch (script.py | -m module) [args]"
 TORCH_TRACE_ENV = "PROFKIT_TORCH_TRACE"
 TORCH_STEPS_ENV = "PROFKIT_TORCH_STEPS"
+TORCH_WINDOW_ENV = "PROFKIT_TORCH_WINDOW"
 DISTRIBUTED = "--distributed"
 RANK_FIELD = "{rank}"
 
@@ -53,7 +62,8 @@ def main(argv: list[str]) -> None:
     trace_path = os.environ.get(TORCH_TRACE_ENV)
     if trace_path:
         trace_path = trace_path.replace(RANK_FIELD, os.environ.get("RANK", "0"))
-        run_under_torch_profiler(lambda: run_program(argv), trace_path, os.environ.get(TORCH_STEPS_ENV))
+        run_under_torch_profiler(lambda: run_program(argv), trace_path, os.environ.get(TORCH_STEPS_ENV),
+                                 os.environ.get(TORCH_WINDOW_ENV))
     else:
         run_program(argv)
 
@@ -89,32 +99,105 @@ def run_distributed(torchrun_args: list[str]) -> None:
     run(args)
 
 
-def run_under_torch_profiler(run: Callable[[], None], trace_path: str, steps: str | None = None) -> None:
+def parse_window(text: str) -> tuple[float, float]:
+    """"START:END" seconds (END empty: no end) as (start, end); ValueError when it is not one."""
+    start_text, sep, end_text = text.partition(":")
+    if not sep:
+        raise ValueError(f"{text!r} is not START:END")
+    start = float(start_text or 0)
+    end = float(end_text) if end_text.strip() else float("inf")
+    if not (0 <= start < end):
+        raise ValueError(f"{text!r}: START must be >= 0 and before END")
+    return start, end
+
+
+class TimeWindow:
+    """Starts and stops a torch.profiler between two times, from hooks that run on the program's
+    main thread (see the module docstring); ``tick()`` is their one entry."""
+
+    def __init__(self, prof: object, window: tuple[float, float], save: Callable[[], None]) -> None:
+        import time
+
+        self.prof, (self.start, self.end), self.save = prof, window, save
+        self.clock = time.monotonic
+        self.t0 = self.clock()
+        self.state = "waiting"  # -> recording -> done
+
+    def tick(self, *_: object) -> None:
+        if self.state == "done":
+            return
+        import torch
+
+        if torch.compiler.is_compiling():  # traced by dynamo: no side effect inside a graph
+            return
+        elapsed = self.clock() - self.t0
+        if self.state == "waiting" and elapsed >= self.start:
+            self.prof.start()  # type: ignore[attr-defined]
+            self.state = "recording"
+            # the profiler's first start takes seconds (Kineto's set-up): the window keeps its length
+            self.end += self.clock() - self.t0 - elapsed
+        elif self.state == "recording" and elapsed >= self.end:
+            self.finish()
+
+    def finish(self) -> None:
+        """Stop and export now (the window closed, or the program ended inside it)."""
+        if self.state == "recording":
+            import torch
+
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()  # the window's last kernels end before the trace does
+            self.prof.stop()  # type: ignore[attr-defined]
+            self.save()
+        self.state = "done"
+
+
+def run_under_torch_profiler(run: Callable[[], None], trace_path: str, steps: str | None = None,
+                             window: str | None = None) -> None:
     """run() inside torch.profiler; the trace is exported however run() ends.
 
     ``steps`` ("SKIP:COUNT", PROFKIT_TORCH_STEPS): only that window of optimizer steps is
-    recorded (see the module docstring)."""
+    recorded; ``window`` ("START:END" seconds, PROFKIT_TORCH_WINDOW): only that window of
+    time (see the module docstring)."""
     import torch
     from torch.profiler import ProfilerActivity, profile, schedule
 
     cuda = torch.cuda.is_available()
     activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
-    hook = None
+    hooks = []
     exported: list[bool] = []
+
+    def save(p: object = None) -> None:
+        (p or prof).export_chrome_trace(trace_path)  # type: ignore[attr-defined]
+        exported.append(True)
+
+    if window:
+        from torch.nn.modules.module import register_module_forward_pre_hook
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        prof = profile(activities=activities, with_stack=True)
+        timer = TimeWindow(prof, parse_window(window), save)
+        # the hooks stay registered once the window closed (a no-op then): removing a global
+        # hook would make torch.compile recompile the program's graphs
+        hooks = [register_module_forward_pre_hook(timer.tick), register_optimizer_step_post_hook(timer.tick)]
+        timer.tick()  # START 0: from the first line of the program
+        try:
+            run()
+        finally:
+            if timer.state == "waiting":  # the program ended before START: record nothing
+                timer.state = "done"
+            timer.finish()
+            for hook in hooks:
+                hook.remove()
+        return
     if steps:
         skip, count = (int(v) for v in steps.split(":"))
-
-        def save(p: object) -> None:
-            p.export_chrome_trace(trace_path)  # type: ignore[attr-defined]
-            exported.append(True)
-
         # one step of warm-up (Kineto's start-up is not in the figures), inside the skipped ones
         warmup = 1 if skip >= 1 else 0
         prof = profile(activities=activities, with_stack=True, on_trace_ready=save,
                        schedule=schedule(wait=skip - warmup, warmup=warmup, active=count, repeat=1))
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
-        hook = register_optimizer_step_post_hook(lambda *_: prof.step())
+        hooks = [register_optimizer_step_post_hook(lambda *_: prof.step())]
     else:
         prof = profile(activities=activities, with_stack=True)
     prof.start()
@@ -123,7 +206,7 @@ def run_under_torch_profiler(run: Callable[[], None], trace_path: str, steps: st
     finally:
         if cuda:
             torch.cuda.synchronize()  # the last kernels end before the trace does
-        if hook is not None:
+        for hook in hooks:
             hook.remove()
         prof.stop()
         if not steps:

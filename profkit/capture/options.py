@@ -42,6 +42,8 @@ class TraceOptions:
     # torch backend: record only optimizer steps skip_steps+1 .. skip_steps+steps (0: the whole program)
     steps: int = 0
     skip_steps: int = 0
+    # torch backend: record only this window of seconds since the program started ("START:END")
+    window: str | None = None
 
 
 class ProgramFailed(ProfkitError):

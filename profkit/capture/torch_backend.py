@@ -22,7 +22,7 @@ from pathlib import Path
 
 from profkit.capture import nsys as nsys_mod
 from profkit.capture.keep import keep_trace
-from profkit.capture.launch import DISTRIBUTED, TORCH_STEPS_ENV, TORCH_TRACE_ENV
+from profkit.capture.launch import DISTRIBUTED, TORCH_STEPS_ENV, TORCH_TRACE_ENV, TORCH_WINDOW_ENV
 from profkit.capture.options import ProgramFailed, TraceOptions, launcher_env
 from profkit.capture.run import KINETO_JSON, LOG, RunRecord, Stopwatch
 from profkit.capture.sync_hook import RANGES_ENV, RECORD_FUNCTION
@@ -74,13 +74,15 @@ def program_argv(options: TraceOptions) -> list[str]:
 
 
 def torch_environment(base: Mapping[str, str], trace_path: Path, *, sync_sites: bool,
-                      steps: tuple[int, int] | None = None) -> dict[str, str]:
+                      steps: tuple[int, int] | None = None, window: str | None = None) -> dict[str, str]:
     """The program's environment: where the shim writes the trace, and record_function sync ranges."""
     env = launcher_env(base)
     env[TORCH_TRACE_ENV] = str(trace_path)
     env[RANGES_ENV] = RECORD_FUNCTION
     if steps is not None:
         env[TORCH_STEPS_ENV] = f"{steps[0]}:{steps[1]}"
+    if window is not None:
+        env[TORCH_WINDOW_ENV] = window
     if not sync_sites:
         env["PROFKIT_SYNC_SITES"] = "0"
     return env
@@ -101,7 +103,8 @@ def profile(options: TraceOptions, program: list[str], run_dir: Path, base_env: 
         distributed = is_distributed(options)
         raw = temp_dir / (RANK_TRACE if distributed else KINETO_JSON)
         window = (options.skip_steps, options.steps) if options.steps else None
-        env = torch_environment(base_env, raw, sync_sites=options.sync_sites, steps=window)
+        env = torch_environment(base_env, raw, sync_sites=options.sync_sites, steps=window,
+                                window=options.window)
         log_path = run_dir / LOG
         reporter.stage("profiling", " ".join([options.target, *options.args]))
         with clock("torch.profiler"):
@@ -115,6 +118,10 @@ def profile(options: TraceOptions, program: list[str], run_dir: Path, base_env: 
             record.finish("failed")
             record.write(run_dir)
             last = next((line for line in reversed(result.tail) if line.strip()), "no output")
+            if options.window is not None and result.returncode == 0:
+                raise ProgramFailed(f"torch.profiler recorded nothing: the program ended before --window "
+                                    f"{options.window} opened", result.returncode,
+                                    "give a START within the program's run time (seconds since it started)")
             raise ProgramFailed(f"torch.profiler wrote no trace (exit status {result.returncode}; "
                                 f"last output: {last.strip()})", result.returncode, f"see {log_path}")
         kept = [run_dir / (f"{path.stem}.json.gz" if distributed else KINETO_JSON) for path in written]

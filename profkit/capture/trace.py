@@ -30,7 +30,7 @@ from typing import Any
 from profkit.capture import ncu as ncu_mod
 from profkit.capture import nsys as nsys_mod
 from profkit.capture import torch_backend
-from profkit.capture.launch import DISTRIBUTED
+from profkit.capture.launch import DISTRIBUTED, parse_window
 from profkit.capture.options import ProgramFailed, TraceOptions, launcher_env
 from profkit.capture.gpu import detect_gpus
 from profkit.capture.nsys import ProfileRequest, Reporter
@@ -118,6 +118,17 @@ def run_trace(options: TraceOptions, reporter: Reporter, *, env: Mapping[str, st
     if options.steps and backend != "torch":
         raise ProfkitError("--steps records a window of steps with --backend torch",
                            hint="under nsys, record one range with --nvtx-only RANGE")
+    if options.window is not None:
+        if backend != "torch":
+            raise ProfkitError("--window records a window of seconds with --backend torch",
+                               hint="under nsys, pass --nsys-args \"--delay S --duration S\"")
+        if options.steps:
+            raise ProfkitError("--steps and --window each choose what to record: give one")
+        try:
+            parse_window(options.window)
+        except ValueError as exc:
+            raise ProfkitError(f"--window {exc}", hint="for example --window 10:15 (seconds since the "
+                               "program started; 10: records from 10 s to the end)") from None
     nsys = None
     if backend == "nsys":
         nsys = require_tool("nsys", env=base_env, root=root)

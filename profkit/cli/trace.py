@@ -43,17 +43,23 @@ from profkit.errors import ProfkitError
                                 "memory stay small on long runs.")
 @click.option("--skip", "skip_steps", type=click.IntRange(min=0), default=3, show_default=True, metavar="K",
               help="With --steps: the first K optimizer steps (start-up, compilation, warm-up) are not recorded.")
+@click.option("--window", "window", metavar="START:END",
+              help="--backend torch, for loops without an optimizer (inference, generate()): record only "
+                   "from START to END seconds after the program started (END empty: to the end); the "
+                   "window opens and closes at the next module forward or optimizer step.")
 @click.argument("target_and_args", nargs=-1, type=click.UNPROCESSED, metavar="SCRIPT.py [-- ARGS...]")
 @click.pass_context
 def trace(ctx: click.Context, module: str | None, backend: str, output: Path | None, ncu_top: int, nvtx_range: str | None,
           sync_sites: bool, nsys_args: str, python: str, tmp_dir: Path | None, gpu_check: bool, top: int,
-          keep_env: bool, keep_rep: bool, steps: int, skip_steps: int, target_and_args: tuple[str, ...]) -> None:
+          keep_env: bool, keep_rep: bool, steps: int, skip_steps: int, window: str | None,
+          target_and_args: tuple[str, ...]) -> None:
     """Profile a program with Nsight Systems (or torch.profiler) and write profkit's report.
 
     \b
       profkit trace train.py -- --steps 20
       profkit trace --backend torch train.py -- --steps 20
       profkit trace --backend torch --steps 5 --skip 3 train.py -- --steps 1000   # a window of 5 steps
+      profkit trace --backend torch --window 20:25 serve.py                       # 5 s of an inference loop
       profkit trace --ncu-top 3 sample_kernels/gelu.py --n 8192
       profkit trace -m my_pkg.bench -- --size 4096
     """
@@ -77,7 +83,7 @@ def trace(ctx: click.Context, module: str | None, backend: str, output: Path | N
     options = TraceOptions(target=target, args=args, module=module is not None, output=output, ncu_top=ncu_top,
                            nvtx_range=nvtx_range, sync_sites=sync_sites, nsys_args=extra, python=python,
                            temp_root=tmp_dir, check_gpu=gpu_check, top=top, backend=backend, keep_env=keep_env,
-                           keep_rep=keep_rep, steps=steps, skip_steps=skip_steps)
+                           keep_rep=keep_rep, steps=steps, skip_steps=skip_steps, window=window)
     reporter = make_reporter()
     try:
         result = run_trace(options, reporter)
