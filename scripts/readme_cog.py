@@ -16,6 +16,7 @@ repository's.  Tables are drawn for a 100-column terminal.
 from __future__ import annotations
 
 import ast
+import atexit
 import contextlib
 import functools
 import io
@@ -46,6 +47,7 @@ def _out(text: str) -> None:
 def workdir() -> Path:
     """A scratch folder holding the unpacked example and a link to the repository's tests/."""
     folder = Path(tempfile.mkdtemp(prefix="profkit-readme-"))
+    atexit.register(shutil.rmtree, folder, True)
     with lzma.open(ROOT / "profkit" / "examples" / f"{EXAMPLE}.xz") as src, open(folder / EXAMPLE, "wb") as dst:
         shutil.copyfileobj(src, dst, 1 << 20)
     (folder / "tests").symlink_to(ROOT / "tests")
@@ -222,3 +224,20 @@ def stream_wait_example() -> None:
         f"idle stream: on the committed DDP capture's rank 0 (`tests/data/ddp/nsys`, steady state) that is "
         f"{row['stream_host_wait_ns'] / 1e6:.0f} ms of host wait against {row['idle_ns'] / 1e6:.0f} ms of "
         f"idle time.")
+
+
+PROFILER_CAPTURES = [
+    ("tests/data/nsys/nsys2025_gpt_eager.sqlite", "Nsight Systems (`-t cuda,nvtx,osrt`)"),
+    ("tests/data/kineto/gpt_eager.json.gz", "torch.profiler (`record_shapes=True`)"),
+]
+
+
+def profiler_overhead() -> None:
+    """The eager GPT loop's steady step under nsys and under torch.profiler."""
+    rows = ["| profiler | steady steps | step median | step p90 | GPU busy |", "|---|--:|--:|--:|--:|"]
+    for path, label in PROFILER_CAPTURES:
+        path = fixture(path) if path.endswith(".sqlite") else path
+        s = value(f"profkit steps {path}", "summary")
+        rows.append(f"| {label} | {s['steady_count']} | {s['median_ns'] / 1e6:.1f} ms | {s['p90_ns'] / 1e6:.1f} ms "
+                    f"| {s['steady_gpu_busy_pct']:.0f}% |")
+    out("\n".join(rows))
