@@ -42,6 +42,7 @@ import sys
 from collections.abc import Callable
 
 USAGE = "usage: python -m profkit.capture.launch (script.py | -m module) [args]"
+LAUNCH_MODULE = "profkit.capture.launch"  # this module, as `python -m` names it
 TORCH_TRACE_ENV = "PROFKIT_TORCH_TRACE"
 TORCH_STEPS_ENV = "PROFKIT_TORCH_STEPS"
 TORCH_WINDOW_ENV = "PROFKIT_TORCH_WINDOW"

@@ -30,7 +30,7 @@ from typing import Any
 from profkit.capture import ncu as ncu_mod
 from profkit.capture import nsys as nsys_mod
 from profkit.capture import torch_backend
-from profkit.capture.launch import DISTRIBUTED, parse_window
+from profkit.capture.launch import DISTRIBUTED, LAUNCH_MODULE, parse_window
 from profkit.capture.options import ProgramFailed, TraceOptions, launcher_env
 from profkit.capture.gpu import detect_gpus
 from profkit.capture.nsys import ProfileRequest, Reporter
@@ -56,7 +56,6 @@ from profkit.errors import ProfkitError
 from profkit.capture.keep import keep_trace
 from profkit.scrub.text import Redactor, secret_values
 
-LAUNCH_MODULE = "profkit.capture.launch"
 BACKENDS = ("auto", "nsys", "torch")
 
 
@@ -367,10 +366,10 @@ def _write_report(export: Path, run_dir: Path, ncu_csv: Path | None, record: Run
 
 
 def _is_whole_job(export: Path) -> bool:
-    from profkit.readers import file_layout
+    from profkit.readers import is_whole_job
 
     try:
-        return file_layout(export).is_job
+        return is_whole_job(export)
     except ProfkitError:
         return False  # the single-trace report says what is wrong with it
 

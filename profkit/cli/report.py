@@ -76,11 +76,12 @@ def report(exports: tuple[Path, ...], out_dir: Path | None, top: int, baseline: 
     of report.html.  EXPORT.sqlite comes from `nsys profile --export sqlite`
     or `nsys export --type sqlite REPORT.nsys-rep`.
     """
+    from profkit.readers import is_whole_job
     from profkit.report import write_report
 
     if example == bool(exports):
         raise click.UsageError("give either a TRACE or --example")
-    if len(exports) > 1 or (exports and (_is_folder_of_ranks(exports[0]) or _is_whole_job(exports[0]))):
+    if len(exports) > 1 or (exports and (_is_folder_of_ranks(exports[0]) or is_whole_job(exports[0]))):
         # several ranks (files, a folder of them, or one export of the whole job): the cross-rank report
         if baseline is not None or ncu_csv is not None or code_dirs or kernel_targets:
             raise click.UsageError("--baseline, --ncu, --inductor and --kernels take a single trace, not several ranks")
@@ -101,13 +102,6 @@ def _is_folder_of_ranks(path: Path) -> bool:
 
     return path.is_dir() and not (path / "run.json").exists() and \
         sum(1 for f in path.iterdir() if is_trace_file(f)) > 1
-
-
-def _is_whole_job(path: Path) -> bool:
-    """One export of a whole multi-GPU job (one process per GPU): its ranks get the cross-rank report."""
-    from profkit.readers import file_layout
-
-    return file_layout(path).is_job
 
 
 def write_ranks_report_cli(traces: tuple[Path, ...], out_dir: Path | None, top: int, scheduler: str | None,

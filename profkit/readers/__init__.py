@@ -105,3 +105,9 @@ def file_layout(path: str | Path) -> RankLayout:
         return RankLayout((), None)
     with open_trace(path) as trace:
         return job_layout(trace)
+
+
+def is_whole_job(path: str | Path) -> bool:
+    """One export of a whole multi-GPU job (``nsys profile torchrun ...``: one process per GPU),
+    whose ranks get the cross-rank report; a ProfkitError when it is not a trace."""
+    return file_layout(path).is_job
