@@ -163,6 +163,8 @@ def trend(db_path: Path, metric: str = GPU_TIME, window: int = DEFAULT_WINDOW,
     if "runs" not in db.table_names():
         raise ProfkitError(f"{db_path}: no runs in this history", hint="add runs with: profkit history add RUN")
     runs = list(db.query("SELECT * FROM runs ORDER BY id"))
+    if metric.startswith("kernel:"):
+        metric = "kernel:" + resolve_kernel(db, metric[len("kernel:"):])
     samples = [_samples(db, run, metric) for run in runs]
     points: list[TrendPoint] = []
     clean: list[int] = []  # indexes of earlier runs not flagged
@@ -187,6 +189,41 @@ def trend(db_path: Path, metric: str = GPU_TIME, window: int = DEFAULT_WINDOW,
         if not flagged:
             clean.append(i)
     return points
+
+
+CANDIDATES_SHOWN = 8
+
+
+def resolve_kernel(db: Any, name: str) -> str:
+    """The stored kernel that ``kernel:NAME`` names: NAME itself (or its canonical
+    name), else the one kernel whose short name or base name (as tables show it) is
+    NAME, else the one whose short, base or full name starts with NAME.  Several
+    kernels -> ProfkitError listing them; none -> ProfkitError."""
+    from profkit.analysis.kernel_names import canonical_kernel_name
+    from profkit.output import kernel_base_name, short_kernel_names
+
+    if "kernels" not in db.table_names():
+        return name
+    has_key = "key" in db["kernels"].columns_dict
+    stored = list(db.query(f"SELECT DISTINCT name{', key' if has_key else ''} FROM kernels ORDER BY name"))
+    key_of = {r["name"]: r.get("key") or canonical_kernel_name(r["name"]) for r in stored}
+    if name in key_of or canonical_kernel_name(name) in key_of.values():
+        return name
+    names = list(key_of)
+    short = dict(zip(names, short_kernel_names(names)))
+    tiers = (lambda n: name in (short[n], kernel_base_name(n)),
+             lambda n: any(s.startswith(name) for s in (short[n], kernel_base_name(n), n)))
+    for matches in tiers:
+        found = [n for n in names if matches(n)]
+        if len({key_of[n] for n in found}) == 1:  # one kernel, whichever profiler spelled it
+            return found[0]
+        if found:
+            labels = sorted({short[n] for n in found})
+            shown = ", ".join(labels[:CANDIDATES_SHOWN]) + (", …" if len(labels) > CANDIDATES_SHOWN else "")
+            raise ProfkitError(f"kernel:{name} matches {len(labels)} kernels: {shown}",
+                               hint="give one of these names, or more of the name")
+    raise ProfkitError(f"no kernel {name!r} in the history",
+                       hint="kernel:NAME takes a name as `profkit kernels` shows it, or its start")
 
 
 def _samples(db: Any, run: dict[str, Any], metric: str) -> np.ndarray | None:

@@ -7,10 +7,10 @@ same ``--format`` flag and hands its rows to ``emit_rows``.
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import math
-import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,14 +29,51 @@ def format_option(default: str = "table") -> Callable:
         type=click.Choice(FORMATS),
         default=default,
         show_default=True,
-        help="table: terminal table; json: list of row objects; csv; md: Markdown table.",
+        help="table: a table fitted to the terminal; json: every figure, for programs; csv: one line per "
+             "table row, every column; md: Markdown tables, for a pull-request comment.",
     )
 
 
 def wide_option() -> Callable:
-    """The shared ``--wide`` flag: full kernel names in tables."""
+    """The shared ``--wide`` flag: names whole in terminal tables."""
     return click.option("--wide", is_flag=True, default=False,
-                        help="Show full kernel names in tables (JSON and CSV always have them).")
+                        help="table: show names whole (full kernel names with template arguments, wrapped "
+                             "onto several lines) instead of shortened with '…' to fit the terminal.  "
+                             "json, csv and md always carry full names.")
+
+
+def top_option(default: int | None = None, help: str = "Show at most N rows.", minimum: int = 1,
+               old_names: Sequence[str] = ()) -> Callable:
+    """The one row-limit flag, ``--top N``, of every command that can cut its table
+    (``old_names``: hidden, deprecated spellings such as ``--limit``)."""
+    def decorate(f: Callable) -> Callable:
+        f = click.option("--top", "top", type=click.IntRange(min=minimum), default=default, metavar="N",
+                         show_default=default is not None, help=help)(f)
+        for old in old_names:
+            f = deprecated_alias(old, "--top", "top", click.IntRange(min=minimum))(f)
+        return f
+    return decorate
+
+
+def deprecated_alias(old: str, new: str, param: str, type: Any = None) -> Callable:
+    """A hidden option ``old`` that sets the parameter ``param`` of the option ``new``
+    (where ``new`` is not given too), with a one-line note on stderr."""
+    dest = "_alias_" + old.lstrip("-").replace("-", "_")
+
+    def decorate(f: Callable) -> Callable:
+        @functools.wraps(f)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            value = kwargs.pop(dest, None)
+            if value is not None:
+                click.echo(f"profkit: {old} is deprecated, use {new}", err=True)
+                from click.core import ParameterSource
+
+                if click.get_current_context().get_parameter_source(param) is not ParameterSource.COMMANDLINE:
+                    kwargs[param] = value
+            return f(*args, **kwargs)
+
+        return click.option(old, dest, type=type, default=None, hidden=True, expose_value=True)(wrapper)
+    return decorate
 
 
 @dataclass(frozen=True)
@@ -47,6 +84,13 @@ class Column:
     title: str
     kind: str = "text"  # text | kernel (a kernel name) | int | ns | pct | float | bytes | si | widths
     missing: str = ""  # shown for an unknown value ("—" where a blank would read as zero)
+    # How a narrow terminal fits it (profkit.terminal): "" a name, shortened with "…" at
+    # its end; "left": shortened at its start (a path, file:line); "wrap": a sentence,
+    # wrapped between words; "whole": never shortened nor hidden (a name the user types).
+    fit: str = ""
+    # Which columns a narrow terminal hides first: the highest ``drop`` first, then those
+    # at 0 from the right; never one below 0, the first column or a kernel name.
+    drop: int = 0
 
     def show(self, value: Any) -> str:
         if self.missing and (value is None or (isinstance(value, float) and math.isnan(value))):
@@ -218,36 +262,14 @@ def terminal_safe(text: str, lines: bool = False) -> str:
     return text.translate(_CONTROLS)
 
 
-def rows_to_rich_table(rows: Sequence[dict[str, Any]], columns: Sequence[Column], title: str | None = None):
-    from rich.table import Table
-
-    table = Table(title=terminal_safe(title) if title else title, show_lines=False, header_style="bold")
-    cells = [[terminal_safe(c.show(row.get(c.key))) for c in columns] for row in rows]
-    widths = _content_widths(cells, columns)
-    for c, widest in zip(columns, widths):
-        if c.kind in TEXT_KINDS:
-            # names fold onto several lines; they give up width first
-            table.add_column(c.title, justify="left", overflow="fold", ratio=1, min_width=12)
-        else:
-            # numbers are never cut: reserve their widest value
-            table.add_column(c.title, justify="right", no_wrap=True, min_width=widest)
-    for cell in cells:
-        table.add_row(*cell)
-    return table
-
-
-def _content_widths(cells: Sequence[Sequence[str]], columns: Sequence[Column]) -> list[int]:
-    """Per column, its widest formatted value or title word (titles may wrap between words)."""
-    return [max([len(cell[i]) for cell in cells] + [max(map(len, c.title.split()), default=0)])
-            for i, c in enumerate(columns)]
-
-
 def emit_rows(rows: Sequence[dict[str, Any]], columns: Sequence[Column], fmt: str, title: str | None = None,
               wide: bool = False) -> None:
     """Print rows in the chosen format to stdout.
 
-    Terminal tables show kernel names short (``short_kernel_names``) unless
-    ``wide``; JSON, CSV and Markdown carry the full names."""
+    Terminal tables fit the terminal by one rule (``profkit.terminal``): kernel names
+    short (``short_kernel_names``) and other names cut with "…" unless ``wide``, numbers
+    whole, columns hidden by priority with a note naming them.  JSON, CSV and Markdown
+    carry every column and the full names."""
     if fmt == "table" and not wide:
         rows = with_short_kernel_names(rows, columns)
     if fmt == "json":
@@ -259,19 +281,25 @@ def emit_rows(rows: Sequence[dict[str, Any]], columns: Sequence[Column], fmt: st
             click.echo(f"### {md_escape(title)}\n")
         click.echo(rows_to_markdown(rows, columns), nl=False)
     else:
-        from rich.console import Console
+        print_table(rows, columns, title, wide)
 
-        # markup=False: kernel names such as "void f<[1]>" must print verbatim.
-        console = Console(markup=False, highlight=False)
-        if not console.is_terminal and "COLUMNS" not in os.environ:
-            # piped into a file or a CI log: nobody's window to fit, keep names whole
-            console = Console(markup=False, highlight=False, width=200)
-        shown = fit_columns(rows, columns, console.width)
-        console.print(rows_to_rich_table(rows, shown, title))
-        hidden = [c.title for c in columns if c not in shown]
-        if hidden:
-            console.print(f"({', '.join(hidden)} hidden: terminal too narrow; widen it or use --format csv)",
-                          style="dim")
+
+def print_table(rows: Sequence[dict[str, Any]], columns: Sequence[Column], title: str | None = None,
+                wide: bool = False) -> None:
+    """A terminal table fitted to the terminal's width (``profkit.terminal.fit_table``)."""
+    from rich.console import Console
+
+    from profkit.terminal import rich_table, terminal_width
+
+    width = terminal_width()
+    cells = [[terminal_safe(c.show(row.get(c.key))) for c in columns] for row in rows]
+    table, hidden = rich_table(cells, columns, width, wide, terminal_safe(title) if title else title)
+    # markup=False: kernel names such as "void f<[1]>" must print verbatim.
+    console = Console(markup=False, highlight=False, width=width)
+    console.print(table)
+    if hidden:
+        console.print(f"({', '.join(c.title for c in hidden)} hidden: terminal too narrow; widen it, "
+                      "or use --format csv or json)", style="dim")
 
 
 TEXT_KINDS = ("text", "kernel")
@@ -374,24 +402,6 @@ def with_short_kernel_names(rows: Sequence[dict[str, Any]], columns: Sequence[Co
     return out
 
 
-# Columns a narrow terminal drops first, in this order; names and totals stay.
-DROPPABLE_KEYS = ("stddev_ns", "min_ns", "max_ns", "med_ns")
-NAME_MIN_WIDTH = 30
-
-
-def fit_columns(rows: Sequence[dict[str, Any]], columns: Sequence[Column], width: int) -> list[Column]:
-    """The columns that fit in ``width`` terminal cells with a readable name column."""
-    cells = [[c.show(row.get(c.key)) for c in columns] for row in rows]
-    cell_width = {c.key: NAME_MIN_WIDTH if c.kind in TEXT_KINDS else widest + 3  # padding and border
-                  for c, widest in zip(columns, _content_widths(cells, columns))}
-    shown = list(columns)
-    for key in DROPPABLE_KEYS:
-        if sum(cell_width[c.key] for c in shown) <= width:
-            break
-        shown = [c for c in shown if c.key != key]
-    return shown
-
-
 def _json_default(value: Any) -> Any:
     if hasattr(value, "item"):  # numpy scalars
         return value.item()
@@ -403,19 +413,20 @@ def _json_default(value: Any) -> Any:
 
 
 # -- the columns of the nsys summaries (terminal tables and the report alike) -------------
+# A narrow terminal hides the spread first (StdDev, Min, Max, Med), the name never.
 TIME_COLUMNS = [
     Column("time_pct", "Time %", "pct"),
     Column("total_ns", "Total (ns)", "ns"),
     Column("instances", "Instances", "int"),
     Column("avg_ns", "Avg (ns)", "float"),
-    Column("med_ns", "Med (ns)", "float"),
-    Column("min_ns", "Min (ns)", "ns"),
-    Column("max_ns", "Max (ns)", "ns"),
-    Column("stddev_ns", "StdDev (ns)", "float"),
+    Column("med_ns", "Med (ns)", "float", drop=2),
+    Column("min_ns", "Min (ns)", "ns", drop=4),
+    Column("max_ns", "Max (ns)", "ns", drop=3),
+    Column("stddev_ns", "StdDev (ns)", "float", drop=5),
 ]
 KERNEL_COLUMNS = [*TIME_COLUMNS, Column("name", "Kernel", "kernel")]
-API_COLUMNS = [*TIME_COLUMNS, Column("name", "API function")]
-NVTX_COLUMNS = [*TIME_COLUMNS, Column("style", "Style"), Column("name", "Range")]
+API_COLUMNS = [*TIME_COLUMNS, Column("name", "API function", drop=-1)]
+NVTX_COLUMNS = [*TIME_COLUMNS, Column("style", "Style", drop=1), Column("name", "Range", drop=-1)]
 
 # The machine code of a kernel (profkit.analysis.kernel_code) and its achieved DRAM
 # bandwidth (profkit.analysis.kernel_bandwidth), shown next to its GPU time.  "—" marks

@@ -75,11 +75,7 @@ from profkit.model.cuda_labels import COPY_KIND_LABELS, MEM_KIND_LABELS
 from profkit.model import sync_sites
 
 # cause labels
-CAUSES = {
-    sync_sites.ITEM: ".item()", sync_sites.CPU: ".cpu()", sync_sites.TOLIST: ".tolist()",
-    sync_sites.FORMAT: "print/format", sync_sites.TRUTH: "truthiness",
-    sync_sites.SYNCHRONIZE: "torch.cuda.synchronize()",
-}
+CAUSES = sync_sites.CALL_LABELS
 BLOCKING_COPY = "blocking copy"
 BLOCKING_MEMSET = "blocking memset"
 API_CAUSES = {"device": "device synchronize", "stream": "stream synchronize",

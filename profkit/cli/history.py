@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from profkit.output import Column, emit_rows
+from profkit.output import Column, deprecated_alias, emit_rows, format_option, wide_option
+from profkit.terminal import echo
 
 DEFAULT_DB = Path("profkit-history.db")
 db_option = click.option("--db", "db_path", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_DB,
@@ -16,9 +17,9 @@ db_option = click.option("--db", "db_path", type=click.Path(dir_okay=False, path
 TREND_COLUMNS = [
     Column("run_id", "Run", "int"),
     Column("label", "Label"),
-    Column("commit", "Commit"),
+    Column("commit", "Commit", drop=2),
     Column("value_ns", "Value (ns)", "ns"),
-    Column("baseline_ns", "Baseline (ns)", "ns"),
+    Column("baseline_ns", "Baseline (ns)", "ns", drop=1),
     Column("delta_pct", "Δ %", "pct"),
     Column("verdict", "Verdict"),
     Column("regression", "Regression"),
@@ -56,21 +57,24 @@ def add(run: Path, label: str | None, commit: str | None, force: bool, db_path: 
 @history.command()
 @click.option("--metric", default="gpu_time", show_default=True, metavar="gpu_time|step_median|kernel:NAME",
               help="gpu_time: GPU kernel time per steady step (immune to host noise); step_median: step time; "
-                   "kernel:NAME: one kernel's time per step.")
-@click.option("--window", type=click.IntRange(min=1), default=3, show_default=True,
-              help="Runs in the rolling baseline.")
+                   "kernel:NAME: one kernel's time per step (NAME as `profkit kernels` shows it, its full "
+                   "name, or the start of either, if only one kernel matches).")
+@click.option("--last", "last", type=click.IntRange(min=1), default=3, show_default=True, metavar="N",
+              help="Compare each run with the N runs before it (the rolling baseline; flagged runs left out).")
+@deprecated_alias("--window", "--last", "last", click.IntRange(min=1))
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Where to write the trend plot (default: next to the database).")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "md"]), default="table", show_default=True)
+@format_option()
+@wide_option()
 @db_option
-def show(metric: str, window: int, plot_path: Path | None, fmt: str, db_path: Path) -> None:
+def show(metric: str, last: int, plot_path: Path | None, fmt: str, wide: bool, db_path: Path) -> None:
     """The metric over the runs, each flagged against the runs before it."""
     from dataclasses import asdict
 
     from profkit.atomic import write_bytes
     from profkit.history import trend, trend_png
 
-    points = trend(db_path, metric, window)
+    points = trend(db_path, metric, last)
     rows = [asdict(p) for p in points]
     plot_path = plot_path or db_path.with_suffix(".png")
     write_bytes(plot_path, trend_png(points, metric))
@@ -78,10 +82,10 @@ def show(metric: str, window: int, plot_path: Path | None, fmt: str, db_path: Pa
         click.echo(json.dumps({"metric": metric, "plot": str(plot_path), "runs": rows}, indent=2))
         return
     emit_rows([{**r, "regression": "yes" if r["regression"] else "no"} for r in rows], TREND_COLUMNS, fmt,
-              title=f"{metric} over {len(rows)} runs")
+              title=f"{metric} over {len(rows)} runs", wide=wide)
     flagged = [p for p in points if p.regression]
-    click.echo(f"{len(flagged)} regression(s)" + (": " + ", ".join(f"run {p.run_id} ({p.label})" for p in flagged)
-                                                  if flagged else "") + f"; plot: {plot_path}", err=True)
+    echo(f"{len(flagged)} regression(s)" + (": " + ", ".join(f"run {p.run_id} ({p.label})" for p in flagged)
+                                            if flagged else "") + f"; plot: {plot_path}", err=True)
 
 
 def _resolve_run(run: Path) -> tuple[Path, dict | None]:

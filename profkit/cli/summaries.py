@@ -34,31 +34,32 @@ from profkit.output import (
     emit_rows,
     format_option,
     kernel_columns_with,
+    top_option,
     wide_option,
 )
 
-INFO_COLUMNS = [Column("field", "Field"), Column("value", "Value")]
+INFO_COLUMNS = [Column("field", "Field", fit="whole"), Column("value", "Value", fit="wrap")]
 
 SUMMARY_SCAN_MMAP_BYTES = 1 << 30
 
 # click.Path without exists=True: open_trace reports a missing or bad file
 # as one line, the same way for every problem.
 _EXPORT_ARG = click.argument("export", metavar="TRACE", type=click.Path(path_type=Path))
-_TOP_OPTION = click.option(
-    "--top", type=click.IntRange(min=1), default=None, metavar="N",
-    help="Show the N rows with the most time and sum the rest into one '(other K)' row.",
-)
+_TOP_OPTION = top_option(help="Show the N rows with the most time and sum the rest into one '(other K)' row.")
 
 
 def _print_summary(summarize: Callable, columns: list[Column], title: str,
                    export: Path, top: int | None, fmt: str, wide: bool = False,
-                   note: Callable[[Trace], str | None] | None = None) -> None:
+                   note: Callable[[Trace], str | None] | None = None,
+                   readable: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None) -> None:
     with open_trace(export) as trace:
         _one_scan_then_exit(trace)
         rows = summarize(trace)
         said = note(trace) if note is not None else None
     if top is not None:
         rows = summaries.top_n(rows, top)
+    if readable is not None and fmt in ("table", "md"):  # JSON and CSV keep the names nsys has
+        rows = readable(rows)
     emit_rows(rows, columns, fmt, title=title, wide=wide)
     if said and fmt in ("table", "md"):  # JSON and CSV stay rows only, for machines
         click.echo(said, err=True)
@@ -151,8 +152,9 @@ def _print_kernels_with_code(export: Path, top: int | None, fmt: str, wide: bool
 @click.command()
 @_EXPORT_ARG
 @_TOP_OPTION
+@wide_option()
 @format_option()
-def api(export: Path, top: int | None, fmt: str) -> None:
+def api(export: Path, top: int | None, wide: bool, fmt: str) -> None:
     """CUDA API summary: time per runtime/driver call (= nsys stats cuda_api_sum).
 
     \b
@@ -163,14 +165,15 @@ def api(export: Path, top: int | None, fmt: str) -> None:
     Version suffixes are dropped from names as nsys does
     (cudaLaunchKernel_v7000 -> cudaLaunchKernel).  Needs `nsys profile -t cuda`.
     """
-    _print_summary(api_json, API_COLUMNS, "CUDA API", export, top, fmt)
+    _print_summary(api_json, API_COLUMNS, "CUDA API", export, top, fmt, wide)
 
 
 @click.command()
 @_EXPORT_ARG
 @_TOP_OPTION
+@wide_option()
 @format_option()
-def nvtx(export: Path, top: int | None, fmt: str) -> None:
+def nvtx(export: Path, top: int | None, wide: bool, fmt: str) -> None:
     """NVTX range summary: time per range text and style (= nsys stats nvtx_sum).
 
     \b
@@ -181,14 +184,24 @@ def nvtx(export: Path, top: int | None, fmt: str) -> None:
     Push/pop and start/end ranges are listed separately (key "style").
     Ranges in a named domain show as "domain:text"; a range that never
     ended lasts until the last NVTX event.  Needs `nsys profile -t nvtx`.
+    The ranges `profkit trace --python-sync-sites` records around each
+    synchronizing call read as "sync: .item() at train.py:42: loss.item()" in
+    tables; json and csv keep the recorded name ("profkit.sync|item|...").
     """
-    _print_summary(nvtx_json, NVTX_COLUMNS, "NVTX ranges", export, top, fmt)
+    _print_summary(nvtx_json, NVTX_COLUMNS, "NVTX ranges", export, top, fmt, wide, readable=_readable_ranges)
+
+
+def _readable_ranges(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    from profkit.model.sync_sites import readable_range
+
+    return [{**r, "name": readable_range(r["name"])} if isinstance(r.get("name"), str) else r for r in rows]
 
 
 @click.command()
 @_EXPORT_ARG
+@wide_option()
 @format_option()
-def info(export: Path, fmt: str) -> None:
+def info(export: Path, wide: bool, fmt: str) -> None:
     """The capture: nsys and schema versions, GPU, span, GPU busy %.
 
     \b
@@ -204,7 +217,7 @@ def info(export: Path, fmt: str) -> None:
         click.echo(json.dumps(details, indent=2))
         return
     rows = [{"field": key, "value": _show(value)} for key, value in details.items()]
-    emit_rows(rows, INFO_COLUMNS, fmt, title="Capture")
+    emit_rows(rows, INFO_COLUMNS, fmt, title="Capture", wide=wide)
 
 
 def _show(value: object) -> str:

@@ -24,6 +24,12 @@ FORMAT = "print/format"
 TRUTH = "truthiness"
 SYNCHRONIZE = "synchronize"
 
+# each kind as the user wrote it, for tables and findings
+CALL_LABELS = {
+    ITEM: ".item()", CPU: ".cpu()", TOLIST: ".tolist()", FORMAT: "print/format", TRUTH: "truthiness",
+    SYNCHRONIZE: "torch.cuda.synchronize()",
+}
+
 
 def encode_site(kind: str, filename: str, lineno: int, code: str) -> str:
     code = " ".join(code.split()).replace("|", "¦")
@@ -38,3 +44,18 @@ def decode_site(text: str) -> tuple[str, str, str] | None:
     if len(parts) != 3:
         return None
     return parts[0], parts[1], parts[2]
+
+
+def readable_range(name: str) -> str:
+    """An NVTX range name as a person reads it: a sync-site range (``profkit.sync|item|
+    /src/train.py:42|loss.item()``, with or without its ``profkit.sync:`` domain) becomes
+    ``sync: .item() at train.py:42: loss.item()``; any other name is returned as it is."""
+    text = name[len(DOMAIN) + 1:] if name.startswith(DOMAIN + ":" + PREFIX) else name
+    decoded = decode_site(text)
+    if decoded is None:
+        return name
+    kind, where, code = decoded
+    path, _, line = where.rpartition(":")
+    place = f"{path.replace(chr(92), '/').rsplit('/', 1)[-1]}:{line}" if path else where
+    code = code.replace("¦", "|")  # encode_site escapes "|" in code
+    return f"sync: {CALL_LABELS.get(kind, kind)} at {place}" + (f": {code}" if code else "")
