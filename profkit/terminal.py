@@ -34,7 +34,7 @@ NAME_MIN = 12  # a name column is never made narrower than this (unless the name
 KERNEL_MIN = 20  # ... a kernel name column
 PROSE_MIN = 20  # a sentence wraps at no fewer columns than this: never one word per line
 NAME_COMFORT = 40  # names grow to this before number headers get a line of their own
-NAME_READABLE = 30  # optional columns (Column.drop > 0) give way to names narrower than this
+NAME_READABLE = 24  # optional columns (Column.drop > 0) give way to names narrower than this
 
 
 def terminal_width() -> int:

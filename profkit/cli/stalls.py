@@ -16,24 +16,29 @@ import click
 
 from profkit.analysis.stalls import StallReport, compare_steps
 from profkit.api import stall_report
-from profkit.output import Column, emit_rows, format_option, md_escape, md_escape_prose, rows_to_json
+from profkit.output import Column, emit_rows, format_option, md_escape, md_escape_prose, wide_option
+from profkit.terminal import echo
 
+# A narrow terminal keeps where (site), why (cause), how often and what it cost; the
+# source line, API, CPU time and NVTX range go first, the NVTX range first of all.
 SITE_COLUMNS = [
-    Column("site", "Site"), Column("code", "Code"), Column("cause", "Cause"), Column("api", "API"),
-    Column("count", "Syncs", "int"), Column("cpu_blocked_ns", "CPU blocked (ns)", "ns"),
+    Column("site", "Site", fit="left"), Column("code", "Code", drop=3), Column("cause", "Cause"),
+    Column("api", "API", fit="wrap", drop=4),
+    Column("count", "Syncs", "int"), Column("cpu_blocked_ns", "CPU blocked (ns)", "ns", drop=2),
     Column("gpu_idle_ns", "GPU idle (ns)", "ns"), Column("idle_per_step_ns", "Idle/step (ns)", "ns"),
-    Column("nvtx", "NVTX range"),
+    Column("nvtx", "NVTX range", drop=5),
 ]
 NVTX_COLUMNS = [
     Column("nvtx", "NVTX range"), Column("count", "Syncs", "int"), Column("sites", "Python sites", "int"),
-    Column("source_unknown", "Source unknown", "int"), Column("cpu_blocked_ns", "CPU blocked (ns)", "ns"),
-    Column("gpu_idle_ns", "GPU idle (ns)", "ns"), Column("apis", "APIs"),
+    Column("source_unknown", "Source unknown", "int", drop=1), Column("cpu_blocked_ns", "CPU blocked (ns)", "ns"),
+    Column("gpu_idle_ns", "GPU idle (ns)", "ns"), Column("apis", "APIs", fit="wrap", drop=2),
 ]
 STEP_COLUMNS = [
-    Column("run", "Run"), Column("step_range", "Step range"), Column("count", "Steps", "int"),
-    Column("median_ns", "Median (ns)", "ns"), Column("mean_ns", "Mean (ns)", "ns"),
-    Column("syncs_per_step", "Syncs/step", "float"), Column("sync_gpu_idle_mean_ns", "Sync idle/step (ns)", "ns"),
-    Column("estimated_median_without_syncs_ns", "Est. median w/o syncs (ns)", "ns"),
+    Column("run", "Run", fit="left"), Column("step_range", "Step range", drop=3),
+    Column("count", "Steps", "int"), Column("median_ns", "Median (ns)", "ns"),
+    Column("mean_ns", "Mean (ns)", "ns", drop=2), Column("syncs_per_step", "Syncs/step", "float"),
+    Column("sync_gpu_idle_mean_ns", "Sync idle/step (ns)", "ns"),
+    Column("estimated_median_without_syncs_ns", "Est. median w/o syncs (ns)", "ns", drop=1),
 ]
 
 
@@ -48,40 +53,46 @@ STEP_COLUMNS = [
               help="Report a finding when syncs cost at least PCT % of the step time.")
 @click.option("--force", is_flag=True, help="With --compare: compare even when the two runs share under half "
                                             "their kernel names (they look like different programs).")
+@wide_option()
 @format_option()
 def stalls(target: Path, step_range: str | None, other: Path | None, threshold: float, force: bool,
-           fmt: str) -> None:
+           wide: bool, fmt: str) -> None:
     """Synchronization stalls: each sync, its Python line, CPU time blocked, GPU idle caused.
 
     \b
     Examples:
       profkit stalls profkit-runs/train-20261122-143005
       profkit stalls print.sqlite --compare noprint.sqlite
-      profkit stalls run.sqlite --format json | jq '.[0]'
+      profkit stalls run.sqlite --format json | jq '.rows[0]'
 
     Finds cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventSynchronize,
     cudaStreamWaitEvent, blocking copies and memsets, and copies followed by a
     sync; the Python line comes from `profkit trace --python-sync-sites`
     (syncs without one are "source unknown", grouped by API and NVTX range).
     GPU idle caused: the gap on the device from the last GPU work before the
-    sync returned to the next GPU work after it.  JSON: the list of sites
-    (source, code, api, count, cpu_blocked_ns, gpu_idle_ns, nvtx, kind,
-    cause, thread, per_step, ...); with --compare an object with "sites",
-    "other_sites" and "compare".
+    sync returned to the next GPU work after it.
+
+    \b
+    JSON, with or without --compare, is one object:
+      rows        the sync sites (source, code, api, count, cpu_blocked_ns,
+                  gpu_idle_ns, nvtx, kind, cause, thread, per_step, ...)
+      comparison  with --compare only: the step times of both runs (a, b),
+                  finding, sites_only_in_a, sites_only_in_b, and other_rows
+                  (OTHER_EXPORT's sites)
+    csv: one line per sync site.
     """
     report, other_report = _analyze(target, other, step_range, threshold, force)
     comparison = compare_steps(report, other_report) if other_report is not None else None
     if fmt == "json":
-        if comparison is None:
-            click.echo(rows_to_json(report.sites))
-        else:
-            click.echo(json.dumps({"sites": report.sites, "other_sites": other_report.sites,
-                                   "compare": comparison}, indent=2, default=_plain))
+        out: dict[str, Any] = {"rows": report.sites}
+        if comparison is not None:
+            out["comparison"] = {**comparison, "other_rows": other_report.sites}
+        click.echo(json.dumps(out, indent=2, default=_plain))
         return
     if fmt == "csv":
         emit_rows(_site_rows(report), SITE_COLUMNS, fmt)
         return
-    _render(report, comparison, fmt)
+    _render(report, comparison, fmt, wide)
 
 
 def _analyze(target: Path, other: Path | None, step_range: str | None, threshold: float,
@@ -110,7 +121,7 @@ def _site_rows(report: StallReport) -> list[dict[str, Any]]:
     return rows
 
 
-def _render(report: StallReport, comparison: dict[str, Any] | None, fmt: str) -> None:
+def _render(report: StallReport, comparison: dict[str, Any] | None, fmt: str, wide: bool = False) -> None:
     title = f"Synchronization stalls: {report.export}"
     if fmt == "md":
         click.echo(f"## {md_escape(title)}\n")
@@ -119,23 +130,23 @@ def _render(report: StallReport, comparison: dict[str, Any] | None, fmt: str) ->
         if report.findings:
             click.echo("")
     else:
-        click.echo(title)
+        echo(title)
         for finding in report.findings:
-            click.echo(f"  * {finding}")
+            echo(finding, indent="  * ")
     if not report.events:
         click.echo("No synchronizations found.")
     else:
         columns = SITE_COLUMNS if report.steps else [c for c in SITE_COLUMNS if c.key != "idle_per_step_ns"]
-        emit_rows(_site_rows(report), columns, fmt, title="Sync sites (by cost)")
+        emit_rows(_site_rows(report), columns, fmt, title="Sync sites (by cost)", wide=wide)
         click.echo("")
-        emit_rows(report.by_nvtx, NVTX_COLUMNS, fmt, title="Per NVTX range")
+        emit_rows(report.by_nvtx, NVTX_COLUMNS, fmt, title="Per NVTX range", wide=wide)
     step_rows = [{"run": report.export, "step_range": report.step_range, **report.step_stats}] \
         if report.step_stats else []
     if comparison is not None:
         step_rows.append({"run": comparison["b"]["export"], **comparison["b"]})
     if step_rows:
         click.echo("")
-        emit_rows(step_rows, STEP_COLUMNS, fmt, title="Steps")
+        emit_rows(step_rows, STEP_COLUMNS, fmt, title="Steps", wide=wide)
     if comparison is not None:
         click.echo("")
         lines = [comparison["finding"]]
@@ -143,7 +154,10 @@ def _render(report: StallReport, comparison: dict[str, Any] | None, fmt: str) ->
             if comparison[key]:
                 lines.append(f"sync sites only in {what}: " + "; ".join(comparison[key]))
         for line in lines:
-            click.echo(f"- {md_escape_prose(line)}" if fmt == "md" else f"  * {line}")
+            if fmt == "md":
+                click.echo(f"- {md_escape_prose(line)}")
+            else:
+                echo(line, indent="  * ")
 
 
 def _plain(value: Any) -> Any:
