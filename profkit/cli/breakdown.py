@@ -9,15 +9,18 @@ import click
 
 from profkit.cli.ranks import job_rank_option
 from profkit.output import Column, emit_rows, format_option, rows_to_json, wide_option
+from profkit.terminal import echo
 
 # Flat columns: the table shows them, CSV writes them, JSON rows carry them (and more).
+# A narrow terminal hides the file name first (the tables below name it), then the
+# overlap and the finer waits; the shares of the window and the host wait stay.
 RANK_COLUMNS = [
-    Column("rank", "Rank", "int"), Column("file", "File"),
+    Column("rank", "Rank", "int"), Column("file", "File", fit="left", drop=6),
     Column("kernel_time_ns", "GPU span (ns)", "ns"), Column("idle_pct", "Idle %", "pct"),
     Column("compute_pct", "Compute %", "pct"), Column("non_compute_pct", "Non-compute %", "pct"),
-    Column("comm_comp_overlap_pct", "Comm overlapped %", "pct"),
-    Column("host_wait_ns", "Host wait (ns)", "ns"), Column("kernel_wait_ns", "Kernel wait (ns)", "ns"),
-    Column("other_wait_ns", "Other wait (ns)", "ns"), Column("launch_bound", "Launch-bound"),
+    Column("comm_comp_overlap_pct", "Comm overlapped %", "pct", drop=5),
+    Column("host_wait_ns", "Host wait (ns)", "ns"), Column("kernel_wait_ns", "Kernel wait (ns)", "ns", drop=3),
+    Column("other_wait_ns", "Other wait (ns)", "ns", drop=4), Column("launch_bound", "Launch-bound"),
 ]
 CSV_COLUMNS = RANK_COLUMNS[:3] + [
     Column(k, k) for k in (
@@ -34,7 +37,7 @@ STREAM_COLUMNS = [
 ]
 IDLE_COLUMNS = [
     Column("duration_ns", "Idle (ns)", "ns"), Column("at_ms", "At (ms)", "float"), Column("cause", "Cause"),
-    Column("next_kernel", "Next on GPU", "kernel"), Column("cpu", "CPU meanwhile (launching thread)"),
+    Column("next_kernel", "Next on GPU", "kernel"), Column("cpu", "CPU meanwhile (launching thread)", fit="wrap"),
 ]
 
 
@@ -88,14 +91,15 @@ def breakdown(traces: tuple[Path, ...], steady: bool, rank: int | None, wide: bo
         return
     title = "Where the GPU time goes" + (" (steady state)" if steady else "")
     emit_rows(rows, RANK_COLUMNS, fmt, title=title, wide=wide)
+    say = echo if fmt == "table" else click.echo  # Markdown keeps its lines whole
     if not steady:
-        click.echo("Whole trace, start-up included (HTA's window); --steady counts only the steady-state steps.")
+        say("Whole trace, start-up included (HTA's window); --steady counts only the steady-state steps.")
     for row in rows:
         label = f"rank {row['rank']} ({row['file']})"
-        emit_rows(row["idle_by_stream"], STREAM_COLUMNS, fmt, title=f"Idle time per stream, {label}")
+        emit_rows(row["idle_by_stream"], STREAM_COLUMNS, fmt, title=f"Idle time per stream, {label}", wide=wide)
         if row["longest_idle"]:
             emit_rows(_idle_rows(row), IDLE_COLUMNS, fmt, title=f"Longest GPU idle stretches, {label}", wide=wide)
-        click.echo(f"{label}: {row['launch']['verdict']}")
+        say(f"{label}: {row['launch']['verdict']}")
 
 
 def _idle_rows(row: dict[str, Any]) -> list[dict[str, Any]]:

@@ -12,10 +12,11 @@ import click
 
 from profkit.analysis.host import host_time
 from profkit.analysis.host.verdict import verdict
-from profkit.output import Column, emit_rows, format_option
+from profkit.output import Column, emit_rows, format_option, top_option, wide_option
 from profkit.readers import open_trace
+from profkit.terminal import echo
 
-TABLE = [Column("function", "Function"), Column("site", "File:line"),
+TABLE = [Column("function", "Function"), Column("site", "File:line", fit="left"),
          Column("self_ns_per_step", "Self / step (ns)", "ns"),
          Column("inclusive_ns_per_step", "Inclusive / step (ns)", "ns"),
          Column("gpu_idle_ns_per_step", "GPU idle / step (ns)", "ns")]
@@ -26,10 +27,11 @@ CSV = [Column(k, k) for k in ("function", "file", "line", "self_ns_per_step", "i
 @click.command()
 @click.argument("trace_path", metavar="TRACE", type=click.Path(path_type=Path))
 @click.option("--steady", is_flag=True, help="Only the steady-state steps (default: every step, warm-up too).")
-@click.option("--limit", type=click.IntRange(min=0), default=25, show_default=True, metavar="N",
-              help="table/md: show at most N functions (0: all).  json/csv list every one.")
+@top_option(25, "table/md: show the N functions with the most host time (0: all).  json/csv list every one.",
+            minimum=0, old_names=("--limit",))
+@wide_option()
 @format_option()
-def host(trace_path: Path, steady: bool, limit: int, fmt: str) -> None:
+def host(trace_path: Path, steady: bool, top: int, wide: bool, fmt: str) -> None:
     """Host time per Python function per step, and the part of it during which the GPU was idle.
 
     \b
@@ -52,15 +54,16 @@ def host(trace_path: Path, steady: bool, limit: int, fmt: str) -> None:
         emit_rows(rows, CSV, fmt)
         return
     s = result.summary
-    click.echo(f"{trace_path.name}: {said['sentence']}")
-    click.echo(f"{s['steady_steps']} {'steady-state ' if s['steady_only'] else ''}steps, median "
+    say = echo if fmt == "table" else click.echo  # Markdown keeps its lines whole
+    say(f"{trace_path.name}: {said['sentence']}")
+    say(f"{s['steady_steps']} {'steady-state ' if s['steady_only'] else ''}steps, median "
                f"{s['step_median_ns'] / 1e6:.2f} ms, GPU idle {s['gpu_idle_ns_per_step'] / 1e6:.2f} ms per step, "
                f"{s['explained_idle_pct']}% of it in a named Python function ({s['source']})")
-    shown = rows if limit == 0 else rows[:limit]
-    emit_rows(shown, TABLE, fmt)
+    shown = rows if top == 0 else rows[:top]
+    emit_rows(shown, TABLE, fmt, wide=wide)
     if len(shown) < len(rows):
-        click.echo(f"({len(rows) - len(shown)} more functions: --limit 0 shows all)")
+        say(f"({len(rows) - len(shown)} more functions: --top 0 shows all)")
     if result.other_threads:
         click.echo("Other threads:")
-        emit_rows([{**r, "site": f"{Path(r['file']).name}:{r['line']}"} for r in result.other_threads[:limit or None]],
-                  [Column("tid", "Thread", "int"), *TABLE], fmt)
+        emit_rows([{**r, "site": f"{Path(r['file']).name}:{r['line']}"} for r in result.other_threads[:top or None]],
+                  [Column("tid", "Thread", "int"), *TABLE], fmt, wide=wide)

@@ -16,8 +16,9 @@ from profkit.analysis.steps.result import StepResult
 from profkit.cli.ranks import job_rank_option
 from profkit.api import step_results, steps_json
 from profkit.model.rank_view import rank_label
-from profkit.output import Column, emit_rows, format_option
+from profkit.output import Column, emit_rows, format_option, top_option, wide_option
 from profkit.readers import open_trace
+from profkit.terminal import echo
 
 STEP_TABLE = [
     Column("index", "Step", "int"), Column("phase", "Phase"), Column("start_ms", "Start (ms into the trace)", "float"),
@@ -33,11 +34,13 @@ STEP_CSV = [Column(k, k) for k in ("index", "start_ns", "end_ns", "duration_ns",
 @click.option("--step-range", metavar="NAME", help="The range that marks one step (\"step\" also matches "
               "\"step 7\"); default: chosen among the ranges that repeat, else the launch pattern.")
 @click.option("--no-ranges", is_flag=True, help="Ignore annotations: find steps from the repeating launch pattern.")
-@click.option("--limit", type=click.IntRange(min=0), default=50, show_default=True, metavar="N",
-              help="table/md: show at most N steps (0: all).  json/csv list every step.")
+@top_option(50, "table/md: show the first N steps (0: all).  json/csv list every step.", minimum=0,
+            old_names=("--limit",))
 @job_rank_option
+@wide_option()
 @format_option()
-def steps(trace_path: Path, step_range: str | None, no_ranges: bool, limit: int, rank: int | None, fmt: str) -> None:
+def steps(trace_path: Path, step_range: str | None, no_ranges: bool, top: int, rank: int | None, wide: bool,
+          fmt: str) -> None:
     """Steps: what one iteration is, its phases (start-up, warm-up, steady state, teardown), step times.
 
     \b
@@ -64,10 +67,11 @@ def steps(trace_path: Path, step_range: str | None, no_ranges: bool, limit: int,
         return
     several = any(rank_label(t) for t, _ in results)  # ranks of a whole-job export, even one of them
     for t, result in results:
-        _emit(trace_path, t.meta.rank if several else None, rank_label(t), result, limit, fmt)
+        _emit(trace_path, t.meta.rank if several else None, rank_label(t), result, top, fmt, wide)
 
 
-def _emit(trace_path: Path, rank: int | None, label: str, result: StepResult, limit: int, fmt: str) -> None:
+def _emit(trace_path: Path, rank: int | None, label: str, result: StepResult, limit: int, fmt: str,
+          wide: bool = False) -> None:
     rows = result.steps.to_dict(orient="records")
     origin = result.startup[0] if result.startup else 0
     for row in rows:
@@ -79,10 +83,11 @@ def _emit(trace_path: Path, rank: int | None, label: str, result: StepResult, li
                 row["rank"] = rank
         emit_rows(rows, ([Column("rank", "rank")] if rank is not None else []) + STEP_CSV, fmt)
         return
-    click.echo(f"{trace_path.name}{', ' + label if label else ''}: {headline(result)}")
+    say = echo if fmt == "table" else click.echo  # Markdown keeps its lines whole
+    say(f"{trace_path.name}{', ' + label if label else ''}: {headline(result)}")
     if not rows:
         return
     shown = rows if limit == 0 or len(rows) <= limit else rows[:limit]
-    emit_rows(shown, STEP_TABLE, fmt)
+    emit_rows(shown, STEP_TABLE, fmt, wide=wide)
     if len(shown) < len(rows):
-        click.echo(f"({len(rows) - len(shown)} more steps: --limit 0 shows all, --format csv lists them)")
+        say(f"({len(rows) - len(shown)} more steps: --top 0 shows all, --format csv lists them)")
