@@ -12,15 +12,17 @@ from pathlib import Path
 import click
 
 from profkit.api import graphs_json
-from profkit.output import emit_rows, format_option
+from profkit.output import emit_rows, format_option, wide_option
 from profkit.readers import open_trace
 from profkit.report.graphs_section import GRAPH_COLUMNS, graphs_finding
+from profkit.terminal import echo
 
 
 @click.command()
 @click.argument("trace_path", metavar="TRACE", type=click.Path(path_type=Path))
+@wide_option()
 @format_option()
-def graphs(trace_path: Path, fmt: str) -> None:
+def graphs(trace_path: Path, wide: bool, fmt: str) -> None:
     """CUDA graphs: each graph's replays (per steady-state step), GPU time inside graphs vs
     outside, cudaGraphLaunch's CPU time against the launches it replaced, capture and
     instantiation cost.
@@ -46,5 +48,5 @@ def graphs(trace_path: Path, fmt: str) -> None:
         return
     if fmt != "csv":
         for line in graphs_finding({"graphs": result}):
-            click.echo(line)
-    emit_rows(result["graphs"], GRAPH_COLUMNS, fmt, title="CUDA graphs")
+            echo(line) if fmt == "table" else click.echo(line)
+    emit_rows(result["graphs"], GRAPH_COLUMNS, fmt, title="CUDA graphs", wide=wide)

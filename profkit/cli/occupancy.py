@@ -9,41 +9,46 @@ import click
 
 from profkit.errors import ProfkitError
 from profkit.output import Column, emit_rows, format_option, wide_option
+from profkit.terminal import echo
 
 SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(k|kb|kib|m|mb|mib|b)?\s*$", re.IGNORECASE)
 
+# A narrow terminal keeps each kernel's occupancy, its limiter and the advice; the launch
+# shape and its figures go first (Column.drop: the highest first).
 DIRECT_COLUMNS = [
     Column("block_size", "Block", "int"), Column("blocks_per_sm", "Blocks/SM", "int"),
     Column("active_warps_per_sm", "Warps/SM", "int"), Column("theoretical_occupancy_pct", "Occupancy %", "pct"),
-    Column("limiter", "Limiter"), Column("block_limit_registers", "Lim regs", "int"),
+    Column("limiter", "Limiter", fit="wrap"), Column("block_limit_registers", "Lim regs", "int"),
     Column("block_limit_shared_mem", "Lim smem", "int"), Column("block_limit_warps", "Lim warps", "int"),
     Column("block_limit_blocks", "Lim blocks", "int"),
 ]
 TRACE_COLUMNS = [
-    Column("name", "Kernel", "kernel"), Column("origin", "Code"), Column("launches", "Launches", "int"),
-    Column("total_time_ns", "GPU time (ns)", "ns"),
-    Column("grid_size", "Grid", "int"), Column("block_size", "Block", "int"),
-    Column("registers_per_thread", "Regs", "int"), Column("shared_mem_bytes", "Smem", "bytes"),
-    Column("local_mem_per_thread", "Local B/thr", "int"), Column("blocks_per_sm", "Blocks/SM", "int"),
-    Column("theoretical_occupancy_pct", "Occupancy %", "pct"), Column("limiter", "Limiter"),
-    Column("waves", "Waves", "float"), Column("tail_effect", "Tail"), Column("advice", "Advice"),
+    Column("name", "Kernel", "kernel"), Column("origin", "Code", drop=8), Column("launches", "Launches", "int", drop=7),
+    Column("total_time_ns", "GPU time (ns)", "ns", drop=5),
+    Column("grid_size", "Grid", "int", drop=10), Column("block_size", "Block", "int", drop=3),
+    Column("registers_per_thread", "Regs", "int", drop=2), Column("shared_mem_bytes", "Smem", "bytes", drop=4),
+    Column("local_mem_per_thread", "Local B/thr", "int", drop=12), Column("blocks_per_sm", "Blocks/SM", "int", drop=6),
+    Column("theoretical_occupancy_pct", "Occupancy %", "pct", drop=-1), Column("limiter", "Limiter", fit="wrap"),
+    Column("waves", "Waves", "float", drop=9), Column("tail_effect", "Tail", drop=11),
+    Column("advice", "Advice", fit="wrap", drop=-1),
 ]
 TRACE_NCU_COLUMNS = [
-    Column("ncu_launches", "ncu launches", "int"), Column("ncu_theoretical_occupancy_pct", "ncu theor. %", "pct"),
-    Column("ncu_achieved_occupancy_pct", "ncu achieved %", "pct"),
+    Column("ncu_launches", "ncu launches", "int", drop=13),
+    Column("ncu_theoretical_occupancy_pct", "ncu theor. %", "pct", drop=11),
+    Column("ncu_achieved_occupancy_pct", "ncu achieved %", "pct", drop=1),
 ]
 NCU_COLUMNS = [
-    Column("id", "ID", "int"), Column("name", "Kernel", "kernel"), Column("block_size", "Block", "int"),
-    Column("grid_size", "Grid", "int"), Column("registers_per_thread", "Regs", "int"),
-    Column("shared_mem_bytes", "Smem", "bytes"), Column("smem_config_bytes", "Carveout", "bytes"),
+    Column("id", "ID", "int"), Column("name", "Kernel", "kernel"), Column("block_size", "Block", "int", drop=3),
+    Column("grid_size", "Grid", "int", drop=4), Column("registers_per_thread", "Regs", "int", drop=3),
+    Column("shared_mem_bytes", "Smem", "bytes", drop=3), Column("smem_config_bytes", "Carveout", "bytes", drop=4),
     Column("ncu_achieved_occupancy_pct", "ncu achieved %", "pct"),
     Column("ncu_theoretical_occupancy_pct", "ncu theor. %", "pct"),
-    Column("theoretical_occupancy_pct", "profkit %", "pct"), Column("limiter", "Limiter"),
-    Column("block_limit_registers", "Lim regs", "int"), Column("ncu_block_limit_registers", "ncu", "int"),
-    Column("block_limit_shared_mem", "Lim smem", "int"), Column("ncu_block_limit_shared_mem", "ncu", "int"),
-    Column("block_limit_warps", "Lim warps", "int"), Column("ncu_block_limit_warps", "ncu", "int"),
-    Column("block_limit_sm", "Lim SM", "int"), Column("ncu_block_limit_sm", "ncu", "int"),
-    Column("differences", "Differences"),
+    Column("theoretical_occupancy_pct", "profkit %", "pct"), Column("limiter", "Limiter", drop=1),
+    Column("block_limit_registers", "Lim regs", "int", drop=2), Column("ncu_block_limit_registers", "ncu", "int", drop=2),
+    Column("block_limit_shared_mem", "Lim smem", "int", drop=2), Column("ncu_block_limit_shared_mem", "ncu", "int", drop=2),
+    Column("block_limit_warps", "Lim warps", "int", drop=2), Column("ncu_block_limit_warps", "ncu", "int", drop=2),
+    Column("block_limit_sm", "Lim SM", "int", drop=2), Column("ncu_block_limit_sm", "ncu", "int", drop=2),
+    Column("differences", "Differences", fit="wrap", drop=-1),
 ]
 
 
@@ -138,14 +143,14 @@ def _direct(occ, arch: str, block: int, regs: int, static: int, dynamic: int, ca
         click.echo(json.dumps(summary, indent=2))
         return
     if fmt == "table":
-        click.echo(f"{device.arch}: {block} threads, {regs} registers, {static + dynamic:,} B shared memory "
-                   f"-> {result.blocks_per_sm} blocks/SM, {result.active_warps_per_sm}/{device.max_warps_per_sm} "
-                   f"warps, {result.theoretical_occupancy_pct:.1f}% ({result.limiter or 'no limit'})")
+        echo(f"{device.arch}: {block} threads, {regs} registers, {static + dynamic:,} B shared memory "
+             f"-> {result.blocks_per_sm} blocks/SM, {result.active_warps_per_sm}/{device.max_warps_per_sm} "
+             f"warps, {result.theoretical_occupancy_pct:.1f}% ({result.limiter or 'no limit'})")
         for line in summary["advice"]:
-            click.echo(f"  {line}")
+            echo(line, indent="  ")
         if headroom > regs:
-            click.echo(f"  up to {headroom} registers per thread keep this occupancy")
+            echo(f"up to {headroom} registers per thread keep this occupancy", indent="  ")
         if w:
-            click.echo(f"  {w.waves:.2f} waves on {device.sm_count} SMs" + (
-                f", last wave {w.last_wave_fill_pct:.0f}% full (tail effect)" if w.tail_effect else ""))
+            echo(f"{w.waves:.2f} waves on {device.sm_count} SMs" + (
+                f", last wave {w.last_wave_fill_pct:.0f}% full (tail effect)" if w.tail_effect else ""), indent="  ")
     emit_rows(rows, DIRECT_COLUMNS, fmt, title="Occupancy over block sizes")

@@ -16,7 +16,7 @@ from rich.console import Console
 
 from profkit.atomic import write_text
 from profkit.errors import ProfkitError
-from profkit.output import Column, emit_rows, format_option, rows_to_json
+from profkit.output import Column, emit_rows, format_option, rows_to_json, wide_option
 from profkit.ptx import html, render
 from profkit.ptx.cache import Cache
 from profkit.ptx.checks import CHECKS, CheckResult, run_checks
@@ -36,15 +36,22 @@ from profkit.ptx.targets import (
     parse_signature,
     resolve_target,
 )
+from profkit.terminal import progress
 
-SUMMARY_COLUMNS = [Column("metric", "Metric"), Column("value", "Value")]
-DELTA_COLUMNS = [Column("metric", "Metric"), Column("a", "A"), Column("b", "B"), Column("change", "Change")]
-SAMPLE_COLUMNS = [Column("name", "Name"), Column("kind", "Kind"), Column("kernel", "Kernel"),
-                  Column("file", "File"), Column("parameters", "Parameters"), Column("description", "Description")]
-INDUCTOR_COLUMNS = [Column("kernel", "Kernel"), Column("arch", "Arch"), Column("registers", "Regs", "int"),
-                    Column("spills", "Spills (B st/ld)"), Column("shared_bytes", "Shared (B)", "int"),
-                    Column("global_loads", "Global loads"), Column("global_stores", "Global stores"),
-                    Column("vectorized", "Vectorized"), Column("file", "File")]
+SUMMARY_COLUMNS = [Column("metric", "Metric", fit="whole"), Column("value", "Value", fit="wrap")]
+DELTA_COLUMNS = [Column("metric", "Metric", fit="whole"), Column("a", "A", fit="wrap"), Column("b", "B", fit="wrap"),
+                 Column("change", "Change", fit="wrap")]
+# The sample's name is what the user types next (profkit ptx NAME): never cut nor wrapped.
+SAMPLE_COLUMNS = [Column("name", "Name", fit="whole"), Column("kind", "Kind", drop=2),
+                  Column("kernel", "Kernel", drop=3), Column("file", "File", fit="left", drop=4),
+                  Column("parameters", "Parameters", fit="wrap", drop=1),
+                  Column("description", "Description", fit="wrap", drop=-1)]
+INDUCTOR_COLUMNS = [Column("kernel", "Kernel", fit="whole"), Column("arch", "Arch", drop=5),
+                    Column("registers", "Regs", "int"), Column("spills", "Spills (B st/ld)"),
+                    Column("shared_bytes", "Shared (B)", "int", drop=4),
+                    Column("global_loads", "Global loads", fit="wrap", drop=2),
+                    Column("global_stores", "Global stores", fit="wrap", drop=3),
+                    Column("vectorized", "Vectorized"), Column("file", "File", fit="left", drop=6)]
 
 
 @click.command("ptx")
@@ -65,6 +72,7 @@ INDUCTOR_COLUMNS = [Column("kernel", "Kernel"), Column("arch", "Arch"), Column("
               help="Plain text (the default when stdout is not a terminal) or colors even in a pipe.")
 @click.option("--summary-only", is_flag=True, help="Only the summary, no listing.")
 @format_option()
+@wide_option()
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write a self-contained HTML page: PTX and SASS side by side with the summary.")
 @click.option("--diff", "diff_spec", metavar="B",
@@ -82,7 +90,7 @@ INDUCTOR_COLUMNS = [Column("kernel", "Kernel"), Column("arch", "Arch"), Column("
 def ptx(ctx: click.Context, target: str | None, list_samples: bool, kernel: str | None, signature: str | None,
         constexprs: tuple[str, ...], num_warps: int | None, num_stages: int | None, arch: str | None,
         nvcc_flags: tuple[str, ...], sass: bool, raw: bool, plain: bool | None, summary_only: bool, fmt: str,
-        html_path: Path | None, diff_spec: str | None, rev: str | None, checks: tuple[str, ...],
+        wide: bool, html_path: Path | None, diff_spec: str | None, rev: str | None, checks: tuple[str, ...],
         max_registers: int | None, no_spills: bool, inductor_dir: Path | None, no_cache: bool) -> None:
     """PTX and SASS of a kernel, its registers, spills and memory widths, without a GPU.
 
@@ -99,7 +107,7 @@ def ptx(ctx: click.Context, target: str | None, list_samples: bool, kernel: str 
       profkit ptx gelu --check vectorized-loads --max-registers 64 --no-spills
     """
     if list_samples:
-        emit_rows(_sample_rows(), SAMPLE_COLUMNS, fmt, title="Sample kernels")
+        emit_rows(_sample_rows(), SAMPLE_COLUMNS, fmt, title="Sample kernels", wide=wide)
         return
     if no_spills:
         checks = (*checks, "no-spills")
@@ -138,10 +146,12 @@ def ptx(ctx: click.Context, target: str | None, list_samples: bool, kernel: str 
         b = diff_target(a, diff_spec, params) if diff_spec else a
         if rev:
             a = target_at_revision(a, rev, cache)
-        code_a, code_b = load_kernels(a, cache)[0], load_kernels(b, cache)[0]
+        with progress(f"compiling {target}"):  # seconds when not cached yet (stderr, on a terminal only)
+            code_a, code_b = load_kernels(a, cache)[0], load_kernels(b, cache)[0]
         _show_diff(code_a, code_b, sass, plain, summary_only, fmt, html_path, console)
         return
-    code = load_kernels(a, cache)[0]
+    with progress(f"compiling {target}"):
+        code = load_kernels(a, cache)[0]
     _show_one(ctx, code, sass, raw, plain, summary_only, fmt, html_path, checks, max_registers, console)
 
 
@@ -258,8 +268,9 @@ def _show_diff(code_a: KernelCode, code_b: KernelCode, sass: bool, plain: bool, 
 
 def _inductor_kernels(directory: Path, cache: Cache, kernel: str | None, arch: Arch | None,
                       fmt: str) -> list[KernelCode]:
-    found = scan(directory, cache)
-    codes = [code for build in found.builds for code in kernels_of(build, cache, every=True)]
+    with progress(f"reading the kernels under {directory}"):
+        found = scan(directory, cache)
+        codes = [code for build in found.builds for code in kernels_of(build, cache, every=True)]
     if arch is not None:
         codes = [c for c in codes if parse_arch(c.arch).capability == arch.capability]
     if kernel:

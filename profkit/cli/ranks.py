@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from profkit.output import Column, emit_rows, format_option
+from profkit.output import Column, emit_rows, format_option, wide_option
 
 PARTIAL_EXIT = 3
 
@@ -27,8 +27,8 @@ RANK_COLUMNS = [
     Column("memory_ns", "Memory (ns)", "ns"),
     Column("idle_ns", "Idle (ns)", "ns"),
     Column("comm_comp_overlap_pct", "Comm/comp overlap %", "pct"),
-    Column("rank_source", "Rank from"),
-    Column("file", "File"),
+    Column("rank_source", "Rank from", drop=1),
+    Column("file", "File", fit="left", drop=2),
 ]
 
 traces_argument = click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
@@ -46,10 +46,13 @@ rank_from_option = click.option("--rank-from", "rank_from", default=None, metava
 
 def read_ranks(traces: tuple[Path, ...], scheduler: str | None, workers: int | None,
                rank_from: str | None) -> list[dict[str, Any]]:
-    """Per-rank summaries, with one progress line per rank on stderr."""
+    """Per-rank summaries, with their progress on stderr: a bar on a terminal (and a
+    line per rank file not read), else one line per rank."""
     from profkit.api import ranks_json
+    from profkit.terminal import ProgressBar
 
     done = 0
+    bar = ProgressBar("reading ranks", total=len(traces))
 
     def progress(inp: Any, result: dict[str, Any], total: int) -> None:
         nonlocal done
@@ -57,9 +60,18 @@ def read_ranks(traces: tuple[Path, ...], scheduler: str | None, workers: int | N
         status = f"error: {result['error']}" if "error" in result else f"rank {result.get('rank')}"
         if "error" not in result and inp.job_rank is not None:  # one rank of a whole-job export
             status += f" (rank from: {result.get('rank_source')})"
-        click.echo(f"profkit: [{done}/{total}] {inp.path.name}: {status}", err=True)
+        line = f"profkit: [{done}/{total}] {inp.path.name}: {status}"
+        if bar.shown:
+            bar.advance(total=total)
+            if "error" in result:
+                bar.print(line)
+        else:
+            click.echo(line, err=True)
 
-    return ranks_json(traces, scheduler=scheduler, workers=workers, rank_from=rank_from, on_done=progress)
+    try:
+        return ranks_json(traces, scheduler=scheduler, workers=workers, rank_from=rank_from, on_done=progress)
+    finally:
+        bar.close()
 
 
 def exit_for(summaries: list[dict[str, Any]]) -> int:
@@ -72,10 +84,11 @@ def exit_for(summaries: list[dict[str, Any]]) -> int:
 @click.command()
 @traces_argument
 @format_option()
+@wide_option()
 @scheduler_option
 @workers_option
 @rank_from_option
-def ranks(traces: tuple[Path, ...], fmt: str, scheduler: str | None, workers: int | None,
+def ranks(traces: tuple[Path, ...], fmt: str, wide: bool, scheduler: str | None, workers: int | None,
           rank_from: str | None) -> None:
     """One row per rank: steps, kernel time by class, idle, comm/comp overlap.
 
@@ -106,7 +119,7 @@ def ranks(traces: tuple[Path, ...], fmt: str, scheduler: str | None, workers: in
     if fmt == "json":
         emit_rows(rows, RANK_COLUMNS, fmt)
     else:
-        emit_rows([r for r in rows if "error" not in r], RANK_COLUMNS, fmt, title="Ranks")
+        emit_rows([r for r in rows if "error" not in r], RANK_COLUMNS, fmt, title="Ranks", wide=wide)
     for f in failed_ranks(summaries):
         click.echo(f"profkit: rank file {f['file']} not read: {f['error']}", err=True)
     if code:

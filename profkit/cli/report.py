@@ -91,8 +91,11 @@ def report(exports: tuple[Path, ...], out_dir: Path | None, top: int, baseline: 
     export = unpack_example() if example else exports[0]
     if example:
         out_dir = out_dir or export.parent / "report"
-    paths = write_report(export, out_dir, ncu_csv=ncu_csv, top=top, baseline=baseline, code_dirs=code_dirs,
-                         kernel_targets=kernel_targets, force=force)
+    from profkit.terminal import progress
+
+    with progress(f"writing the report on {export.name}"):  # stderr, on a terminal only
+        paths = write_report(export, out_dir, ncu_csv=ncu_csv, top=top, baseline=baseline, code_dirs=code_dirs,
+                             kernel_targets=kernel_targets, force=force)
     click.echo(str(paths.html.resolve()))
 
 
@@ -113,9 +116,12 @@ def write_ranks_report_cli(traces: tuple[Path, ...], out_dir: Path | None, top: 
 
     summaries = read_ranks(traces, scheduler, workers, rank_from)
     code = exit_for(summaries)
+    from profkit.terminal import progress
+
     job = cross_rank(summaries)
     target = out_dir or Path(traces[0]).resolve().parent / "ranks-report"
-    html = write_ranks_report(job, summaries, target, top)
+    with progress("writing the cross-rank report"):
+        html = write_ranks_report(job, summaries, target, top)
     if code == PARTIAL_EXIT:
         click.echo(str(html.resolve()))
         for f in job["failed"]:

@@ -8,15 +8,20 @@ from pathlib import Path
 import click
 
 from profkit.output import Column, emit_rows, format_option, wide_option
+from profkit.terminal import echo
 
+# A narrow terminal keeps which roof binds, how far below it and the verdict; the
+# figures behind them go first (Column.drop: the highest first).
 COLUMNS = [
-    Column("kernel", "Kernel", "kernel"), Column("launches", "Launches", "int"),
-    Column("duration_ns", "Duration (ns)", "ns"), Column("flops", "FLOP", "si", "—"),
-    Column("dram_bytes", "DRAM bytes", "si", "—"), Column("arithmetic_intensity", "FLOP/DRAM B", "float", "—"),
-    Column("l2_intensity", "FLOP/L2 B", "float", "—"), Column("achieved_flops_per_s", "FLOP/s", "si", "—"),
-    Column("achieved_dram_bytes_per_s", "DRAM B/s", "si", "—"), Column("roof", "Roof", "text", "—"),
-    Column("bound", "Bound", "text", "—"), Column("pct_of_roof", "% of roof", "pct", "—"),
-    Column("verdict", "Verdict"),
+    Column("kernel", "Kernel", "kernel"), Column("launches", "Launches", "int", drop=6),
+    Column("duration_ns", "Duration (ns)", "ns", drop=1), Column("flops", "FLOP", "si", "—", drop=4),
+    Column("dram_bytes", "DRAM bytes", "si", "—", drop=5),
+    Column("arithmetic_intensity", "FLOP/DRAM B", "float", "—", drop=2),
+    Column("l2_intensity", "FLOP/L2 B", "float", "—", drop=7),
+    Column("achieved_flops_per_s", "FLOP/s", "si", "—", drop=3),
+    Column("achieved_dram_bytes_per_s", "DRAM B/s", "si", "—", drop=3), Column("roof", "Roof", "text", "—"),
+    Column("bound", "Bound", "text", "—", drop=-1), Column("pct_of_roof", "% of roof", "pct", "—", drop=-1),
+    Column("verdict", "Verdict", fit="wrap", drop=-1),
 ]
 CSV_COLUMNS = [Column("level", "Level"), Column("id", "ID", "int")] + COLUMNS + [
     Column("l1_bytes", "L1 bytes"), Column("l2_bytes", "L2 bytes"), Column("l1_intensity", "FLOP/L1 B")]
@@ -51,4 +56,5 @@ def roofline(source: Path, wide: bool, fmt: str) -> None:
         emit_rows(launches, COLUMNS, fmt, title=f"Roofline per launch ({source.name})", wide=wide)
         emit_rows(kernels, COLUMNS, fmt, title="Roofline per kernel name", wide=wide)
     if result.hint:
-        click.echo(f"note: {result.hint}", err=fmt == "csv")
+        echo(f"note: {result.hint}", err=fmt == "csv") if fmt == "table" else click.echo(f"note: {result.hint}",
+                                                                                          err=fmt == "csv")

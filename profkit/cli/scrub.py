@@ -6,9 +6,9 @@ from pathlib import Path
 
 import click
 
-from profkit.output import Column, emit_rows, format_option
+from profkit.output import Column, emit_rows, format_option, wide_option
 
-REMOVED_COLUMNS = [Column("what", "Removed"), Column("count", "Count", "int")]
+REMOVED_COLUMNS = [Column("what", "Removed", fit="wrap"), Column("count", "Count", "int")]
 
 
 @click.command()
@@ -20,7 +20,8 @@ REMOVED_COLUMNS = [Column("what", "Removed"), Column("count", "Count", "int")]
 @click.option("--report", "report_path", type=click.Path(path_type=Path), metavar="FILE",
               help="Also write what was redacted as JSON: counts by rule, never the values.")
 @format_option()
-def scrub(trace: Path, output: Path, anonymize: bool, report_path: Path | None, fmt: str) -> None:
+@wide_option()
+def scrub(trace: Path, output: Path, anonymize: bool, report_path: Path | None, fmt: str, wide: bool) -> None:
     """Write a copy of an nsys export or Kineto trace without the recorded environment.
 
     \b
@@ -40,7 +41,10 @@ def scrub(trace: Path, output: Path, anonymize: bool, report_path: Path | None, 
     """
     from profkit.scrub import scrub as scrub_file
 
-    removed = scrub_file(trace, output, anonymize=anonymize)
+    from profkit.terminal import progress
+
+    with progress(f"scrubbing {trace.name}"):  # stderr, on a terminal only
+        removed = scrub_file(trace, output, anonymize=anonymize)
     if report_path is not None:
         import json
 
@@ -48,4 +52,4 @@ def scrub(trace: Path, output: Path, anonymize: bool, report_path: Path | None, 
 
         write_text(report_path, json.dumps({"output": str(output), "redacted": removed}, indent=2) + "\n")
     rows = [{"what": what, "count": count} for what, count in removed.items()]
-    emit_rows(rows, REMOVED_COLUMNS, fmt, title=f"scrubbed copy: {output}")
+    emit_rows(rows, REMOVED_COLUMNS, fmt, title=f"scrubbed copy: {output}", wide=wide)
