@@ -16,17 +16,22 @@ import click
 from profkit.cli.kernel_code_options import kernel_target_options
 from profkit.cli.ranks import job_rank_option
 from profkit.errors import ProfkitError
-from profkit.output import Column, emit_rows, terminal_safe
+from profkit.output import Column, emit_rows, short_kernel_names, terminal_safe, top_option, wide_option
+from profkit.terminal import echo, shorten
 
+# "label": the kernel's short name (or its full name with --wide), as the summary above names it.
 KERNEL_DIFF_COLUMNS = [
     Column("status", "Status"),
-    Column("base_ns_per_step", "Base / step (ns)", "ns"),
-    Column("new_ns_per_step", "New / step (ns)", "ns"),
+    Column("base_ns_per_step", "Base / step (ns)", "ns", drop=1),
+    Column("new_ns_per_step", "New / step (ns)", "ns", drop=1),
     Column("delta_ns_per_step", "Δ / step (ns)", "ns"),
-    Column("registers", "Regs", "int"),
-    Column("vector_grade", "Vectorized (128-bit share)"),
-    Column("name", "Kernel"),
+    Column("delta_pct", "Δ %", "pct", missing="—", drop=2),
+    Column("registers", "Regs", "int", drop=3),
+    Column("vector_grade", "Vectorized (128-bit share)", drop=4),
+    Column("label", "Kernel", drop=-1),
 ]
+
+SUMMARY_NAME_WIDTH = 48  # a kernel's name in the summary lines (the table below may show more of it)
 
 CSV_COLUMNS = [Column(k, k) for k in ("kind", "status", "name", "api", "base", "new", "delta", "delta_pct", "unit")]
 
@@ -35,7 +40,8 @@ CSV_COLUMNS = [Column(k, k) for k in ("kind", "status", "name", "api", "base", "
 @click.argument("base", type=click.Path(path_type=Path))
 @click.argument("new", type=click.Path(path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "md", "csv"]), default="table", show_default=True,
-              help="table: verdict, top changes and the kernels that changed; json: everything; md: a "
+              help="table: the verdict, its causes (syncs and sync sites, kernel time, the biggest changes) and "
+                   "the kernels that changed most, fitted to the terminal; json: everything; md: a "
                    "pull-request comment; csv: one row per step time, kernel and sync site (kind, status, "
                    "name, api, base, new, delta, delta_pct, unit).")
 @click.option("--fail-on-regression", "fail_pct", type=click.FloatRange(min=0), default=None, metavar="PCT",
@@ -49,8 +55,12 @@ CSV_COLUMNS = [Column(k, k) for k in ("kind", "status", "name", "api", "base", "
 @job_rank_option
 @click.option("--force", is_flag=True, help="Compare even when BASE and NEW share under half their kernel names "
                                             "(they look like different programs).")
+@top_option(10, "table: list the N kernels whose time per step changed most (0: all).  json, csv and md "
+                "list every kernel.", minimum=0)
+@wide_option()
 def diff(base: Path, new: Path, fmt: str, fail_pct: float | None, min_effect: float | None,
-         code_dirs: tuple[Path, ...], kernel_targets: Any, rank: int | None, force: bool) -> None:
+         code_dirs: tuple[Path, ...], kernel_targets: Any, rank: int | None, force: bool, top: int,
+         wide: bool) -> None:
     """Compare two traces of the same program: step time, kernels, sync sites, registers, breakdown.
 
     \b
@@ -70,7 +80,7 @@ def diff(base: Path, new: Path, fmt: str, fail_pct: float | None, min_effect: fl
     from profkit.analysis.diff import check_comparable, diff_traces, regression_pct
     from profkit.model.rank_view import select_ranks
     from profkit.readers import open_trace
-    from profkit.report.diff import change_rows, render_markdown, render_text
+    from profkit.report.diff import change_rows, render_markdown
 
     with ExitStack() as stack:
         base_trace = _one_rank(select_ranks(stack.enter_context(open_trace(base)), rank), base)
@@ -95,14 +105,36 @@ def diff(base: Path, new: Path, fmt: str, fail_pct: float | None, min_effect: fl
     elif fmt == "csv":
         emit_rows(change_rows(result), CSV_COLUMNS, "csv")
     else:
-        click.echo(terminal_safe(render_text(result), lines=True))
-        changed = [k for k in result["kernels"] if k["status"] != "same"]
-        if changed:
-            emit_rows(changed[:30], KERNEL_DIFF_COLUMNS, "table", title="Kernels that changed (time per step)")
+        _print_table(result, top, wide)
     pct = regression_pct(result)
     if fail_pct is not None and pct is not None and pct >= fail_pct:
         click.echo(f"profkit: step time regressed {pct:.1f}% (>= {fail_pct:g}%)", err=True)
         sys.exit(1)
+
+
+def _print_table(result: dict[str, Any], top: int, wide: bool) -> None:
+    """The verdict and its causes in a few lines, then the kernels that changed most."""
+    from profkit.report.diff import render_text
+
+    changed = sorted((k for k in result["kernels"] if k["status"] != "same"),
+                     key=lambda k: -abs(k["delta_ns_per_step"] or 0))
+    # one short name per kernel, the same in the summary and the table (--wide: the full names)
+    names = [k["name"] for k in changed]
+    labels = dict(zip(names, names if wide else short_kernel_names(names)))
+    said = {n: label if wide else shorten(label, SUMMARY_NAME_WIDTH) for n, label in labels.items()}
+    for line in terminal_safe(render_text(result, said), lines=True).split("\n"):
+        indent = "  - " if line.startswith("  - ") else ""
+        echo(line[len(indent):], indent=indent, subsequent="    " if indent else "")
+    if not changed:
+        return
+    shown = changed if top == 0 else changed[:top]
+    columns = [c for c in KERNEL_DIFF_COLUMNS
+               if c.key not in ("registers", "vector_grade") or any(k.get(c.key) is not None for k in shown)]
+    emit_rows([{**k, "label": labels[k["name"]]} for k in shown], columns, "table",
+              title="Kernels that changed (time per step)", wide=wide)
+    if len(shown) < len(changed):
+        echo(f"({len(changed) - len(shown)} more kernels changed: --top 0 lists them; --format csv lists every "
+             "kernel)")
 
 
 def _one_rank(traces: list[Any], path: Path) -> Any:

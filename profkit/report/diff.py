@@ -126,12 +126,54 @@ def change_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def render_text(result: dict[str, Any]) -> str:
+def render_text(result: dict[str, Any], labels: dict[str, str] | None = None, n: int = TOP_CHANGES) -> str:
+    """The terminal's summary (`profkit diff`'s table format): the verdict, then the
+    causes in a few lines: syncs per run and sync sites added/removed/changed, GPU
+    kernel time per step and how many kernels changed, then the ``n`` biggest changes.
+    ``labels``: the name each kernel is shown by (the tables' short names), else the
+    full name."""
+    labels = labels or {}
     note = (result.get("profilers") or {}).get("note")
     lines = [note] if note else []  # first: it qualifies every figure below
     lines += [headline(result), *(f"Note: {n}" for n in result.get("notes", ()))]
-    lines += [f"  - {c.replace('`', '')}" for c in top_changes(result)]
+    syncs = result["syncs"]
+    if syncs:
+        base, new = sum(s["base_count"] for s in syncs), sum(s["new_count"] for s in syncs)
+        moved = _counts(syncs, ("added", "removed", "changed"))
+        lines.append(f"Syncs in the trace: {base:,} → {new:,}; " + (f"sync sites {moved}" if moved else
+                                                                     "no sync site changed"))
+    kernels = result["kernels"]
+    if kernels:
+        base = sum(k["base_ns_per_step"] or 0 for k in kernels)
+        new = sum(k["new_ns_per_step"] or 0 for k in kernels)
+        moved = _counts(kernels, ("slower", "faster", "new", "gone"))
+        lines.append(f"GPU kernel time per step: {duration(base)} → {duration(new)}; "
+                     + (f"of {len(kernels)} kernels {moved}" if moved else f"none of {len(kernels)} kernels changed"))
+    changes = []
+    for s in syncs:
+        if s["status"] in ("added", "removed", "changed"):  # a sync's count moves step time more than µs of kernels
+            code = f" {_code(s['code'], 60)}" if s.get("code") else ""
+            changes.append((float("inf"), f"sync site {s['status']}: {site_label(s['source'])}{code} "
+                                          f"({s['api']}, {s['base_count']} → {s['new_count']})"))
+    for k in kernels:
+        if k["status"] != "same":
+            changes.append((abs(k["delta_ns_per_step"]),
+                            f"kernel {labels.get(k['name'], k['name'])} {k['status']}: "
+                            f"{duration(k['base_ns_per_step'])} → {duration(k['new_ns_per_step'])} per step"))
+    changes.sort(key=lambda x: -x[0])
+    lines += [f"  - {text}" for _, text in changes[:n]]
     return "\n".join(lines)
+
+
+def _counts(items: list[dict[str, Any]], statuses: tuple[str, ...]) -> str:
+    """"2 added, 1 removed": how many items have each status, those with none left out."""
+    counts = [(sum(1 for i in items if i["status"] == status), status) for status in statuses]
+    return ", ".join(f"{count} {status}" for count, status in counts if count)
+
+
+def site_label(source: str) -> str:
+    """A sync site as tables show it: ``train_mlp.py:59`` for ``../src/train_mlp.py:59``."""
+    return str(source).replace("\\", "/").rsplit("/", 1)[-1]
 
 
 def _code(text: Any, limit: int = 200, *, cell: bool = False) -> str:
