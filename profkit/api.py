@@ -113,7 +113,7 @@ def _breakdown_rows(whole: Trace, position: int, steady: bool, rank: int | None)
 
 
 def stall_report(path: PathLike, *, step_range: str | None = None, threshold_pct: float = 5.0) -> StallReport:
-    """``profkit stalls PATH``'s analysis (its JSON is ``.sites``); ``path`` may be a run folder,
+    """``profkit stalls PATH``'s analysis (its JSON's ``rows`` are ``.sites``); ``path`` may be a run folder,
     whose recorded working folder is where the sync sites' source lines are looked up."""
     from profkit.readers import open_trace, resolve_run_folder
 

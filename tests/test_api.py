@@ -92,7 +92,7 @@ def test_breakdown_equals_the_cli(opened: Any, path: Path) -> None:
 
 def test_stalls_equal_the_cli(opened: Any, path: Path) -> None:
     frame = opened.stalls()
-    expected = cli_json("stalls", str(path))
+    expected = cli_json("stalls", str(path))["rows"]
     assert expected
     assert records(frame) == expected
     assert frame.attrs["findings"]

@@ -72,3 +72,31 @@ def test_kernel_metric_and_bad_metric(history_db: Path) -> None:
 def test_no_history_is_one_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["history", "show", "--db", str(tmp_path / "none.db")])
     assert result.exit_code == 2 and "no history yet" in result.output
+
+
+def test_kernel_metric_takes_the_short_name_or_its_start(history_db: Path, tmp_path: Path) -> None:
+    runner = CliRunner()
+    with __import__("sqlite3").connect(history_db) as db:
+        (full,) = db.execute("SELECT DISTINCT name FROM kernels WHERE name LIKE '%splitKreduce_kernel%'").fetchone()
+
+    def show(name: str):
+        return runner.invoke(cli, ["history", "show", "--db", str(history_db), "--metric", f"kernel:{name}",
+                                   "--format", "json", "--plot", str(tmp_path / "k.png")])
+
+    expected = json.loads(show(full).stdout)["runs"]
+    assert all(r["value_ns"] is not None for r in expected)
+    for name in ("splitKreduce_kernel", "splitK"):  # the base name as tables show it, and its start
+        result = show(name)
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout)["runs"] == expected
+
+
+def test_an_ambiguous_kernel_name_lists_the_candidates(history_db: Path, tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["history", "show", "--db", str(history_db), "--metric",
+                                      "kernel:vectorized_elementwise_kernel", "--plot", str(tmp_path / "k.png")])
+    assert result.exit_code == 2
+    [line] = result.output.strip().splitlines()
+    assert "matches 4 kernels" in line and "vectorized_elementwise_kernel<FillFunctor>" in line, line
+    none = CliRunner().invoke(cli, ["history", "show", "--db", str(history_db), "--metric", "kernel:no_such_kernel",
+                                    "--plot", str(tmp_path / "k.png")])
+    assert none.exit_code == 2 and "no kernel 'no_such_kernel'" in none.output

@@ -105,5 +105,5 @@ def test_stalls_cli_takes_a_kineto_trace(tmp_path: Path) -> None:
     path = write(tmp_path, synthetic_item_loop(hook_ranges=True, stacks=False))
     result = CliRunner().invoke(cli, ["stalls", str(path), "--format", "json"])
     assert result.exit_code == 0, result.output
-    [site] = json.loads(result.stdout)
+    [site] = json.loads(result.stdout)["rows"]
     assert (site["source"], site["count"], site["gpu_idle_ns"]) == ("train.py:59", 2, 38_000)

@@ -17,7 +17,7 @@ from profkit.cli.kernel_code_options import kernel_target_options
 from profkit.cli.ranks import job_rank_option
 from profkit.errors import ProfkitError
 from profkit.output import Column, emit_rows, short_kernel_names, terminal_safe, top_option, wide_option
-from profkit.terminal import echo, shorten
+from profkit.terminal import echo, shorten, terminal_width
 
 # "label": the kernel's short name (or its full name with --wide), as the summary above names it.
 KERNEL_DIFF_COLUMNS = [
@@ -30,8 +30,6 @@ KERNEL_DIFF_COLUMNS = [
     Column("vector_grade", "Vectorized (128-bit share)", drop=4),
     Column("label", "Kernel", drop=-1),
 ]
-
-SUMMARY_NAME_WIDTH = 48  # a kernel's name in the summary lines (the table below may show more of it)
 
 CSV_COLUMNS = [Column(k, k) for k in ("kind", "status", "name", "api", "base", "new", "delta", "delta_pct", "unit")]
 
@@ -121,7 +119,8 @@ def _print_table(result: dict[str, Any], top: int, wide: bool) -> None:
     # one short name per kernel, the same in the summary and the table (--wide: the full names)
     names = [k["name"] for k in changed]
     labels = dict(zip(names, names if wide else short_kernel_names(names)))
-    said = {n: label if wide else shorten(label, SUMMARY_NAME_WIDTH) for n, label in labels.items()}
+    room = max(24, terminal_width() // 2)  # a name takes at most half a summary line; the table shows more
+    said = {n: label if wide else shorten(label, room) for n, label in labels.items()}
     for line in terminal_safe(render_text(result, said), lines=True).split("\n"):
         indent = "  - " if line.startswith("  - ") else ""
         echo(line[len(indent):], indent=indent, subsequent="    " if indent else "")

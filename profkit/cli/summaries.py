@@ -23,6 +23,7 @@ from profkit.cli.kernel_code_options import kernel_target_options
 from profkit.model import Trace
 from profkit.readers import open_trace
 from profkit.readers.nsys import NsysExport
+from profkit.terminal import echo
 from profkit.capture.run import NCU_CSV, RUN_JSON, read_run_record
 from profkit.output import (
     API_COLUMNS,
@@ -62,7 +63,7 @@ def _print_summary(summarize: Callable, columns: list[Column], title: str,
         rows = readable(rows)
     emit_rows(rows, columns, fmt, title=title, wide=wide)
     if said and fmt in ("table", "md"):  # JSON and CSV stay rows only, for machines
-        click.echo(said, err=True)
+        echo(said, err=True)
 
 
 def _one_scan_then_exit(trace: Trace) -> None:
@@ -146,7 +147,7 @@ def _print_kernels_with_code(export: Path, top: int | None, fmt: str, wide: bool
     emit_rows(rows, columns, fmt, title="CUDA kernels with their machine code", wide=wide)
     if fmt in ("table", "md"):  # JSON and CSV stay rows only, for machines
         for note in notes:
-            click.echo(note, err=True)
+            echo(note, err=True)
 
 
 @click.command()
