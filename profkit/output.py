@@ -18,6 +18,8 @@ from typing import Any
 
 import click
 
+from profkit.terminal import TEXT_KINDS  # the kinds that are not numbers (re-exported)
+
 FORMATS = ("table", "json", "csv", "md")
 
 
@@ -300,9 +302,6 @@ def print_table(rows: Sequence[dict[str, Any]], columns: Sequence[Column], title
     if hidden:
         console.print(f"({', '.join(c.title for c in hidden)} hidden: terminal too narrow; widen it, "
                       "or use --format csv or json)", style="dim")
-
-
-TEXT_KINDS = ("text", "kernel")
 
 
 # -- short kernel names, like nsys's `:base` ----------------------------------------------

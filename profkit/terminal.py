@@ -24,11 +24,19 @@ import textwrap
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from profkit.output import Column
+class Column(Protocol):
+    """What the layout reads of a ``profkit.output.Column`` (which imports this module)."""
 
+    key: str
+    title: str
+    kind: str
+    fit: str
+    drop: int
+
+
+TEXT_KINDS = ("text", "kernel")  # = profkit.output.TEXT_KINDS: every other kind is a number
 PIPE_WIDTH = 200  # nobody's window to fit: keep names whole, as before
 NAME_MIN = 12  # a name column is never made narrower than this (unless the name is shorter)
 KERNEL_MIN = 20  # ... a kernel name column
@@ -86,8 +94,6 @@ def overhead(n: int) -> int:
 
 
 def _is_number(c: Column) -> bool:
-    from profkit.output import TEXT_KINDS
-
     return c.kind not in TEXT_KINDS and c.fit != "wrap"
 
 

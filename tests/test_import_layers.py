@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, int]] = [
     ("profkit.readers", READERS), ("profkit.scrub", READERS),
     ("profkit.analysis", ANALYSIS), ("profkit.ranks", ANALYSIS), ("profkit.ptx", ANALYSIS),
     ("profkit.report", RENDER), ("profkit.export", RENDER), ("profkit.output", RENDER),
-    ("profkit.history", RENDER),
+    ("profkit.terminal", RENDER), ("profkit.history", RENDER),
     ("profkit.capture", CAPTURE),
     ("profkit.cli", TOP), ("profkit.api", TOP), ("profkit.__main__", TOP),
 ]
