@@ -25,6 +25,11 @@ REQUIRED_KEYS = {"source", "code", "api", "count", "cpu_blocked_ns", "gpu_idle_n
 ROOT = Path(__file__).parents[1]
 
 
+def sites_of(*args: str) -> list:
+    """The sync sites of ``stalls ARGS --format json``: its "rows"."""
+    return json.loads(invoke(*args, "--format", "json"))["rows"]
+
+
 def invoke(*args: str) -> str:
     result = CliRunner().invoke(cli, ["stalls", *args])
     assert result.exit_code == 0, (result.output, result.exception)
@@ -51,7 +56,9 @@ def copy_of(name: str, tmp_path: Path, *sql: str) -> Path:
 
 
 def test_json_lists_sites_with_the_documented_keys() -> None:
-    sites = json.loads(invoke(str(nsys_fixture("nsys2025_train_print")), "--format", "json"))
+    out = json.loads(invoke(str(nsys_fixture("nsys2025_train_print")), "--format", "json"))
+    assert set(out) == {"rows"}  # the same shape as with --compare, less "comparison"
+    sites = out["rows"]
     assert isinstance(sites, list) and len(sites) == 4
     for site in sites:
         assert REQUIRED_KEYS | {"kind", "cause", "thread", "per_step"} <= set(site)
@@ -69,14 +76,16 @@ def test_json_equals_the_library() -> None:
     path = nsys_fixture("nsys2025_sync")
     with open_export(path) as export:
         expected = analyze_stalls(export).sites
-    assert json.loads(invoke(str(path), "--format", "json")) == json.loads(json.dumps(expected))
+    assert sites_of(str(path)) == json.loads(json.dumps(expected))
 
 
 def test_compare_print_and_noprint() -> None:
     out = json.loads(invoke(str(nsys_fixture("nsys2025_train_print")), "--format", "json",
                             "--compare", str(nsys_fixture("nsys2025_train_noprint"))))
-    assert set(out) == {"sites", "other_sites", "compare"}
-    compare = out["compare"]
+    assert set(out) == {"rows", "comparison"}
+    assert out["rows"] == sites_of(str(nsys_fixture("nsys2025_train_print")))
+    compare = out["comparison"]
+    assert compare["other_rows"] == sites_of(str(nsys_fixture("nsys2025_train_noprint")))
     assert len(compare["sites_only_in_a"]) == 1 and compare["sites_only_in_a"][0].startswith("train_mlp.py:59 ")
     assert compare["median_difference_ns"] == compare["a"]["median_ns"] - compare["b"]["median_ns"] > 0
     text = invoke(str(nsys_fixture("nsys2025_train_print")), "--compare", str(nsys_fixture("nsys2025_train_noprint")))
@@ -105,7 +114,7 @@ def test_run_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     shutil.copyfile(nsys_fixture("nsys2025_train_print"), run / "trace.sqlite")
     monkeypatch.chdir(tmp_path)  # so that only run.json can say where the sources are
     # the recorded paths are relative to where the program ran ("../../../work/main/...")
-    assert json.loads(invoke(str(run), "--format", "json"))[0]["local_path"] is None
+    assert sites_of(str(run))[0]["local_path"] is None
     # Rebuild the recording host's layout under tmp_path, so the test does not depend on
     # where this checkout sits: the program ran three folders below a root holding
     # work/main/sample_kernels/train_mlp.py.
@@ -115,7 +124,7 @@ def test_run_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cwd = host / "a" / "b" / "c"
     cwd.mkdir(parents=True)
     (run / "run.json").write_text(json.dumps({"cwd": str(cwd)}))
-    top = json.loads(invoke(str(run), "--format", "json"))[0]
+    top = sites_of(str(run))[0]
     # the recorded path resolved against run.json's cwd
     assert top["count"] == 20 and Path(top["local_path"]).name == "train_mlp.py"
     assert Path(top["local_path"]).is_file()
@@ -124,16 +133,16 @@ def test_run_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     other = tmp_path / "other"
     other.mkdir()
     shutil.copyfile(nsys_fixture("nsys2025_sync"), other / "mine.sqlite")
-    assert len(json.loads(invoke(str(other), "--format", "json"))) == 7
+    assert len(sites_of(str(other))) == 7
     # a `profkit trace --backend torch` run folder: its trace.json.gz, as the file itself reads
     kineto = ROOT / "tests" / "data" / "kineto" / "mlp_print.json.gz"
     torch_run = tmp_path / "runs" / "train_mlp-20261122-230500"
     torch_run.mkdir()
     shutil.copyfile(kineto, torch_run / "trace.json.gz")
     (torch_run / "run.json").write_text(json.dumps({"cwd": str(cwd), "backend": "torch"}))
-    by_folder = json.loads(invoke(str(torch_run), "--format", "json"))
-    assert by_folder and [s["count"] for s in by_folder] == [s["count"] for s in json.loads(
-        invoke(str(torch_run / "trace.json.gz"), "--format", "json"))]
+    by_folder = sites_of(str(torch_run))
+    assert by_folder and [s["count"] for s in by_folder] == [s["count"] for s in sites_of(
+        str(torch_run / "trace.json.gz"))]
 
 
 def test_bad_targets(tmp_path: Path) -> None:
@@ -177,7 +186,7 @@ def test_export_without_cuda_api_trace(tmp_path: Path) -> None:
 
 def test_export_without_nvtx(tmp_path: Path) -> None:
     path = copy_of("nsys2025_sync", tmp_path, "DROP TABLE NVTX_EVENTS")
-    sites = json.loads(invoke(str(path), "--format", "json"))
+    sites = sites_of(str(path))
     assert all(s["source"] is None and s["nvtx"] == "(no NVTX range)" for s in sites)
     assert sum(s["count"] for s in sites) == 56
 
