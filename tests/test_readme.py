@@ -29,11 +29,7 @@ REWRITE = "cog -r -I scripts README.md benchmarks/README.md"
 # Options another change renames; until it lands, the README already uses the new name
 # where the old one still exists.  (command, new option) -> old option.  Delete an entry
 # once the CLI has the new name.
-PENDING_RENAMES = {
-    ("steps", "--top"): "--limit",
-    ("host", "--top"): "--limit",
-    ("history show", "--last"): "--window",
-}
+PENDING_RENAMES: dict[tuple[str, str], str] = {}
 
 
 @pytest.mark.slow
