@@ -18,7 +18,6 @@ from typing import Any
 
 import click
 
-from profkit.terminal import TEXT_KINDS  # the kinds that are not numbers (re-exported)
 
 FORMATS = ("table", "json", "csv", "md")
 

@@ -20,8 +20,8 @@ import pytest
 from click.testing import CliRunner
 
 from profkit.cli import cli
-from profkit.output import TEXT_KINDS, Column
-from profkit.terminal import cell_len
+from profkit.output import Column
+from profkit.terminal import TEXT_KINDS, cell_len
 from tests.conftest import DATA, _decompressed, ncu_fixture, nsys_fixture
 
 WIDTHS = (80, 120)
