@@ -18,7 +18,6 @@ from typing import Any
 
 import click
 
-
 FORMATS = ("table", "json", "csv", "md")
 
 
