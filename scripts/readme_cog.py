@@ -103,13 +103,28 @@ def shell(command: str, *, head: int | None = None, grep: str | None = None, std
         code, text = run(command, stderr)
         shown_command = command
     lines = text.rstrip("\n").splitlines()
-    shown = [line for line in lines if grep in line] if grep else lines
+    shown = _paragraphs_holding(lines, grep) if grep else lines
     if head is not None and len(shown) > head:
         shown = [*shown[:head], "…"]
     elif grep and len(shown) < len(lines):
         shown.append("…")
     footer = [f"(exit code {code})"] if code else []
     _out("\n".join(["```console", f"$ {shown_command}", *[line.rstrip() for line in shown], *footer, "```"]) + "\n")
+
+
+def _paragraphs_holding(lines: list[str], text: str) -> list[str]:
+    """The lines holding ``text``, each with the lines that continue it (profkit wraps a long
+    sentence onto lines that start with a space or a lower-case word, not a new item)."""
+    shown: list[str] = []
+    for i, line in enumerate(lines):
+        if text in line:
+            shown.append(line)
+            for follow in lines[i + 1:]:
+                if not follow.strip() or follow.lstrip().startswith(("*", "-", "┃", "┏", "│")) or \
+                        not (follow[:1].isspace() or follow[:1].islower()):
+                    break
+                shown.append(follow)
+    return shown
 
 
 def markdown(command: str, *, section: str | None = None, head: int | None = None) -> None:
