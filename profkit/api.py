@@ -98,11 +98,14 @@ def breakdown_json(paths: Sequence[PathLike], *, steady: bool = False, rank: int
 
 def _breakdown_rows(whole: Trace, position: int, steady: bool, rank: int | None) -> list[Row]:
     from profkit.analysis.breakdown import rank_breakdown
+    from profkit.model.clock import session_zero
     from profkit.model.rank_view import rank_label, select_ranks
 
     rows = []
     for trace in select_ranks(whole, rank):
         row = rank_breakdown(trace, steady=steady)
+        # the trace-clock ns that the printed seconds count from (``profkit.model.clock``)
+        row["session_start_ns"] = session_zero(trace)
         if rank_label(trace):
             row["rank_source"] = trace.meta.extra.get("rank_source")
         if row["rank"] is None:

@@ -82,7 +82,7 @@ class Column:
 
     key: str
     title: str
-    kind: str = "text"  # text | kernel (a kernel name) | int | ns | pct | float | bytes | si | widths
+    kind: str = "text"  # text | kernel (a kernel name) | int | ns | s (ns shown as seconds) | pct | float | bytes | si | widths
     missing: str = ""  # shown for an unknown value ("—" where a blank would read as zero)
     # How a narrow terminal fits it (profkit.terminal): "" a name, shortened with "…" at
     # its end; "left": shortened at its start (a path, file:line); "wrap": a sentence,
@@ -108,6 +108,10 @@ def format_value(value: Any, kind: str = "text") -> str:
         return f"{int(value):,}"
     if kind == "ns":
         return f"{int(round(value)):,}"
+    if kind == "s":  # ns from the session start, as seconds to the ns (profkit.model.clock)
+        from profkit.model.clock import seconds_text
+
+        return seconds_text(value)
     if kind == "pct":
         return f"{value:.1f}"
     if kind == "float":

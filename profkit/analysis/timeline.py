@@ -29,7 +29,7 @@ import numpy as np
 from profkit.analysis.intervals import busy_until, merge_intervals
 from profkit.analysis.grouping import factorize_rows
 from profkit.analysis.ranges import cpu_ranges
-from profkit.model import NSYS, Trace
+from profkit.model import Trace
 
 # Kinds of GPU operation, drawn in this order; each is a table of the model.
 # A CUDA graph replay is a row of its own only where its kernels were not traced (schema.GRAPHS).
@@ -40,9 +40,8 @@ ACTIVITY_TABLES = (("kernel", "kernels"), ("memcpy", "memcpy"), ("memset", "mems
 class TimeBins:
     """``count`` equal bins of ``width_ns`` from ``start_ns`` (trace time).
 
-    ``origin_ns`` is the trace time shown as 0 s ("s of the capture"): 0 for
-    nsys (session time), the capture's start for Kineto (whose clock is the
-    host's), see ``time_origin``."""
+    ``origin_ns`` is the trace time shown as 0 s: the session start
+    (``profkit.model.clock.session_zero``)."""
 
     start_ns: int
     width_ns: int
@@ -64,14 +63,6 @@ def make_bins(start_ns: int, end_ns: int, count: int, origin_ns: int = 0) -> Tim
     span = max(end_ns - start_ns, 1)
     width = -(-span // count)  # ceil: the last bin reaches end_ns
     return TimeBins(start_ns, width, min(count, -(-span // width)), origin_ns)
-
-
-def time_origin(trace: Trace) -> int:
-    """The trace time that reads as 0 s of the capture: nsys times already count from the
-    session's start; Kineto's count from the host clock's epoch, so its capture start is 0."""
-    if trace.meta.source == NSYS:
-        return 0
-    return trace.meta.capture_start_ns or 0
 
 
 @dataclass

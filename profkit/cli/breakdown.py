@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from profkit.cli.ranks import job_rank_option
+from profkit.model.clock import SESSION_START
 from profkit.output import Column, emit_rows, format_option, rows_to_json, wide_option
 from profkit.terminal import echo
 
@@ -36,7 +37,7 @@ STREAM_COLUMNS = [
     Column("other_pct", "Other %", "pct"),
 ]
 IDLE_COLUMNS = [
-    Column("duration_ns", "Idle (ns)", "ns"), Column("at_ms", "At (ms)", "float"), Column("cause", "Cause"),
+    Column("duration_ns", "Idle (ns)", "ns"), Column("at", f"At ({SESSION_START})", "s"), Column("cause", "Cause"),
     Column("next_kernel", "Next on GPU", "kernel"), Column("cpu", "CPU meanwhile (launching thread)", fit="wrap"),
 ]
 
@@ -105,6 +106,6 @@ def breakdown(traces: tuple[Path, ...], steady: bool, rank: int | None, wide: bo
 def _idle_rows(row: dict[str, Any]) -> list[dict[str, Any]]:
     from profkit.report.text import cpu_activity
 
-    origin = row["span_start_ns"]
-    return [{**gap, "at_ms": (gap["start_ns"] - origin) / 1e6, "cpu": cpu_activity(gap)}
+    zero = row["session_start_ns"]
+    return [{**gap, "at": gap["start_ns"] - zero, "cpu": cpu_activity(gap)}
             for gap in row["longest_idle"]]

@@ -12,19 +12,22 @@ from pathlib import Path
 import click
 
 from profkit.errors import ProfkitError
+from profkit.model.clock import parse_seconds
 
 FORMATS = ("perfetto",)
 
 
-def parse_window(text: str) -> tuple[float | None, float | None]:
-    """'1.5:2.25' -> (1.5, 2.25) seconds; either side may be left empty."""
+def parse_window(text: str) -> tuple[int | None, int | None]:
+    """'1.5:2.25' -> (1_500_000_000, 2_250_000_000) ns from the session start, exactly (as
+    decimals: a time pasted from the report with its nine decimals is that nanosecond);
+    either side may be left empty."""
     start, sep, end = text.partition(":")
     try:
         if not sep:
             raise ValueError
-        return (float(start) if start.strip() else None, float(end) if end.strip() else None)
+        return (parse_seconds(start) if start.strip() else None, parse_seconds(end) if end.strip() else None)
     except ValueError:
-        raise ProfkitError(f"--window takes START:END in seconds from the capture's start, e.g. 1.5:2.0 "
+        raise ProfkitError(f"--window takes START:END in seconds from the session start, e.g. 1.5:2.0 "
                            f"(got {text!r})") from None
 
 
@@ -45,8 +48,9 @@ def parse_steps(text: str) -> tuple[int, int]:
               help="File to write; gzip-compressed when it ends in .gz (default: TRACE's name + .perfetto.json.gz "
                    "in the current folder).")
 @click.option("--window", default=None, metavar="START:END",
-              help="Only events overlapping this window, in seconds from the capture's start (as the "
-                   "report's timelines count them).")
+              help="Only events overlapping this window, both ends included, in seconds from the session "
+                   "start: the clock of every time profkit prints (the report's idle stretches and timelines, "
+                   "`profkit steps`, `profkit breakdown`): a time copied from them can be pasted here.")
 @click.option("--steps", "step_range", default=None, metavar="A:B",
               help="Only steps A to B (both included, numbered as by `profkit steps`).")
 def export(trace_path: Path, fmt: str, output: Path | None, window: str | None, step_range: str | None) -> None:
@@ -70,7 +74,8 @@ def export(trace_path: Path, fmt: str, output: Path | None, window: str | None, 
     bounds = parse_window(window) if window is not None else None
     steps_wanted = parse_steps(step_range) if step_range is not None else None
     from profkit.export.perfetto import export_perfetto
-    from profkit.export.tracks import step_table, steps_window, time_origin, trace_span
+    from profkit.export.tracks import step_table, steps_window, trace_span
+    from profkit.model.clock import session_zero
     from profkit.readers import open_trace
 
     out = output if output is not None else Path(f"{trace_path.name.split('.')[0]}.perfetto.json.gz")
@@ -80,9 +85,10 @@ def export(trace_path: Path, fmt: str, output: Path | None, window: str | None, 
         if bounds is not None:
             span = trace_span(trace)
             if span is not None:
-                origin = time_origin(trace, span)
-                lo = span[0] if bounds[0] is None else origin + round(bounds[0] * 1e9)
-                hi = span[1] + 1 if bounds[1] is None else origin + round(bounds[1] * 1e9)
+                zero = session_zero(trace)
+                # both ends included: the window of an idle stretch holds the operations on each side of it
+                lo = span[0] if bounds[0] is None else zero + bounds[0]
+                hi = span[1] + 1 if bounds[1] is None else zero + bounds[1] + 1
                 window_ns = (lo, hi)
         elif steps_wanted is not None:
             window_ns = steps_window(steps, *steps_wanted)

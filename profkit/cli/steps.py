@@ -15,13 +15,14 @@ from profkit.analysis.steps import headline
 from profkit.analysis.steps.result import StepResult
 from profkit.cli.ranks import job_rank_option
 from profkit.api import step_results, steps_json
+from profkit.model.clock import SESSION_START, session_zero
 from profkit.model.rank_view import rank_label
 from profkit.output import Column, emit_rows, format_option, top_option, wide_option
 from profkit.readers import open_trace
 from profkit.terminal import echo
 
 STEP_TABLE = [
-    Column("index", "Step", "int"), Column("phase", "Phase"), Column("start_ms", "Start (ms into the trace)", "float"),
+    Column("index", "Step", "int"), Column("phase", "Phase"), Column("start", f"Start ({SESSION_START})", "s"),
     Column("duration_ns", "Duration (ns)", "ns"), Column("gpu_busy_ns", "GPU busy (ns)", "ns"),
     Column("gpu_busy_pct", "GPU busy %", "pct"), Column("launches", "GPU ops", "int"),
 ]
@@ -62,20 +63,20 @@ def steps(trace_path: Path, step_range: str | None, no_ranges: bool, top: int, r
     """
     with open_trace(trace_path) as trace:
         results = step_results(trace, use_ranges=not no_ranges, step_range=step_range, rank=rank)
+        zeros = [session_zero(t) for t, _ in results]
     if fmt == "json":
         click.echo(json.dumps(steps_json(results), indent=2))
         return
     several = any(rank_label(t) for t, _ in results)  # ranks of a whole-job export, even one of them
-    for t, result in results:
-        _emit(trace_path, t.meta.rank if several else None, rank_label(t), result, top, fmt, wide)
+    for (t, result), zero in zip(results, zeros):
+        _emit(trace_path, t.meta.rank if several else None, rank_label(t), result, top, fmt, zero, wide)
 
 
 def _emit(trace_path: Path, rank: int | None, label: str, result: StepResult, limit: int, fmt: str,
-          wide: bool = False) -> None:
+          zero: int, wide: bool = False) -> None:
     rows = result.steps.to_dict(orient="records")
-    origin = result.startup[0] if result.startup else 0
     for row in rows:
-        row["start_ms"] = (row["start_ns"] - origin) / 1e6
+        row["start"] = row["start_ns"] - zero
         row["gpu_busy_pct"] = 100.0 * row["gpu_busy_ns"] / row["duration_ns"] if row["duration_ns"] else None
     if fmt == "csv":
         if rank is not None:

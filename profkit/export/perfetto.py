@@ -41,6 +41,7 @@ from profkit.export import chrome_events as ev
 from profkit.export import tracks
 from profkit.export.sink import open_output
 from profkit.model import Trace
+from profkit.model.clock import SESSION_START, seconds_text, session_zero
 
 BUSY_BINS = 1000
 MIN_BUSY_BIN_NS = 10_000
@@ -92,9 +93,10 @@ def export_perfetto(trace: Trace, out: str | os.PathLike[str], *, window_ns: tup
                            f"({lo / 1e9:.6f} s)")
     tables = tracks.load_tables(trace, lo, hi, whole=window_ns is None)
     if window_ns is not None and not any(len(t) for t in tables.values()):
-        origin = tracks.time_origin(trace, span)
-        raise ProfkitError(f"no events between {(lo - origin) / 1e9:.6f} s and {(hi - origin) / 1e9:.6f} s "
-                           f"(the trace spans {(span[0] - origin) / 1e9:.6f} s to {(span[1] - origin) / 1e9:.6f} s)")
+        zero = session_zero(trace)
+        raise ProfkitError(f"no events between {seconds_text(lo - zero)} and {seconds_text(hi - zero)} "
+                           f"{SESSION_START} (the trace spans {seconds_text(span[0] - zero)} to "
+                           f"{seconds_text(span[1] - zero)})")
     gpu_base = tracks.gpu_pid_base(tables)
     # Times are written as microseconds with 3 decimals, which readers parse as doubles: exact
     # only below 2**53 ns.  An epoch clock (older Kineto traces) is written from a base instead,

@@ -60,13 +60,6 @@ def trace_span(trace: Trace) -> tuple[int, int] | None:
     return None if lo is None else (lo, hi)
 
 
-def time_origin(trace: Trace, span: tuple[int, int]) -> int:
-    """Where ``--window`` seconds count from: the capture's start (``TraceMeta.capture_start_ns``:
-    nsys's analysis window, Kineto's profiler span), else the first event."""
-    start = trace.meta.capture_start_ns
-    return int(start) if start is not None else span[0]
-
-
 def time_base(span: tuple[int, int]) -> int:
     """0, or a whole second at or before the first event when the clock runs past 2**52 ns
     (an epoch clock): times from it keep their nanoseconds through a double."""

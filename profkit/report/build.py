@@ -30,6 +30,7 @@ from profkit.analysis.capture import capture_info
 from profkit.analysis.steps.windows import kernels_in_window
 from profkit.errors import ProfkitError
 from profkit.model import NSYS, Trace
+from profkit.model.clock import SESSION_START, session_zero
 from profkit.model.schema import LAUNCH_CONFIG_COLUMNS
 from profkit.model.trace import DURATION
 from profkit.output import API_COLUMNS, NVTX_COLUMNS
@@ -120,7 +121,7 @@ def build_report(trace: Trace, *, ncu_csv: Path | None = None, partial: bool = F
                            memory=found.get("memory"), utilization=found.get("utilization"),
                            longest_gap_ranges=gap_ranges,
                            occupancy=found.get("occupancy"), nvtx_ranges=found.get("nvtx_ranges"),
-                           ncu=found.get("ncu"), time_origin_ns=timeline.time_origin(trace),
+                           ncu=found.get("ncu"), time_origin_ns=session_zero(trace),
                            steps_found=bool(found.get("steps") and found["steps"].found),
                            longest_gap_cpu=next((g["cpu"] for g in found.get("idle_gaps") or ()
                                                  if gap and (g["start_ns"], g["end_ns"], g["device"]) == gap), ""),

@@ -25,6 +25,7 @@ from matplotlib.font_manager import FontProperties
 from matplotlib.patches import Patch
 
 from profkit.analysis.timeline import NvtxBar, StreamActivity, TimeBins, Utilization
+from profkit.model.clock import SESSION_START, seconds_text
 from profkit.report.text import duration as _duration
 
 # one colour per kind of GPU work, in every figure of the report
@@ -233,7 +234,7 @@ def timeline_png(bins: TimeBins, lanes: Sequence[StreamActivity], bars: Sequence
         ax.set_yticks(ticks, labels)
         ax.set_ylim(0, top)
         ax.set_xlim(x[0], x[-1])
-        ax.set_xlabel(f"time ({unit}) from {(bins.start_ns - bins.origin_ns) / 1e9:.6f} s of the capture; "
+        ax.set_xlabel(f"time ({unit}) from {seconds_text(bins.start_ns - bins.origin_ns)} {SESSION_START}; "
                       f"bin = {_duration(bins.width_ns)}")
         ax.set_title(title, loc="left")
         ax.grid(axis="x", color="#e5e5e5", linewidth=0.5)
@@ -276,7 +277,7 @@ def utilization_png(views: Sequence[tuple[TimeBins, Sequence[Utilization], str]]
             ax.set_xlim(x[0], x[-1])
             ax.set_ylim(0, 100)
             ax.set_title(title, loc="left")
-            ax.set_xlabel(f"time ({unit}) from {(bins.start_ns - bins.origin_ns) / 1e9:.6f} s of the capture; "
+            ax.set_xlabel(f"time ({unit}) from {seconds_text(bins.start_ns - bins.origin_ns)} {SESSION_START}; "
                           f"bin = {_duration(bins.width_ns)}")
             ax.grid(color="#e5e5e5", linewidth=0.5)
             ax.set_axisbelow(True)

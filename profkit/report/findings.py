@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from profkit.analysis.timeline import Utilization
+from profkit.model.clock import SESSION_START, seconds_text
 from profkit.report.text import duration, short_kernel_name, size
 
 Row = dict[str, Any]
@@ -46,7 +47,7 @@ def findings(*, capture: Row | None = None, kernels: Sequence[Row] | None = None
 
     ``longest_gap_ranges``: the NVTX ranges enclosing the longest idle gap, innermost first;
     ``longest_gap_cpu``: what its launching thread did meanwhile (``text.cpu_activity``);
-    ``time_origin_ns``: the trace time that reads as 0 s of the capture;
+    ``time_origin_ns``: the trace time that reads as 0 s (``profkit.model.clock.session_zero``);
     ``steps_found``: the steady-state findings (``steps_section``) lead; the
     whole-capture busy figure then says it includes start-up and blames nobody;
     ``steady_kernels``: kernel time by name over the steady-state steps
@@ -90,7 +91,7 @@ def _busy(capture: Row | None, utilization: Sequence[Utilization] | None,
         where = f" on GPU {device}" if len(utilization or ()) > 1 else ""
         inside = f", inside the range {gap_ranges[0]!r}" if gap_ranges else ""
         out.append(f"The longest idle stretch{where} lasted {duration(end - start)}, from "
-                   f"{(start - origin) / 1e9:.3f} s to {(end - origin) / 1e9:.3f} s of the capture{inside}."
+                   f"{seconds_text(start - origin)} to {seconds_text(end - origin)} {SESSION_START}{inside}."
                    + (f" The launching thread meanwhile: {gap_cpu}." if gap_cpu else ""))
     return out
 

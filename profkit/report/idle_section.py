@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from profkit.model import Trace
+from profkit.model.clock import SESSION_START, seconds_text
 from profkit.output import Column
 from profkit.report.model import Section, Table
 from profkit.report.text import cpu_activity, duration
@@ -26,8 +27,8 @@ TOP_GAPS = 5
 GAP_COLUMNS = [
     Column("device", "GPU", "int"),
     Column("duration", "Idle for"),
-    Column("start_s", "From (s of the capture)"),
-    Column("end_s", "To (s)"),
+    Column("start_s", f"From ({SESSION_START})"),
+    Column("end_s", f"To ({SESSION_START})"),
     Column("cpu", "Launching thread meanwhile"),
 ]
 STEADY_GAP_COLUMNS = GAP_COLUMNS[:2] + [Column("step", "Step", "int")] + GAP_COLUMNS[2:]
@@ -51,7 +52,7 @@ def add_gap_tables(section: Section, trace: Trace, whole_gaps: list[tuple[int, i
 def _row(gap: tuple[int, int, int], origin_ns: int) -> dict[str, Any]:
     a, b, device = gap
     return {"device": device, "duration": duration(b - a), "duration_ns": b - a, "start_ns": a, "end_ns": b,
-            "start_s": f"{(a - origin_ns) / 1e9:.6f}", "end_s": f"{(b - origin_ns) / 1e9:.6f}",
+            "start_s": seconds_text(a - origin_ns), "end_s": seconds_text(b - origin_ns),
             "cpu": ""}  # filled by describe_idle_cpu once the CUDA calls are read
 
 

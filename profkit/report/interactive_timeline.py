@@ -37,8 +37,8 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from profkit.analysis.busy_bins import gpu_busy_per_bin
-from profkit.export.tracks import time_origin
 from profkit.model import Trace
+from profkit.model.clock import session_zero
 
 MAX_OPERATIONS = 60_000   # ~1.2 MB of JSON at most: the report of a 1M-kernel run stays small
 OVERVIEW_BINS = 800
@@ -175,8 +175,8 @@ def build_interactive_timeline(trace: Trace, steps: pd.DataFrame | None = None) 
     del start, end
     if steps is not None and len(steps):
         span_lo, span_hi = min(span_lo, int(steps["start_ns"].min())), max(span_hi, int(steps["end_ns"].max()))
-    # times in the page count from the capture's start, as `profkit export --window` does
-    origin = min(time_origin(trace, (span_lo, span_hi)), span_lo)
+    # times in the page count from the session start, as every time profkit prints or takes
+    origin = session_zero(trace)
     tracks, rows = _stream_rows(shown["device"].to_numpy(np.int64), shown["stream"].to_numpy(np.int64))
     names = pd.Categorical(shown["name"]).remove_unused_categories()
     names = names.reorder_categories(sorted(names.categories))

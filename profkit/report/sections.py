@@ -19,6 +19,7 @@ from typing import Any
 from profkit.analysis import summaries, timeline
 from profkit.errors import ProfkitError
 from profkit.model import Trace
+from profkit.model.clock import session_zero
 from profkit.output import Column
 from profkit.report.model import Figure, Row, Section, Table
 from profkit.report import idle_section
@@ -180,7 +181,7 @@ def fill_timeline(section: Section, trace: Trace, bins: int, found: dict[str, An
     if window is None:
         section.notes.append("No GPU operations or NVTX ranges to draw.")
         return
-    whole = timeline.make_bins(*window, bins, origin_ns=timeline.time_origin(trace))
+    whole = timeline.make_bins(*window, bins, origin_ns=session_zero(trace))
     utilization = timeline.gpu_utilization(trace, whole)
     section.intro = ("Each row is a CUDA stream: a light column marks a bin with any GPU work, the solid fill is "
                      f"the share of the bin that was busy, white is idle. {_ranges_word(trace, capital=True)} are "
@@ -419,7 +420,7 @@ def stalls_section(trace: Trace, top: int, found: dict[str, Any], baseline: Trac
         section.figures.append(Figure(
             "stalls_timeline", "Syncs and the GPU idle time they caused",
             f"{window.title}: red bars are syncs (the CPU waiting), hatched spans the GPU idle time they caused; "
-            f"{duration(window.end - window.start)} shown.", stalls_timeline_png(window),
+            f"{duration(window.end - window.start)} shown.", stalls_timeline_png(window, zero_ns=session_zero(trace)),
             {"start_ns": window.start, "end_ns": window.end, "device": window.device, "syncs": window.syncs,
              "steps": [{"index": i, "start_ns": a, "end_ns": b} for i, a, b in window.steps],
              "gpu_operations": len(window.gpu)}))

@@ -19,6 +19,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from profkit.analysis.stalls import Timeline
+from profkit.model.clock import SESSION_START, seconds_text
 from profkit.report.figures import KIND_COLORS
 
 SYNC_COLOR = "#c0392b"
@@ -30,8 +31,9 @@ MAX_LABELS = 12  # site labels drawn; more would pile on each other
 
 
 def stalls_timeline_png(timeline: Timeline, *, width_in: float = 12.0, height_in: float = 3.6,
-                        dpi: int = 100) -> bytes:
-    """PNG bytes of the timeline (see the module docstring)."""
+                        dpi: int = 100, zero_ns: int = 0) -> bytes:
+    """PNG bytes of the timeline (see the module docstring); ``zero_ns``: the trace time of the
+    session start (``profkit.model.clock.session_zero``), which the time axis counts from."""
     import matplotlib
 
     from profkit.report.figures import png_bytes, time_unit
@@ -82,7 +84,7 @@ def stalls_timeline_png(timeline: Timeline, *, width_in: float = 12.0, height_in
         device = "?" if timeline.device is None else timeline.device
         ax.set_yticks([GPU_LANE + LANE_HEIGHT / 2, CPU_LANE + LANE_HEIGHT / 2],
                       [f"GPU {device}", "CPU syncs"])
-        ax.set_xlabel(f"time ({unit}) from {timeline.start:,} ns")
+        ax.set_xlabel(f"time ({unit}) from {seconds_text(timeline.start - zero_ns)} {SESSION_START}")
         ax.set_title(timeline.title, fontsize=9, loc="left")
         for side in ("top", "right"):
             ax.spines[side].set_visible(False)

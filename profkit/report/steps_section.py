@@ -21,6 +21,7 @@ from profkit.analysis.steps.activity import busy_in_windows, load_activity
 from profkit.analysis.steps.per_step import PARTS, per_step_breakdown
 from profkit.analysis.timeline import ACTIVITY_TABLES
 from profkit.model import Trace
+from profkit.model.clock import SESSION_START, seconds_text, session_zero
 from profkit.output import Column
 from profkit.report.model import Figure, Section, Table
 from profkit.report.text import duration
@@ -31,7 +32,7 @@ ZOOM_STEPS = 3
 STEP_COLUMNS = [
     Column("index", "Step", "int"),
     Column("phase", "Phase"),
-    Column("start_ms", "Start (ms into the trace)", "float"),
+    Column("start_s", f"Start ({SESSION_START})"),
     Column("duration_ns", "Duration (ns)", "ns"),
     Column("gpu_busy_pct", "GPU busy %", "pct"),
     Column("compute_pct", "Compute %", "pct"),
@@ -147,7 +148,7 @@ def fill_steps(section: Section, trace: Trace, found: dict[str, Any]) -> None:
             "steps_zoom", f"{len(zoom['steps'])} steady-state steps",
             f"GPU work per stream over {duration(zoom['end_ns'] - zoom['start_ns'])}; the vertical lines are step "
             "boundaries.", steps_zoom_png(zoom), {k: v for k, v in zoom.items() if k != "events"}))
-    rows = _table_rows(result, parts, MAX_TABLE_STEPS)
+    rows = _table_rows(result, parts, MAX_TABLE_STEPS, session_zero(trace))
     section.tables.append(Table("steps", "Steps", STEP_COLUMNS, rows, None, label_key="index"))
     if len(result.steps) > MAX_TABLE_STEPS:
         section.notes.append(f"The table shows the first {MAX_TABLE_STEPS} of {len(result.steps):,} steps "
@@ -160,14 +161,13 @@ def _site_label(name: str) -> str:
     return f"{fields[2].rpartition('/')[2]} {fields[3]}" if len(fields) >= 4 else name
 
 
-def _table_rows(result: StepResult, parts: pd.DataFrame, limit: int) -> list[dict[str, Any]]:
-    """The first ``limit`` steps' table rows."""
-    origin = result.startup[0] if result.startup else 0
+def _table_rows(result: StepResult, parts: pd.DataFrame, limit: int, zero: int) -> list[dict[str, Any]]:
+    """The first ``limit`` steps' table rows; ``zero``: the session start (``profkit.model.clock``)."""
     rows = []
     for step, part in zip(result.steps.head(limit).to_dict(orient="records"),
                           parts.head(limit).to_dict(orient="records")):
         d = step["duration_ns"] or 1
-        rows.append({**step, "start_ms": (step["start_ns"] - origin) / 1e6,
+        rows.append({**step, "start_s": seconds_text(step["start_ns"] - zero),
                      "gpu_busy_pct": 100.0 * step["gpu_busy_ns"] / d,
                      **{f"{p.removesuffix('_ns')}_pct": 100.0 * part[p] / d for p in PARTS}})
     return rows
