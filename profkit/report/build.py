@@ -30,7 +30,7 @@ from profkit.analysis.capture import capture_info
 from profkit.analysis.steps.windows import kernels_in_window
 from profkit.errors import ProfkitError
 from profkit.model import NSYS, Trace
-from profkit.model.clock import SESSION_START, session_zero
+from profkit.model.clock import SESSION_START, seconds_text, session_zero
 from profkit.model.schema import LAUNCH_CONFIG_COLUMNS
 from profkit.model.trace import DURATION
 from profkit.output import API_COLUMNS, NVTX_COLUMNS
@@ -72,6 +72,7 @@ def build_report(trace: Trace, *, ncu_csv: Path | None = None, partial: bool = F
     def capture_section(section: Section) -> None:
         capture.update(capture_info(trace))
         section.facts = _capture_facts(capture, run_info)
+        section.facts.insert(0, ("Times", _clock_words(trace)))
 
     add("capture", "Capture", capture_section)
     add("steps", "Steps", lambda s: steps_section.fill_steps(s, trace, found))
@@ -212,6 +213,18 @@ def _interactive_timeline(trace: Trace) -> Any:
         return build_interactive_timeline(trace, step_table(trace))
     except ProfkitError:
         return None
+
+
+def _clock_words(trace: Trace) -> str:
+    """What every time in the report counts from (``profkit.model.clock``), and where the capture began on it."""
+    zero = session_zero(trace)
+    what = ("the export's time 0" if trace.meta.source == NSYS else
+            "the start of the profiler's span" if trace.meta.capture_start_ns is not None else "the first event")
+    words = f"every time is {SESSION_START} ({what})"
+    start = trace.meta.capture_start_ns
+    if start is not None and start != zero:
+        words += f"; the capture began at {seconds_text(start - zero)} s"
+    return words + "; profkit export --window takes these times"
 
 
 def _capture_facts(info: dict[str, Any], run_info: dict[str, Any] | None) -> list[tuple[str, str]]:

@@ -1,7 +1,7 @@
 """The longest stretches with nothing on the GPU, and what the CPU did then.
 
-For each of the longest gaps between GPU events (the pieces of the
-temporal breakdown's ``idle_ns``), the thread that launched the work ending
+For each of the longest gaps between GPU operations (no kernel, copy or set
+running: the report's idle stretches, see ``longest_idle``), the thread that launched the work ending
 the gap is the one to look at: its annotation ranges (NVTX,
 ``record_function``), CUDA API calls, framework operators and, where the
 trace has them (nsys ``-t osrt``), OS runtime calls overlapping the gap, each
@@ -29,7 +29,11 @@ _GPU_TABLES = schema.GPU_WORK_TABLES
 
 
 def longest_idle(trace: Trace, events: pd.DataFrame, top: int = 5) -> list[dict[str, Any]]:
-    """The ``top`` longest GPU idle stretches, longest first.
+    """The ``top`` longest GPU idle stretches, longest first: stretches with no kernel, copy,
+    set or graph replay on the rank's GPU, as the report's idle stretches (the same stretches,
+    to the ns).  HTA's ``idle_ns`` also counts CUDA synchronization records (the CPU waiting on
+    a stream) as GPU events, so a stretch can be a few microseconds longer than its piece of
+    ``idle_ns``: the time from the last operation's end to the moment the waiting call returned.
 
     Each row: start_ns, end_ns, duration_ns, next_kernel (the GPU event that
     ended it), pid, tid (its launching thread, -1 unknown), launched_ns_into_gap
@@ -38,6 +42,7 @@ def longest_idle(trace: Trace, events: pd.DataFrame, top: int = 5) -> list[dict[
     ('host' or 'other'), and lists ranges, api, cpu_ops, osrt of
     {name, count, overlap_ns} on that thread (osrt: OS runtime calls, empty
     where the trace has none)."""
+    events = events[events["source"].to_numpy() != "sync"]
     if len(events) < 2:
         return []
     gap_start, gap_end = intervals.gaps(events["start"].to_numpy(), events["end"].to_numpy())
