@@ -4,10 +4,13 @@ Both traces are reduced to the same per-step figures, then compared:
 - step time: steady-state step durations, compared by ``noise.compare``
   (bootstrap CI of the median change + Mann-Whitney), with a verdict;
 - kernels: GPU time per steady step, per kernel name: new, gone, slower,
-  faster or same.  A kernel is slower/faster only when its per-step time
+  faster, same, or changed.  A kernel is slower/faster only when its per-step time
   changed by ``KERNEL_MIN_EFFECT_PCT`` and ``KERNEL_MIN_DELTA_NS`` and its
   per-step samples differ (Mann-Whitney p < ``KERNEL_MAX_P``) — so a kernel
-  that merely jitters stays "same";
+  that merely jitters stays "same".  A kernel "changed" when only its template
+  arguments did (a block size, a functor): the kernel that went and the one that
+  came share a template (``kernel_names.template_base``) and are one row, with
+  BASE's spelling in ``base_name``;
 - sync sites (file:line, API) added or removed, and their counts;
 - registers / shared memory / theoretical occupancy per kernel that changed;
 - the compute / communication / idle breakdown, base vs new.
@@ -18,6 +21,7 @@ Kineto trace of the same program line up; rows show one original spelling.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -98,8 +102,43 @@ def kernel_changes(base: pd.DataFrame, new: pd.DataFrame, base_steps: int, new_s
         shown = new.attrs.get("display", {}).get(name) or base.attrs.get("display", {}).get(name) or name
         rows.append({"name": shown, "key": name, "base_ns_per_step": b, "new_ns_per_step": n, "delta_ns_per_step": n - b,
                      "delta_pct": 100.0 * (n / b - 1.0) if b else None, "status": status})
+    rows = _pair_template_changes(rows)
     rows.sort(key=lambda r: -abs(r["delta_ns_per_step"]))
     return rows
+
+
+def _pair_template_changes(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A "gone" and a "new" kernel of one template become one "changed" row.  Where one
+    template lost or gained several instances, each new one pairs with the gone one whose
+    canonical name shares the most with it at both ends (a block size in the middle)."""
+    from profkit.analysis.kernel_names import template_base
+
+    gone: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        if row["status"] == "gone":
+            gone.setdefault(template_base(row["key"]), []).append(row)
+    paired: set[int] = set()
+    out = []
+    for row in rows:
+        if row["status"] != "new" or not gone.get(template_base(row["key"])):
+            out.append(row)
+            continue
+        candidates = gone[template_base(row["key"])]
+        match = max(candidates, key=lambda g: _shared_ends(g["key"], row["key"]))
+        candidates.remove(match)
+        paired.add(id(match))
+        b, n = match["base_ns_per_step"], row["new_ns_per_step"]
+        out.append({**row, "key": row["key"], "base_key": match["key"], "base_name": match["name"],
+                    "base_ns_per_step": b, "delta_ns_per_step": n - b,
+                    "delta_pct": 100.0 * (n / b - 1.0) if b else None, "status": "changed"})
+    return [row for row in out if id(row) not in paired]
+
+
+def _shared_ends(a: str, b: str) -> int:
+    """Characters two names share at their start plus at their end."""
+    prefix = len(os.path.commonprefix([a, b]))
+    suffix = len(os.path.commonprefix([a[prefix:][::-1], b[prefix:][::-1]]))
+    return prefix + suffix
 
 
 def _per_step(group: pd.DataFrame | None, steps: int) -> np.ndarray:

@@ -9,7 +9,8 @@ nsys and Kineto (torch.profiler) demangle the same symbol differently:
 dropped (nsys abbreviates it to template parameter names), integer and
 boolean template arguments lose their casts and suffixes (``(int)4`` and
 ``4``; ``(bool)1`` and ``true``; ``(unsigned long)2`` and ``2ul``), lambdas and
-anonymous namespaces get one spelling, parameter types inside template
+anonymous namespaces get one spelling, a ``const`` before a plain type goes
+after it (``const float *`` and ``float const*``), parameter types inside template
 arguments go, and so does whitespace.  On the GPT and MLP programs traced by
 both tools every kernel name then matches (tests/test_kernel_names.py).
 """
@@ -26,6 +27,11 @@ _INT_SUFFIX = re.compile(r"(?<![\w.])(-?\d+)(?:ull|ul|ll|u|l)\b", re.IGNORECASE)
 _NSYS_LAMBDA = re.compile(r"\[lambda\(([^()\[\]{}]*)\) \(instance (\d+)\)\]")
 _KINETO_LAMBDA = re.compile(r"\{lambda\(([^()\[\]{}]*)\)#(\d+)\}")
 _VOID_ARGUMENT = re.compile(r"([<,]\s*)void\s+")
+# A qualifier written before a plain type ("const float *", nsys) moves after it ("float
+# const*", Kineto).  Each match starts at a "const" and reads one run of words, so the
+# runs of two matches never overlap: linear in the name's length.
+_WEST_CV = re.compile(r"(?<![\w:])(const|volatile)\s+((?:(?:unsigned|signed|long|short)\s+)*[A-Za-z_][\w:]*)"
+                      r"(?=\s*[*&,>)])")
 
 
 # Names come from strangers' traces: every function here is linear in the name's
@@ -45,6 +51,7 @@ def canonical_kernel_name(name: str) -> str:
     text = _NSYS_LAMBDA.sub(r"lambda(\1)#\2", text)
     text = _KINETO_LAMBDA.sub(r"lambda(\1)#\2", text)
     text = text.replace("(anonymous namespace)", "<unnamed>")
+    text = _WEST_CV.sub(r"\2 \1", text)
     # Parameter types inside template arguments (a function template argument's
     # signature) are spelled differently ("const T1&" for "at::native::F<float>
     # const&"), and so is a function template argument's return type: keep
@@ -109,6 +116,20 @@ def _strip_parameters(name: str) -> str:
         elif ch == "(" and depth == 0 and not name.startswith(("(anonymous", "(instance"), i):
             return name[:i]
     return name
+
+
+def template_base(canonical: str) -> str:
+    """A canonical name without its last template argument list: the kernel template that a
+    change of template arguments (a block size, a functor) keeps.  ``voidns::k<128,F>`` ->
+    ``voidns::k``; a name without one is its own base.  Linear: one scan from the end."""
+    if not canonical.endswith(">"):
+        return canonical
+    depth = 0
+    for i in range(len(canonical) - 1, -1, -1):
+        depth += {">": 1, "<": -1}.get(canonical[i], 0)
+        if depth == 0:
+            return canonical[:i]
+    return canonical
 
 
 @lru_cache(maxsize=NAME_CACHE)

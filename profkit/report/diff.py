@@ -35,7 +35,8 @@ def top_changes(result: dict[str, Any], n: int = TOP_CHANGES) -> list[str]:
     for k in result["kernels"]:
         if k["status"] == "same":
             continue
-        what = {"new": "new", "gone": "gone", "slower": "slower", "faster": "faster"}[k["status"]]
+        what = {"new": "new", "gone": "gone", "slower": "slower", "faster": "faster",
+                "changed": f"changed its template arguments (was `{_code(k.get('base_name'), 90)}`)"}[k["status"]]
         lines.append((abs(k["delta_ns_per_step"]),
                       f"kernel `{_code(k['name'], 90)}` {what}: {duration(k['base_ns_per_step'])} → "
                       f"{duration(k['new_ns_per_step'])} per step"))
