@@ -227,11 +227,7 @@ def diff_traces(base: Trace, new: Trace, *, min_effect_pct: float = noise.MIN_EF
     new_result, new_durations, new_windows = step_samples(new)
     step: dict[str, Any]
     if base_durations.size and new_durations.size:
-        change = noise.compare(base_durations, new_durations, min_effect_pct=min_effect_pct)
-        step = {"base_median_ns": change.base_median, "new_median_ns": change.new_median,
-                "delta_pct": change.delta_pct, "ci_low_pct": change.ci_low_pct, "ci_high_pct": change.ci_high_pct,
-                "p_value": change.p_value, "base_steps": change.base_n, "new_steps": change.new_n,
-                "verdict": change.verdict, "why": change.why,
+        step = {**noise.step_change(base_durations, new_durations, min_effect_pct=min_effect_pct),
                 "base_step_source": base_result.source, "new_step_source": new_result.source}
     else:
         missing = base.name if not base_durations.size else new.name

@@ -1,4 +1,5 @@
-"""Is B slower than A, or is it noise?  One noise model for `profkit diff` and `history`.
+"""Is B slower than A, or is it noise?  One noise model for every comparison: `profkit diff`,
+`history`, `report --baseline` and `stalls --compare` (``step_change``).
 
 Step times of a training loop are not normal: most steps sit in a narrow band
 and a few are slow (a GC pause, a sync that happened to wait, a clock change).
@@ -81,6 +82,25 @@ def compare(base: Any, new: Any, *, min_effect_pct: float = MIN_EFFECT_PCT, conf
     else:
         verdict, why = NO_CHANGE, f"{level} interval {low:+.1f}%..{high:+.1f}% includes 0"
     return Change(ma, mb, delta, low, high, p, int(a.size), int(b.size), verdict, why)
+
+
+def step_change(base: Any, new: Any, *, min_effect_pct: float = MIN_EFFECT_PCT) -> dict[str, Any]:
+    """The step-time comparison every comparing command shows: ``compare`` of two runs'
+    steady-state step durations (ns), as plain data (the "step" object of `profkit diff`'s JSON)."""
+    change = compare(base, new, min_effect_pct=min_effect_pct)
+    return {"base_median_ns": change.base_median, "new_median_ns": change.new_median,
+            "delta_pct": change.delta_pct, "ci_low_pct": change.ci_low_pct, "ci_high_pct": change.ci_high_pct,
+            "p_value": change.p_value, "base_steps": change.base_n, "new_steps": change.new_n,
+            "verdict": change.verdict, "why": change.why}
+
+
+def change_words(step: dict[str, Any]) -> str:
+    """``step_change``'s verdict in a few words: "slower (+12.3%, 95% interval +10.1%..+14.0%)";
+    without an interval, why not: "no change (+4.0%: too few samples ...)"."""
+    if step.get("ci_low_pct") is None:
+        return f"{step['verdict']} ({step['delta_pct']:+.1f}%: {step['why']})"
+    return (f"{step['verdict']} ({step['delta_pct']:+.1f}%, {CONFIDENCE:.0%} interval "
+            f"{step['ci_low_pct']:+.1f}%..{step['ci_high_pct']:+.1f}%)")
 
 
 def mann_whitney_p(a: np.ndarray, b: np.ndarray) -> float:

@@ -39,7 +39,7 @@ from profkit.analysis.sync_events import (
     label_of,
     step_matcher,
 )
-from profkit.analysis import sync_inputs
+from profkit.analysis import noise, sync_inputs
 from profkit.analysis.sync_calls import NvtxRange, decode_thread, thread_key
 from profkit.errors import ProfkitError
 from profkit.model import Trace
@@ -372,24 +372,26 @@ def _run_ns(trace: Trace) -> int | None:
 
 
 def compare_steps(report_a: StallReport, report_b: StallReport) -> dict[str, Any]:
-    """Step times of two runs (e.g. with and without a print), from ``find_steps``.
+    """Step times of two runs (e.g. with and without a print), from ``find_steps``: run A
+    (this one) against run B (the baseline).
 
-    Steady-state medians are the headline (warm-up steps are left out); means
-    and the estimate of run A without its syncs are given too.
+    The verdict is `profkit diff`'s: ``noise.step_change`` of the two runs' steady-state step
+    durations (the median's change with its 95% bootstrap interval; "slower"/"faster" only
+    when the interval excludes 0 and the change is at least 2%), in ``change``.  Means and
+    the estimate of run A without its syncs are given too.
     """
     a, b = report_a.step_stats, report_b.step_stats
     if not a or not b:
         missing = report_a.export if not a else report_b.export
         raise ProfkitError(f"{missing} has no steps to compare (no step ranges, no repeating launch pattern)",
                            hint="name them with --step-range, or wrap each step in an NVTX range")
+    change = noise.step_change(steady_durations(report_b.steps), steady_durations(report_a.steps))
     diff_median = a["median_ns"] - b["median_ns"]
     diff_mean = a["mean_ns"] - b["mean_ns"]
     pct = 100.0 * diff_median / b["median_ns"] if b["median_ns"] else None
-    word = "slower" if diff_median > 0 else "faster"
     finding = (f"{report_a.export}: median {report_a.step_range} {_ms(a['median_ns'])} ms vs "
-               f"{report_b.export}: {_ms(b['median_ns'])} ms -- {_ms(abs(diff_median))} ms {word}"
-               + (f" ({abs(pct):.0f}%)" if pct is not None else "")
-               + f" per step; the sync-idle estimate for {report_a.export} without its syncs is "
+               f"{report_b.export}: {_ms(b['median_ns'])} ms -- {noise.change_words(change)} "
+               f"per step; the sync-idle estimate for {report_a.export} without its syncs is "
                f"{_ms(a['estimated_median_without_syncs_ns'])} ms")
     keys_a, keys_b = {_site_key(s): s for s in report_a.sites}, {_site_key(s): s for s in report_b.sites}
     return {
@@ -398,10 +400,18 @@ def compare_steps(report_a: StallReport, report_b: StallReport) -> dict[str, Any
         "median_difference_ns": diff_median,
         "mean_difference_ns": diff_mean,
         "median_difference_pct": pct,
+        "change": change,
         "sites_only_in_a": [_site_name(keys_a[k]) for k in keys_a if k not in keys_b],
         "sites_only_in_b": [_site_name(keys_b[k]) for k in keys_b if k not in keys_a],
         "finding": finding,
     }
+
+
+def steady_durations(steps: Sequence[Step]) -> np.ndarray:
+    """The steady-state steps' durations (all steps where none is steady), as `profkit diff`
+    samples them (``diff.step_samples``)."""
+    chosen = [s for s in steps if s.phase == "steady"] or list(steps)
+    return np.asarray([s.duration if s.duration is not None else s.end - s.start for s in chosen], dtype=np.float64)
 
 
 def _site_key(site: dict[str, Any]) -> tuple:
