@@ -67,12 +67,22 @@ def breakdown(traces: tuple[Path, ...], steady: bool, rank: int | None, wide: bo
     GPU span: HTA's "kernel time", from the first GPU operation's start to the
       last one's end (JSON kernel_time_ns); not a sum of kernel durations
       (that is "Kernel time" in `profkit ranks` and the report).
+    Idle %: HTA's idle time, the part of the span with no event on any GPU
+      stream; like HTA, a CUDA synchronization record on a stream (the CPU
+      waiting on it) counts as an event.
+    Compute % / Non-compute %: HTA's: the part of the span in which a
+      computation kernel runs (overlapping kernels counted once), and the
+      rest of the busy time.  `profkit ranks`' "Compute kernels" is a sum
+      of durations instead.
     Host / kernel / other wait: the rank's idle time (no stream busy) by
       the cause of the operation that ends each gap: its launch came after
       the GPU went idle (host), else a gap under 30 us (kernel), else other;
       the three add up to the idle time.  HTA's per-stream figures are in
       "Idle time per stream" (JSON stream_*_wait_ns: their sum over
       streams, which counts a moment once per idle stream).
+    Longest GPU idle stretches: times with no kernel, copy or set on the GPU
+      (the report's idle stretches, to the ns); At: where each begins, in
+      seconds from the session start, which `profkit export --window` takes.
 
     JSON rows carry rank, kernel_time_ns, idle_ns,
     compute_ns, non_compute_ns, idle_pct, compute_pct, non_compute_pct,

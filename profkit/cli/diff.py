@@ -71,6 +71,20 @@ def diff(base: Path, new: Path, fmt: str, fail_pct: float | None, min_effect: fl
 
     An export of a whole multi-GPU job (one process per GPU) holds several
     ranks; --rank N compares its rank N (with a file of one rank: that file).
+
+    \b
+    Step time: the steady-state step durations' medians; the verdict is
+      "slower"/"faster" only when the 95% bootstrap interval of the median's
+      change excludes 0 and the change is at least --min-effect (2%), else
+      "no change" (`report --baseline`, `stalls --compare` and `history`
+      use the same model).
+    Kernels: GPU time per steady step, by name across profilers (nsys and
+      torch.profiler spell one kernel alike): new, gone, slower, faster,
+      same, or changed (only its template arguments did; base_name in JSON).
+    Two traces sharing under half their kernel names are refused (exit 2;
+      --force compares them).  When the two sides come from different
+      profilers, the first line says so and which side ran under
+      torch.profiler's overhead (with_stack, record_shapes).
     """
     from contextlib import ExitStack
 

@@ -66,6 +66,12 @@ def export(trace_path: Path, fmt: str, output: Path | None, window: str | None, 
     NVTX/record_function ranges; arrows from each launch to its kernel;
     Python sync sites by file:line; the training steps; GPU busy % over time.
     Written to a temporary file and renamed when complete.
+
+    Times (--window, and every time profkit prints): seconds from the session
+    start.  For an nsys export that is its time 0, the session's start
+    (`profkit info`: session_start_utc; the capture itself may begin later,
+    as the report's Capture section says); for a PyTorch profiler trace, the
+    start of the profiler's span.
     """
     if fmt not in FORMATS:
         raise ProfkitError(f"unknown export format {fmt!r}", hint=f"--to takes: {', '.join(FORMATS)}")

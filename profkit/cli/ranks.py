@@ -22,8 +22,8 @@ RANK_COLUMNS = [
     Column("steps", "Steps", "int"),
     Column("step_median_ns", "Step median (ns)", "ns"),
     Column("kernel_ns", "Kernel time (ns)", "ns"),
-    Column("compute_kernel_ns", "Compute (ns)", "ns"),
-    Column("comm_kernel_ns", "Comm (ns)", "ns"),
+    Column("compute_kernel_ns", "Compute kernels (ns)", "ns"),
+    Column("comm_kernel_ns", "Comm kernels (ns)", "ns"),
     Column("memory_ns", "Memory (ns)", "ns"),
     Column("idle_ns", "Idle (ns)", "ns"),
     Column("comm_comp_overlap_pct", "Comm/comp overlap %", "pct"),
@@ -94,9 +94,11 @@ def ranks(traces: tuple[Path, ...], fmt: str, wide: bool, scheduler: str | None,
 
     \b
     Kernel time: the sum of the rank's kernel durations (overlapping kernels
-    counted each), as `nsys stats` totals it; Compute and Comm split it by
-    kernel class.  Not `profkit breakdown`'s "GPU span" (first to last GPU
-    operation).
+    counted each), as `nsys stats` totals it; Compute kernels and Comm
+    kernels split it by HTA's kernel class.  Not `profkit breakdown`'s "GPU
+    span" (first to last GPU operation) nor its "Compute %" (the time in
+    which a computation kernel runs, overlaps counted once).  Memory: the
+    durations of copies and sets.  Idle: HTA's idle time (breakdown's).
 
     \b
     TRACES are nsys exports and/or PyTorch profiler traces (one per rank), or

@@ -32,7 +32,8 @@ EXAMPLE = "train_print.sqlite.xz"
 @click.option("--top", type=click.IntRange(min=1), default=20, show_default=True, metavar="N",
               help="Rows per table; the rest are summed into one '(other K)' row.")
 @click.option("--baseline", type=click.Path(path_type=Path), default=None, metavar="OTHER.sqlite",
-              help="Compare step times (NVTX step ranges) with another export of the same program.")
+              help="Compare step times with another trace of the same program (profkit diff's verdict "
+                   "and interval).")
 @click.option("--ncu", "ncu_csv", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None, metavar="CSV",
               help="Add an ncu section from an Nsight Compute CSV (ncu --csv, details or raw page).")
 @click.option("--inductor", "code_dirs", multiple=True, type=click.Path(file_okay=False, path_type=Path),
@@ -75,6 +76,21 @@ def report(exports: tuple[Path, ...], out_dir: Path | None, top: int, baseline: 
     report.json holds every row and the figures' numbers.  Prints the path
     of report.html.  EXPORT.sqlite comes from `nsys profile --export sqlite`
     or `nsys export --type sqlite REPORT.nsys-rep`.
+
+    \b
+    Times: seconds from the session start (`profkit export --help`); a time
+      copied from the report is one `profkit export --window` takes.
+    Idle stretch: a time with no kernel, copy or set on a GPU.
+    Kernel time: a sum of kernel durations (as nsys stats); GPU span: first
+      to last GPU operation (HTA's "kernel time").
+    Synchronization sites: by GPU idle time caused (`profkit stalls --help`).
+    --baseline: `profkit diff`'s verdict on the steady-state step times.
+    Cross-rank report: the straggler is the rank with the least communication
+      kernel time per steady step (a collective's kernel runs until every rank
+      has arrived, so the last to arrive waits least); "rank R waits X per
+      step" is R's communication kernel time per step minus the straggler's.
+      Why: "GPU compute" when the straggler's compute kernel time per step is
+      the ranks' longest and at least 3% above their median, else "host".
     """
     from profkit.readers import is_whole_job
     from profkit.report import write_report

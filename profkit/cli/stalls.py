@@ -48,7 +48,8 @@ STEP_COLUMNS = [
               help="NVTX range that marks one step (\"step\" also matches \"step 7\"); "
                    "default: the most frequent top-level range that repeats.")
 @click.option("--compare", "other", metavar="OTHER_EXPORT", type=click.Path(path_type=Path),
-              help="Another export or run folder of the same program: compare step times and sync sites.")
+              help="Another export or run folder of the same program (the baseline): compare step times "
+                   "(profkit diff's verdict and interval) and sync sites.")
 @click.option("--threshold", type=click.FloatRange(min=0), default=5.0, show_default=True, metavar="PCT",
               help="Report a finding when syncs cost at least PCT % of the step time.")
 @click.option("--force", is_flag=True, help="With --compare: compare even when the two runs share under half "
@@ -69,16 +70,28 @@ def stalls(target: Path, step_range: str | None, other: Path | None, threshold: 
     cudaStreamWaitEvent, blocking copies and memsets, and copies followed by a
     sync; the Python line comes from `profkit trace --python-sync-sites`
     (syncs without one are "source unknown", grouped by API and NVTX range).
-    GPU idle caused: the gap on the device from the last GPU work before the
-    sync returned to the next GPU work after it.
+
+    \b
+    CPU blocked: the time the thread spent inside the calls that wait for
+      the GPU (an async copy to pinned memory costs only its launch).
+    GPU idle caused: on the sync's device, from the end of the last GPU work
+      started before the sync returned (no earlier than the sync's start)
+      to the next GPU work after it: the GPU had nothing queued because
+      the CPU was waiting.  None before the device's first kernel (start-up
+      copies keep no work waiting); two syncs never count one ns twice.
+    Idle/step: GPU idle caused per steady-state step.  Sites are listed by
+      it, then by GPU idle caused in all (the report's table: in all).
+    --compare: the step-time verdict of `profkit diff` (steady-state medians,
+      95% bootstrap interval; slower/faster only when the interval excludes 0
+      and the change is at least 2%).
 
     \b
     JSON, with or without --compare, is one object:
       rows        the sync sites (source, code, api, count, cpu_blocked_ns,
                   gpu_idle_ns, nvtx, kind, cause, thread, per_step, ...)
       comparison  with --compare only: the step times of both runs (a, b),
-                  finding, sites_only_in_a, sites_only_in_b, and other_rows
-                  (OTHER_EXPORT's sites)
+                  change (profkit diff's verdict), finding, sites_only_in_a,
+                  sites_only_in_b, and other_rows (OTHER_EXPORT's sites)
     csv: one line per sync site.
     """
     report, other_report = _analyze(target, other, step_range, threshold, force)
@@ -137,7 +150,8 @@ def _render(report: StallReport, comparison: dict[str, Any] | None, fmt: str, wi
         click.echo("No synchronizations found.")
     else:
         columns = SITE_COLUMNS if report.steps else [c for c in SITE_COLUMNS if c.key != "idle_per_step_ns"]
-        emit_rows(_site_rows(report), columns, fmt, title="Sync sites (by cost)", wide=wide)
+        emit_rows(_site_rows(report), columns, fmt, title="Sync sites, by GPU idle caused per steady step",
+                  wide=wide)
         click.echo("")
         emit_rows(report.by_nvtx, NVTX_COLUMNS, fmt, title="Per NVTX range", wide=wide)
     step_rows = [{"run": report.export, "step_range": report.step_range, **report.step_stats}] \

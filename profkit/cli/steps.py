@@ -55,7 +55,8 @@ def steps(trace_path: Path, step_range: str | None, no_ranges: bool, top: int, r
     library's range such as NCCL: or CCCL:), otherwise from the repeating
     sequence of launched kernels, which needs no annotation.  Step times run
     from a step's first GPU operation to the next step's; the summary is over
-    the steady state only.
+    the steady state only.  Start: in seconds from the session start, the
+    clock of every time profkit prints and `profkit export --window` takes.
 
     An export of a whole multi-GPU job (one process per GPU) gives each
     rank's steps (json: a list, one object per rank; csv: a rank column);
