@@ -51,7 +51,8 @@ def test_nsys_against_kineto_of_the_llama_loop_no_kernel_is_gone_and_new_and_the
     data = json.loads(CliRunner().invoke(cli, [*args, "--format", "json"]).output)
     assert not [k["name"] for k in data["kernels"] if k["status"] in ("new", "changed")]
     assert len(data["kernels"]) == len(_names(kineto))  # every kernel of the steps, once
-    first = CliRunner().invoke(cli, args).output.splitlines()[0]
+    # the first sentence, wrapped at the terminal's width
+    first = " ".join(CliRunner().invoke(cli, args).output.split("\nStep time:")[0].split())
     assert first.startswith(f"Different profilers: BASE ({nsys.name}) is an nsys export, NEW ({kineto.name}) is "
                             f"a torch.profiler trace with {' and '.join(options)}; NEW ran under torch.profiler's "
                             "overhead"), first

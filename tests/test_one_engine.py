@@ -40,7 +40,7 @@ def test_stalls_compare_and_report_baseline_give_diffs_verdict_and_interval(pair
     step = _json("diff", base, new, "--format", "json")["step"]
     expected = {k: step[k] for k in ENGINE_KEYS}
     assert expected["ci_low_pct"] is not None
-    compare = _json("stalls", new, "--compare", base, "--format", "json")["compare"]
+    compare = _json("stalls", new, "--compare", base, "--format", "json")["comparison"]
     assert compare["change"] == expected
     assert f"{expected['verdict']} ({expected['delta_pct']:+.1f}%, 95% interval" in compare["finding"]
     CliRunner().invoke(cli, ["report", str(new), "--baseline", str(base), "-o", str(tmp_path / "r")])

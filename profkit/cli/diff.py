@@ -131,7 +131,8 @@ def _print_table(result: dict[str, Any], top: int, wide: bool) -> None:
     changed = sorted((k for k in result["kernels"] if k["status"] != "same"),
                      key=lambda k: -abs(k["delta_ns_per_step"] or 0))
     # one short name per kernel, the same in the summary and the table (--wide: the full names)
-    names = [k["name"] for k in changed]
+    # a kernel whose template arguments changed is told apart from its BASE spelling
+    names = [k["name"] for k in changed] + [k["base_name"] for k in changed if k["status"] == "changed"]
     labels = dict(zip(names, names if wide else short_kernel_names(names)))
     room = max(24, terminal_width() // 2)  # a name takes at most half a summary line; the table shows more
     said = {n: label if wide else shorten(label, room) for n, label in labels.items()}

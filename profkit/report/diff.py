@@ -147,7 +147,7 @@ def render_text(result: dict[str, Any], labels: dict[str, str] | None = None, n:
     if kernels:
         base = sum(k["base_ns_per_step"] or 0 for k in kernels)
         new = sum(k["new_ns_per_step"] or 0 for k in kernels)
-        moved = _counts(kernels, ("slower", "faster", "new", "gone"))
+        moved = _counts(kernels, ("slower", "faster", "new", "gone", "changed"))
         lines.append(f"GPU kernel time per step: {duration(base)} → {duration(new)}; "
                      + (f"of {len(kernels)} kernels {moved}" if moved else f"none of {len(kernels)} kernels changed"))
     changes = []
@@ -158,8 +158,10 @@ def render_text(result: dict[str, Any], labels: dict[str, str] | None = None, n:
                                           f"({s['api']}, {s['base_count']} → {s['new_count']})"))
     for k in kernels:
         if k["status"] != "same":
+            what = k["status"] if k["status"] != "changed" else \
+                f"changed its template arguments (was {labels.get(k.get('base_name'), k.get('base_name'))})"
             changes.append((abs(k["delta_ns_per_step"]),
-                            f"kernel {labels.get(k['name'], k['name'])} {k['status']}: "
+                            f"kernel {labels.get(k['name'], k['name'])} {what}: "
                             f"{duration(k['base_ns_per_step'])} → {duration(k['new_ns_per_step'])} per step"))
     changes.sort(key=lambda x: -x[0])
     lines += [f"  - {text}" for _, text in changes[:n]]
