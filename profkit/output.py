@@ -82,7 +82,9 @@ class Column:
 
     key: str
     title: str
-    kind: str = "text"  # text | kernel (a kernel name) | int | ns | s (ns shown as seconds) | pct | float | bytes | si | widths
+    # text | kernel (a kernel name) | int | ns | s (ns from the session start, shown as seconds) | pct | float
+    # | bytes | si | widths
+    kind: str = "text"
     missing: str = ""  # shown for an unknown value ("—" where a blank would read as zero)
     # How a narrow terminal fits it (profkit.terminal): "" a name, shortened with "…" at
     # its end; "left": shortened at its start (a path, file:line); "wrap": a sentence,

@@ -54,7 +54,8 @@ def test_force_lets_every_comparing_command_compare_two_programs(tmp_path: Path)
     gpt, mlp = nsys_fixture("nsys2025_gpt_eager"), nsys_fixture("nsys2025_mlp_nvtx")
     for args in (["diff", gpt, mlp, "--format", "json"], ["stalls", mlp, "--compare", gpt, "--format", "json"],
                  ["report", mlp, "--baseline", gpt, "-o", tmp_path / "r"],
-                 ["history", "add", mlp, "--db", tmp_path / "h.db"], ["history", "add", gpt, "--db", tmp_path / "h.db"]):
+                 ["history", "add", mlp, "--db", tmp_path / "h.db"],
+                 ["history", "add", gpt, "--db", tmp_path / "h.db"]):
         refused = CliRunner().invoke(cli, [str(a) for a in args])
         if args[:2] == ["history", "add"] and args[2] == mlp:
             assert refused.exit_code == 0, refused.output  # the first run of a history compares with nothing
