@@ -26,13 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", ROOT / "benchmarks" / "README.md"]
 REWRITE = "cog -r -I scripts README.md benchmarks/README.md"
 
-# Options another change renames; until it lands, the README already uses the new name
-# where the old one still exists.  (command, new option) -> old option.  Delete an entry
-# once the CLI has the new name.
-PENDING_RENAMES: dict[tuple[str, str], str] = {}
 
 
-@pytest.mark.slow
 def test_readme_outputs_are_current(monkeypatch: pytest.MonkeyPatch) -> None:
     from cogapp import Cog
 
@@ -118,9 +113,6 @@ def _check(command_line: str) -> list[str]:
     for flag in re.findall(r"(?<![\w-])(--?[a-zA-Z][\w-]*)", line):
         if flag in known:
             continue
-        old = PENDING_RENAMES.get((name, flag))
-        if old is not None and old in known:
-            continue  # renamed by a change not merged yet
         problems.append(f"{command_line!r}: `profkit {name}` has no option {flag}")
     return problems
 
