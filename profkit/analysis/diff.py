@@ -9,8 +9,8 @@ Both traces are reduced to the same per-step figures, then compared:
   per-step samples differ (Mann-Whitney p < ``KERNEL_MAX_P``) — so a kernel
   that merely jitters stays "same".  A kernel "changed" when only its template
   arguments did (a block size, a functor): the kernel that went and the one that
-  came share a template (``kernel_names.template_base``) and are one row, with
-  BASE's spelling in ``base_name``;
+  came share a template (``kernel_names.template_base``, which lost as many
+  instances as it gained) and are one row, with BASE's spelling in ``base_name``;
 - sync sites (file:line, API) added or removed, and their counts;
 - registers / shared memory / theoretical occupancy per kernel that changed;
 - the compute / communication / idle breakdown, base vs new.
@@ -108,15 +108,22 @@ def kernel_changes(base: pd.DataFrame, new: pd.DataFrame, base_steps: int, new_s
 
 
 def _pair_template_changes(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A "gone" and a "new" kernel of one template become one "changed" row.  Where one
-    template lost or gained several instances, each new one pairs with the gone one whose
-    canonical name shares the most with it at both ends (a block size in the middle)."""
+    """A "gone" and a "new" kernel of one template become one "changed" row.  Only where the
+    template lost as many instances as it gained: each new one pairs with the gone one whose
+    canonical name shares the most with it at both ends (a block size in the middle).  Where
+    the counts differ (cuBLAS dropped two GEMM kernels of one wrapper template and picked one
+    other), any pairing would be a guess: they stay gone and new."""
     from profkit.analysis.kernel_names import template_base
 
     gone: dict[str, list[dict[str, Any]]] = {}
+    new_count: dict[str, int] = {}
     for row in rows:
         if row["status"] == "gone":
             gone.setdefault(template_base(row["key"]), []).append(row)
+        elif row["status"] == "new":
+            base = template_base(row["key"])
+            new_count[base] = new_count.get(base, 0) + 1
+    gone = {base: rows_ for base, rows_ in gone.items() if len(rows_) == new_count.get(base, 0)}
     paired: set[int] = set()
     out = []
     for row in rows:
