@@ -69,7 +69,7 @@ def make_ranks(source: Path, folder: Path, n: int, slowed: int) -> list[Path]:
 
 
 def run_once(paths: list[Path], scheduler: str | None, workers: int | None) -> tuple[float, dict]:
-    from profkit.analysis.ranks import cross_rank
+    from profkit.analysis.ranks.cross_rank import cross_rank
     from profkit.ranks.engine import map_ranks
     from profkit.ranks.inputs import rank_inputs
     from profkit.ranks.per_rank import summarize_rank

@@ -83,7 +83,7 @@ def build(dst: Path, kernels: int, syncs: int) -> None:
 
 MEASURE = """
 import resource, sys, time
-from profkit.analysis.stalls import analyze_stalls
+from profkit.analysis.sync.stalls import analyze_stalls
 from profkit.readers.nsys import open_export
 t = time.perf_counter()
 with open_export(sys.argv[1]) as export:

@@ -25,7 +25,7 @@ from profkit.errors import ProfkitError
 if TYPE_CHECKING:
     import pandas as pd
 
-    from profkit.analysis.stalls import StallReport
+    from profkit.analysis.sync.stalls import StallReport
     from profkit.analysis.steps.result import StepResult
     from profkit.model import Trace
 
@@ -37,21 +37,21 @@ Row = dict[str, Any]
 
 def kernels_json(trace: Trace) -> list[Row]:
     """``profkit kernels --format json``: one row per kernel name (= nsys's cuda_gpu_kern_sum)."""
-    from profkit.analysis.summaries import kernel_summary
+    from profkit.analysis.kernels.summaries import kernel_summary
 
     return kernel_summary(trace)
 
 
 def api_json(trace: Trace) -> list[Row]:
     """``profkit api --format json``: one row per CUDA API function (= cuda_api_sum)."""
-    from profkit.analysis.summaries import api_summary
+    from profkit.analysis.kernels.summaries import api_summary
 
     return api_summary(trace)
 
 
 def nvtx_json(trace: Trace) -> list[Row]:
     """``profkit nvtx --format json``: one row per NVTX range text and style (= nvtx_sum)."""
-    from profkit.analysis.summaries import nvtx_summary
+    from profkit.analysis.kernels.summaries import nvtx_summary
 
     return nvtx_summary(trace)
 
@@ -78,7 +78,7 @@ def steps_json(results: Sequence[tuple[Trace, StepResult]]) -> dict[str, Any] | 
 
 def graphs_json(trace: Trace) -> dict[str, Any] | None:
     """``profkit graphs --format json``: the CUDA graphs summary, None when no graph was replayed."""
-    from profkit.analysis.graphs import cuda_graphs
+    from profkit.analysis.kernels.graphs import cuda_graphs
 
     return cuda_graphs(trace)
 
@@ -126,7 +126,7 @@ def stall_report(path: PathLike, *, step_range: str | None = None, threshold_pct
 
 
 def _stalls_of(trace: Trace, path: Path, step_range: str | None, threshold_pct: float) -> StallReport:
-    from profkit.analysis.stalls import analyze_stalls
+    from profkit.analysis.sync.stalls import analyze_stalls
 
     return analyze_stalls(trace, step_range=step_range, threshold_pct=threshold_pct, source_roots=source_roots(path))
 
@@ -170,7 +170,7 @@ def require_some_rank(summaries: Sequence[dict[str, Any]]) -> None:
 
 def rank_table_json(summaries: Sequence[dict[str, Any]]) -> list[Row]:
     """``profkit ranks --format json``: the readable ranks' rows, then one row per failed file."""
-    from profkit.analysis.ranks import check_one_job, failed_ranks, rank_rows
+    from profkit.analysis.ranks.cross_rank import check_one_job, failed_ranks, rank_rows
 
     require_some_rank(summaries)
     check_one_job(summaries)
@@ -207,20 +207,20 @@ class Profile:
 
     def kernels(self) -> pd.DataFrame:
         """Time per kernel name (``profkit kernels``); ``attrs["note"]``: kernels the trace could not see."""
-        from profkit.analysis.graphs import unrecorded_kernels_note
-        from profkit.analysis.summaries import SUMMARY_KEYS  # an empty summary still has its columns
+        from profkit.analysis.kernels.graphs import unrecorded_kernels_note
+        from profkit.analysis.kernels.summaries import SUMMARY_KEYS  # an empty summary still has its columns
 
         return _frame(kernels_json(self.trace), SUMMARY_KEYS, note=unrecorded_kernels_note(self.trace))
 
     def api(self) -> pd.DataFrame:
         """Time per CUDA API function (``profkit api``)."""
-        from profkit.analysis.summaries import SUMMARY_KEYS
+        from profkit.analysis.kernels.summaries import SUMMARY_KEYS
 
         return _frame(api_json(self.trace), SUMMARY_KEYS)
 
     def nvtx(self) -> pd.DataFrame:
         """Time per NVTX range text and style (``profkit nvtx``)."""
-        from profkit.analysis.summaries import SUMMARY_KEYS
+        from profkit.analysis.kernels.summaries import SUMMARY_KEYS
 
         return _frame(nvtx_json(self.trace), (*SUMMARY_KEYS, "style"))
 
@@ -288,7 +288,7 @@ class Ranks:
     def summary(self) -> pd.DataFrame:
         """One row per rank (``profkit ranks --format json``), failed files last with an ``error``;
         a ProfkitError when no rank could be read."""
-        from profkit.analysis.ranks import RANK_KEYS
+        from profkit.analysis.ranks.cross_rank import RANK_KEYS
 
         summaries = ranks_json(self.paths, scheduler=self.scheduler, workers=self.workers, rank_from=self.rank_from)
         return _frame(rank_table_json(summaries), RANK_KEYS)

@@ -7,7 +7,7 @@ biggest).  ``trend`` reads one metric over the runs in the order they were
 added and flags each run against a rolling baseline: the pooled samples of
 the previous ``window`` runs that were not themselves flagged (a regression
 must not become the baseline that hides the next one), compared with the
-same noise model as `profkit diff` (``profkit.analysis.noise``).
+same noise model as `profkit diff` (``profkit.analysis.compare.noise``).
 
 The database is written through sqlite-utils (tables ``runs`` and
 ``kernels``), so it is also easy to query by hand.
@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from profkit.analysis import noise
+from profkit.analysis.compare import noise
 from profkit.errors import ProfkitError
 from profkit.model import Trace
 
@@ -67,7 +67,7 @@ def _db(path: Path):
 
 def run_summary(trace: Trace) -> dict[str, Any]:
     """What ``add`` stores of a trace: step figures and kernel time per steady step."""
-    from profkit.analysis.diff import kernel_step_table, step_samples
+    from profkit.analysis.compare.diff import kernel_step_table, step_samples
 
     result, durations, windows = step_samples(trace)
     kernels = kernel_step_table(trace, windows)  # by canonical name: nsys and Kineto runs line up
@@ -110,7 +110,7 @@ def git_head(folder: Path) -> str | None:
 def add_run(db_path: Path, summary: dict[str, Any], *, label: str | None = None,
             commit: str | None = None, force: bool = False) -> int:
     """Store a run; refused when it looks like another program than the history's last run
-    (``profkit.analysis.same_program``) unless ``force``."""
+    (``profkit.analysis.compare.same_program``) unless ``force``."""
     db = _db(db_path)
     check_against_last(db, summary, force=force)
     row = {"label": label, "commit": commit, "added_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -131,7 +131,7 @@ def add_run(db_path: Path, summary: dict[str, Any], *, label: str | None = None,
 
 def check_against_last(db: Any, summary: dict[str, Any], *, force: bool = False) -> None:
     """Refuse a run whose kernels look like another program than the last run's."""
-    from profkit.analysis.same_program import check_same_program
+    from profkit.analysis.compare.same_program import check_same_program
 
     if "runs" not in db.table_names() or "kernels" not in db.table_names():
         return
@@ -147,7 +147,7 @@ def check_against_last(db: Any, summary: dict[str, Any], *, force: bool = False)
 def _run_keys(db: Any, run_id: int) -> set[str]:
     """A stored run's canonical kernel names (worked out from the names in a history
     written before keys were stored)."""
-    from profkit.analysis.kernel_names import canonical_kernel_name
+    from profkit.analysis.kernels.names import canonical_kernel_name
 
     has_key = "key" in db["kernels"].columns_dict
     rows = db.query(f"SELECT name{', key' if has_key else ''} FROM kernels WHERE run_id = ?", [run_id])
@@ -199,7 +199,7 @@ def resolve_kernel(db: Any, name: str) -> str:
     name), else the one kernel whose short name or base name (as tables show it) is
     NAME, else the one whose short, base or full name starts with NAME.  Several
     kernels -> ProfkitError listing them; none -> ProfkitError."""
-    from profkit.analysis.kernel_names import canonical_kernel_name
+    from profkit.analysis.kernels.names import canonical_kernel_name
     from profkit.output import kernel_base_name, short_kernel_names
 
     if "kernels" not in db.table_names():
@@ -232,7 +232,7 @@ def _samples(db: Any, run: dict[str, Any], metric: str) -> np.ndarray | None:
     if metric == GPU_TIME:
         return np.asarray(json.loads(run.get("gpu_samples") or "[]"), dtype=np.float64)
     if metric.startswith("kernel:"):
-        from profkit.analysis.kernel_names import canonical_kernel_name
+        from profkit.analysis.kernels.names import canonical_kernel_name
 
         # by canonical name: a kernel is found whichever profiler's spelling NAME and each run use
         name = metric[len("kernel:"):]

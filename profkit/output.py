@@ -431,8 +431,8 @@ KERNEL_COLUMNS = [*TIME_COLUMNS, Column("name", "Kernel", "kernel")]
 API_COLUMNS = [*TIME_COLUMNS, Column("name", "API function", drop=-1)]
 NVTX_COLUMNS = [*TIME_COLUMNS, Column("style", "Style", drop=1), Column("name", "Range", drop=-1)]
 
-# The machine code of a kernel (profkit.analysis.kernel_code) and its achieved DRAM
-# bandwidth (profkit.analysis.kernel_bandwidth), shown next to its GPU time.  "—" marks
+# The machine code of a kernel (profkit.analysis.kernels.code) and its achieved DRAM
+# bandwidth (profkit.analysis.kernels.bandwidth), shown next to its GPU time.  "—" marks
 # a kernel whose code or ncu figures are not known (a vendor kernel: cuBLAS, NCCL, ...),
 # so that nothing reads as a zero.
 NOT_KNOWN = "—"

@@ -11,7 +11,7 @@ Per variant, everything comes from the trace:
   (sample_kernels/bench.py); older traces without it fall back to the
   script's --trials (from run.json or the command nsys recorded);
 - GPU time per call: the kernels launched inside "<sample>/<variant>"
-  (profkit.analysis.summaries.nvtx_kernel_summary) / calls;
+  (profkit.analysis.kernels.summaries.nvtx_kernel_summary) / calls;
 - wall time per call: the median "/call" range (synchronize included, like
   the lecture's benchmark);
 - bandwidth: the bytes the operation must move (fp32 in + out: 8 bytes per
@@ -35,8 +35,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from profkit.analysis.capture import capture_info  # noqa: E402
-from profkit.analysis.summaries import nvtx_kernel_summary, nvtx_summary  # noqa: E402
+from profkit.analysis.timeline.capture import capture_info  # noqa: E402
+from profkit.analysis.kernels.summaries import nvtx_kernel_summary, nvtx_summary  # noqa: E402
 from profkit.errors import ProfkitError  # noqa: E402
 from profkit.readers import open_trace  # noqa: E402
 from profkit.readers.nsys import open_export  # noqa: E402

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from profkit.analysis.collectives import DTYPE_BYTES, busbw_factor, by_size
-from profkit.analysis.ranks import cross_rank
+from profkit.analysis.ranks.collectives import DTYPE_BYTES, busbw_factor, by_size
+from profkit.analysis.ranks.cross_rank import cross_rank
 from profkit.analysis.steps.windows import step_of
 from profkit.readers import open_trace
 from profkit.ranks.inputs import RankInput

@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from profkit.analysis import summaries
-from profkit.analysis.graphs import GRAPH_LEVEL, NODE_LEVEL, cuda_graphs
+from profkit.analysis.kernels import summaries
+from profkit.analysis.kernels.graphs import GRAPH_LEVEL, NODE_LEVEL, cuda_graphs
 from profkit.analysis.steps import find_steps
 from profkit.cli import cli
 from profkit.readers import open_trace

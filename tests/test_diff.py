@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from profkit.analysis import noise
+from profkit.analysis.compare import noise
 from profkit.cli import cli
 from profkit.report.diff import GITHUB_COMMENT_LIMIT
 from tests.conftest import nsys_fixture

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from profkit.analysis.kernel_names import canonical_kernel_name, template_base
+from profkit.analysis.kernels.names import canonical_kernel_name, template_base
 from profkit.cli import cli
 from profkit.readers import open_trace
 from tests.conftest import _decompressed, nsys_fixture

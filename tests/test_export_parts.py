@@ -11,8 +11,8 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from profkit.analysis.busy_bins import gpu_busy_per_bin
-from profkit.analysis.intervals import busy_until, merge_intervals
+from profkit.analysis.timeline.busy import gpu_busy_per_bin
+from profkit.analysis.timeline.intervals import busy_until, merge_intervals
 from profkit.export.lanes import nesting_lanes
 from profkit.export.perfetto import export_perfetto
 from profkit.model import Trace, TraceMeta, empty_table, from_columns

@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from profkit.analysis.kernel_bandwidth import join_key
-from profkit.analysis.kernel_names import canonical_kernel_name, code_key, function_name
+from profkit.analysis.kernels.bandwidth import join_key
+from profkit.analysis.kernels.names import canonical_kernel_name, code_key, function_name
 from profkit.cli import cli
 from profkit.errors import ProfkitError
 from profkit.limits import LimitExceeded
@@ -88,7 +88,7 @@ def test_the_parentheses_rule_is_unchanged_on_real_names() -> None:
     old = re.compile(r"\((?:[^()]|\(\))*[^()\s](?:[^()]|\(\))*\)")
     doc = hostile.kineto_document()
     names = {e["name"] for e in doc["traceEvents"] if isinstance(e.get("name"), str)}
-    from profkit.analysis.kernel_names import _collapse_parentheses
+    from profkit.analysis.kernels.names import _collapse_parentheses
 
     for name in names:
         text, previous = name, None

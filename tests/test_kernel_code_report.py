@@ -27,8 +27,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from profkit.analysis.kernel_bandwidth import BANDWIDTH_KEYS
-from profkit.analysis.kernel_code import CODE_KEYS
+from profkit.analysis.kernels.bandwidth import BANDWIDTH_KEYS
+from profkit.analysis.kernels.code import CODE_KEYS
 from profkit.cli import cli
 from profkit.report import write_report
 from tests.conftest import DATA, ncu_fixture, nsys_fixture

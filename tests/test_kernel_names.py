@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from profkit.analysis.kernel_names import canonical_kernel_name, function_name
+from profkit.analysis.kernels.names import canonical_kernel_name, function_name
 from profkit.readers import open_trace
 from tests.conftest import nsys_fixture
 
@@ -48,7 +48,7 @@ def test_spellings_of_one_kernel():
 
 
 def test_code_key_keeps_a_cpp_kernel_apart_from_a_triton_kernel_of_its_name() -> None:
-    from profkit.analysis.kernel_names import code_key
+    from profkit.analysis.kernels.names import code_key
 
     # nsys, Kineto and ncu spell the CUDA C++ kernel of sample_kernels/csrc/gelu.cu each their way
     cpp = {code_key(n) for n in ("gelu_kernel(const float *, float *, int)", "gelu_kernel(float const*, float*, int)",

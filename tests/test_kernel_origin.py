@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from profkit.analysis import kernel_origin
+from profkit.analysis.kernels import origin
 from profkit.analysis.occupancy import trace_occupancy
 from profkit.readers import open_trace
 from profkit.report import write_report
@@ -38,15 +38,15 @@ def test_kernel_type_equals_hta_on_every_fixture_kernel() -> None:
              "Memcpy HtoD (Pageable -> Device)", "Memset (Device)", "Stream Sync", "Event Sync"]
     assert len(NAMES) > 50
     for name in NAMES + extra:
-        assert kernel_origin.kernel_type(name) == utils.get_kernel_type(name).lower(), name
+        assert origin.kernel_type(name) == utils.get_kernel_type(name).lower(), name
 
 
 def test_vectorised_types_match_per_name() -> None:
     import pandas as pd
 
     names = pd.Categorical(NAMES * 2)
-    types = kernel_origin.kernel_types(names)
-    assert list(types[: len(NAMES)]) == [kernel_origin.kernel_type(n) for n in NAMES]
+    types = origin.kernel_types(names)
+    assert list(types[: len(NAMES)]) == [origin.kernel_type(n) for n in NAMES]
 
 
 # Expected origins for kernel families seen in the fixtures, by who ships the code.
@@ -79,19 +79,19 @@ USER_EXAMPLES = {
 
 @pytest.mark.parametrize("name, library", sorted({**VENDOR_EXAMPLES, **USER_EXAMPLES}.items()))
 def test_library_and_origin(name: str, library: str) -> None:
-    assert kernel_origin.library(name) == library
-    assert kernel_origin.origin(name) == ("user" if name in USER_EXAMPLES else "vendor")
+    assert origin.library(name) == library
+    assert origin.origin(name) == ("user" if name in USER_EXAMPLES else "vendor")
 
 
 def test_every_fixture_kernel_of_a_known_family_is_classified() -> None:
     """On the real names: ATen/cuBLAS/CUTLASS kernels are vendor, the sample kernels user."""
     for name in NAMES:
-        origin = kernel_origin.origin(name)
+        found = origin.origin(name)
         if "at::native::" in name or "cublas" in name or "cutlass" in name:
-            assert origin == "vendor", name
+            assert found == "vendor", name
         if name.startswith("triton_") or name.split("(")[0] in {"gelu_kernel", "softmax_kernel", "add_kernel",
                                                                "vector_add_kernel", "busy"}:
-            assert origin == "user", name
+            assert found == "user", name
 
 
 REGISTER_ADVICE_WORDS = ("register", "at most", "would be", "fewer", "launch_bounds", "maxrregcount", "block size of")

@@ -1,4 +1,4 @@
-"""Each GPU operation's launching CUDA call (``profkit.analysis.launch_calls``).
+"""Each GPU operation's launching CUDA call (``profkit.analysis.timeline.launch_calls``).
 
 Oracles: for nsys exports, the join done here in plain SQL on the export
 (GPU rows LEFT JOIN CUPTI_ACTIVITY_KIND_RUNTIME on correlationId and
@@ -18,7 +18,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from profkit.analysis.launch_calls import GPU_TABLES, launch_calls
+from profkit.analysis.timeline.launch_calls import GPU_TABLES, launch_calls
 from profkit.model.trace import Trace
 from profkit.readers import open_trace
 from tests.conftest import DATA, nsys_fixture

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from profkit.analysis import summaries
-from profkit.analysis.capture import capture_info
-from profkit.analysis.timeline import union_length
+from profkit.analysis.kernels import summaries
+from profkit.analysis.timeline.capture import capture_info
+from profkit.analysis.timeline.busy import union_length
 from profkit.cli import cli
 from profkit.errors import ProfkitError
 from profkit.readers import open_trace

@@ -210,7 +210,7 @@ def test_the_wait_per_step_is_the_measured_extra_communication_time(folder):
     import sqlite3
     import statistics
 
-    from profkit.analysis.ranks import straggler
+    from profkit.analysis.ranks.cross_rank import straggler
     from profkit.analysis.steps import find_steps
     from profkit.ranks.per_rank import summarize_trace
     from profkit.readers import open_trace

@@ -22,11 +22,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from profkit.analysis import summaries
-from profkit.analysis.capture import capture_info
-from profkit.analysis.kernel_bandwidth import BANDWIDTH_KEYS
-from profkit.analysis.kernel_code import CODE_KEYS
-from profkit.analysis.timeline import gpu_busy
+from profkit.analysis.kernels import summaries
+from profkit.analysis.timeline.capture import capture_info
+from profkit.analysis.kernels.bandwidth import BANDWIDTH_KEYS
+from profkit.analysis.kernels.code import CODE_KEYS
+from profkit.analysis.timeline.busy import gpu_busy
 from profkit.cli import cli
 from profkit.errors import ProfkitError
 from profkit.readers.ncu import read_ncu_csv
@@ -371,10 +371,10 @@ def test_default_folder_is_next_to_the_export(tmp_path: Path) -> None:
     assert paths.html == tmp_path / "report.html" and paths.md.is_file() and paths.json.is_file()
 
 
-@pytest.mark.skipif(importlib.util.find_spec("profkit.analysis.stalls") is None,
-                    reason="profkit.analysis.stalls is not there yet")
+@pytest.mark.skipif(importlib.util.find_spec("profkit.analysis.sync.stalls") is None,
+                    reason="profkit.analysis.sync.stalls is not there yet")
 def test_stalls_section_and_findings(reports: dict[str, ReportPaths]) -> None:
-    from profkit.analysis.stalls import analyze_stalls
+    from profkit.analysis.sync.stalls import analyze_stalls
 
     _, md, data = load(reports["nsys2025_sync"])
     with open_export(nsys_fixture("nsys2025_sync")) as export:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from profkit.analysis.summaries import kernel_summary
+from profkit.analysis.kernels.summaries import kernel_summary
 from profkit.readers.nsys import open_export
 from profkit.report import write_report
 from tests.conftest import DATA, nsys_fixture

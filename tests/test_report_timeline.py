@@ -1,4 +1,4 @@
-"""profkit.analysis.timeline on the trace model: binned busy time per stream, GPU utilization, NVTX bars.
+"""profkit.analysis.timeline.busy on the trace model: binned busy time per stream, GPU utilization, NVTX bars.
 
 Checked against a brute-force computation in plain Python (every interval,
 read directly from the export's SQLite, clipped to every bin) on the real
@@ -15,7 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from profkit.analysis import summaries, timeline
+from profkit.analysis.kernels import summaries
+from profkit.analysis.timeline import busy as timeline
+from profkit.analysis.timeline.ranges import enclosing_ranges, nvtx_bars, nvtx_window
 from profkit.readers import open_trace
 from profkit.readers.nsys import open_export
 from tests.conftest import nsys_fixture
@@ -220,8 +222,8 @@ def test_nvtx_bars_are_the_ranges_of_nvtx_sum(name: str) -> None:
     with open_export(nsys_fixture(name)) as export:
         summary = summaries.nvtx_summary(export)
     with open_trace(nsys_fixture(name)) as trace:
-        window = timeline.nvtx_window(trace)
-        bars, total = timeline.nvtx_bars(trace, window[0], window[1] + 1)
+        window = nvtx_window(trace)
+        bars, total = nvtx_bars(trace, window[0], window[1] + 1)
     assert total == len(bars) == sum(r["instances"] for r in summary)
     counts: dict[tuple, int] = {}
     for bar in bars:
@@ -242,10 +244,10 @@ def test_nvtx_bars_are_the_ranges_of_nvtx_sum(name: str) -> None:
 
 def test_nvtx_bars_limit_keeps_the_longest() -> None:
     with open_trace(nsys_fixture("nsys2025_train_print")) as trace:
-        window = timeline.nvtx_window(trace)
-        every, total = timeline.nvtx_bars(trace, *window)
-        some, total_again = timeline.nvtx_bars(trace, *window, limit=5)
-        long_only, _ = timeline.nvtx_bars(trace, *window, min_duration_ns=10_000_000)
+        window = nvtx_window(trace)
+        every, total = nvtx_bars(trace, *window)
+        some, total_again = nvtx_bars(trace, *window, limit=5)
+        long_only, _ = nvtx_bars(trace, *window, min_duration_ns=10_000_000)
     assert total == total_again == len(every) and len(some) == 5
     lengths = sorted((b.end_ns - b.start_ns for b in every), reverse=True)
     assert sorted((b.end_ns - b.start_ns for b in some), reverse=True) == lengths[:5]
@@ -255,7 +257,7 @@ def test_nvtx_bars_limit_keeps_the_longest() -> None:
 
 def test_enclosing_ranges_innermost_first() -> None:
     with open_trace(nsys_fixture("nsys2025_nvtx")) as trace:
-        bars, _ = timeline.nvtx_bars(trace, 0, 1 << 62)
+        bars, _ = nvtx_bars(trace, 0, 1 << 62)
         inner = next(b for b in bars if b.text == "probe:inner")
-        names = timeline.enclosing_ranges(trace, inner.start_ns + 1, inner.end_ns - 1)
+        names = enclosing_ranges(trace, inner.start_ns + 1, inner.end_ns - 1)
     assert names[0] == "probe:inner" and ":step 0" in names

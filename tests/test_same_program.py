@@ -1,5 +1,5 @@
 """Comparisons refuse unrelated traces: `diff`, `history add`, `report --baseline` and
-`stalls --compare` share one check (profkit.analysis.same_program) with `ranks`.
+`stalls --compare` share one check (profkit.analysis.compare.same_program) with `ranks`.
 
 Oracles: real captures.  The GPT and MLP training loops (sample_kernels/gpt.py and
 train_mlp.py, tests/data/kineto/README.md) are different programs; one program
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from profkit.analysis.kernel_names import canonical_kernel_name
+from profkit.analysis.kernels.names import canonical_kernel_name
 from profkit.cli import cli
 from tests.conftest import nsys_fixture
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from profkit.analysis import summaries
+from profkit.analysis.kernels import summaries
 from profkit.cli import cli
 from profkit.readers.nsys import open_export
 from profkit.report import write_report

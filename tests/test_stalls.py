@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from profkit.analysis import stalls
-from profkit.analysis.stalls import analyze_stalls, compare_steps
+from profkit.analysis.sync import stalls
+from profkit.analysis.sync.stalls import analyze_stalls, compare_steps
 from profkit.errors import ProfkitError
 from profkit.readers.nsys import open_export
 from profkit.report.stalls_figure import stalls_timeline_png
@@ -355,7 +355,7 @@ def test_start_up_copies_cause_no_idle_before_the_first_kernel(name, copies):
     no work to be kept from.  They used to be priced at 5.32 s (MLP) and 5.13 s (GPT) of GPU idle."""
     import sqlite3
 
-    from profkit.analysis.stalls import analyze_stalls
+    from profkit.analysis.sync.stalls import analyze_stalls
     from profkit.readers import open_trace
 
     path = nsys_fixture(name)

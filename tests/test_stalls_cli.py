@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from profkit.analysis.stalls import analyze_stalls
+from profkit.analysis.sync.stalls import analyze_stalls
 from profkit.cli import cli
 from profkit.readers.nsys import open_export
 from tests.conftest import nsys_fixture

@@ -15,7 +15,7 @@ from typing import Any
 
 from click.testing import CliRunner
 
-from profkit.analysis.stalls import analyze_stalls
+from profkit.analysis.sync.stalls import analyze_stalls
 from profkit.cli import cli
 from profkit.readers import open_trace
 

@@ -11,19 +11,19 @@ from pathlib import Path
 
 import pytest
 
-from profkit.analysis import stalls
-from profkit.analysis.sync_events import (
+from profkit.analysis.sync import stalls
+from profkit.analysis.sync.events import (
     Step,
     SyncEvent,
-    attach_gpu_idle,
     attach_nvtx,
     attach_steps,
     build_events,
     decode_site,
     step_matcher,
 )
+from profkit.analysis.sync.idle import attach_gpu_idle
 from profkit.capture import sync_hook
-from profkit.analysis.sync_calls import ApiCall, NvtxRange, api_role, base_api_name
+from profkit.analysis.sync.calls import ApiCall, NvtxRange, api_role, base_api_name
 
 PID = 7 << 24
 T1, T2 = PID | 100, PID | 200  # two threads of one process

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from profkit.analysis.stalls import analyze_stalls
+from profkit.analysis.sync.stalls import analyze_stalls
 from profkit.readers.nsys import open_export
 from tests.conftest import nsys_fixture
 

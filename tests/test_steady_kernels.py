@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from profkit.analysis import summaries
+from profkit.analysis.kernels import summaries
 from profkit.analysis.steps import find_steps
 from profkit.analysis.steps.windows import kernels_in_window
 from profkit.readers import open_trace

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from profkit.analysis import summaries
+from profkit.analysis.kernels import summaries
 from profkit.cli import cli
 from profkit.readers.nsys import open_export
-from profkit.analysis.grouped_stats import round_like_nsys, stats_from_columns
+from profkit.analysis.kernels.grouped_stats import round_like_nsys, stats_from_columns
 from profkit.model.trace import DECIMAL_HALF_UP, SQLITE_LEGACY
 from tests.conftest import nsys_fixture, nsys_fixture_names, oracle_csv
 

@@ -325,7 +325,7 @@ def gpu_trace(tmp_path: Path, *extra: str):
 
 @pytest.mark.gpu
 def test_gpu_trace_gelu_has_the_kernels_and_ranges(tmp_path):
-    from profkit.analysis.summaries import kernel_summary, nvtx_summary
+    from profkit.analysis.kernels.summaries import kernel_summary, nvtx_summary
     from profkit.readers.nsys import open_export
 
     result, run_dir = gpu_trace(tmp_path)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from profkit._version import __version__
-from profkit.analysis.kernel_code import kernel_caches
+from profkit.analysis.kernels.code import kernel_caches
 from profkit.atomic import write_text
 from profkit.errors import ProfkitError
 

@@ -273,7 +273,7 @@ def shareable(args: Sequence[str], options: TraceOptions, env: Mapping[str, str]
 
 def kernel_rows(export: Path) -> tuple[list[dict[str, Any]], int]:
     """Kernel summary rows (dicts, busiest first) and the total kernel time in ns."""
-    from profkit.analysis.summaries import kernel_summary
+    from profkit.analysis.kernels.summaries import kernel_summary
     from profkit.readers import open_trace
     from profkit.readers.nsys import open_export
     from profkit.readers.nsys.queries import KERNELS, mangled_names

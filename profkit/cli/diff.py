@@ -88,8 +88,8 @@ def diff(base: Path, new: Path, fmt: str, fail_pct: float | None, min_effect: fl
     """
     from contextlib import ExitStack
 
-    from profkit.analysis import noise
-    from profkit.analysis.diff import check_comparable, diff_traces, regression_pct
+    from profkit.analysis.compare import noise
+    from profkit.analysis.compare.diff import check_comparable, diff_traces, regression_pct
     from profkit.model.rank_view import select_ranks
     from profkit.readers import open_trace
     from profkit.report.diff import change_rows, render_markdown
@@ -102,8 +102,8 @@ def diff(base: Path, new: Path, fmt: str, fail_pct: float | None, min_effect: fl
                              min_effect_pct=noise.MIN_EFFECT_PCT if min_effect is None else min_effect)
         result["kernel_names_shared_pct"] = 100.0 * shared
         if code_dirs or kernel_targets:
-            from profkit.analysis.kernel_code import attach_code, launch_shapes
-            from profkit.analysis.kernel_targets import code_for_trace
+            from profkit.analysis.kernels.code import attach_code, launch_shapes
+            from profkit.analysis.kernels.targets import code_for_trace
 
             # the variant that ran is told by NEW's launches (BASE's for a kernel that is gone);
             # --kernels compiles for NEW's GPU, for the block sizes NEW launched

@@ -1,4 +1,4 @@
-"""`profkit graphs TRACE`: the CUDA graphs a trace replayed (profkit.analysis.graphs).
+"""`profkit graphs TRACE`: the CUDA graphs a trace replayed (profkit.analysis.kernels.graphs).
 
 Thin command: open the trace, take ``cuda_graphs`` through ``profkit.api.graphs_json`` (as the
 Python API does), render with profkit.output.
@@ -36,7 +36,7 @@ def graphs(trace_path: Path, wide: bool, fmt: str) -> None:
     kernel of every replay), graphs (graph, replays, replays_per_step, gpu_ns,
     mean_replay_ns, kernels_per_replay), replays, gpu_ns, in_graphs_ns,
     outside_graphs_ns, in_graphs_pct, kernels_in_replays, per_step, launch, setup, note;
-    null when the trace replayed no graph.  Definitions: profkit.analysis.graphs.
+    null when the trace replayed no graph.  Definitions: profkit.analysis.kernels.graphs.
     """
     with open_trace(trace_path) as trace:
         result = graphs_json(trace)

@@ -2,7 +2,7 @@
 
 The decorator turns ``--kernels``, ``--signature``, ``--constexpr``, ``--num-warps``,
 ``--arch`` and ``--nvcc-flag`` into one ``kernel_targets`` argument (a
-``profkit.analysis.kernel_targets.KernelTargets``, empty when no --kernels was
+``profkit.analysis.kernels.targets.KernelTargets``, empty when no --kernels was
 given), checked before any trace is read: a target that does not resolve or an
 option that does not parse is bad input (one line, exit 2).
 """
@@ -54,7 +54,7 @@ def kernel_target_options(command: Callable[..., Any]) -> Callable[..., Any]:
 def kernel_targets_from(kernel_target_texts: tuple[str, ...], signatures: tuple[str, ...],
                         constexprs: tuple[str, ...], num_warps: int | None, arch: str | None,
                         nvcc_flags: tuple[str, ...]) -> Any:
-    from profkit.analysis.kernel_targets import KernelTargets
+    from profkit.analysis.kernels.targets import KernelTargets
 
     if not kernel_target_texts:
         given = [flag for flag, value in (("--signature", signatures), ("--constexpr", constexprs),

@@ -112,7 +112,7 @@ def ranks(traces: tuple[Path, ...], fmt: str, wide: bool, scheduler: str | None,
       profkit ranks whole_job.sqlite
       profkit ranks traces/ --scheduler tcp://10.0.0.5:8786 --format json
     """
-    from profkit.analysis.ranks import failed_ranks
+    from profkit.analysis.ranks.cross_rank import failed_ranks
     from profkit.api import rank_table_json
 
     summaries = read_ranks(traces, scheduler, workers, rank_from)

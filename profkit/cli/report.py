@@ -126,7 +126,7 @@ def _is_folder_of_ranks(path: Path) -> bool:
 def write_ranks_report_cli(traces: tuple[Path, ...], out_dir: Path | None, top: int, scheduler: str | None,
                            workers: int | None, rank_from: str | None) -> Path:
     """Read every rank on Dask, write the cross-rank report; exits 3 after writing when some rank failed."""
-    from profkit.analysis.ranks import cross_rank
+    from profkit.analysis.ranks.cross_rank import cross_rank
     from profkit.cli.ranks import PARTIAL_EXIT, exit_for, read_ranks
     from profkit.report.ranks import write_ranks_report
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from profkit.analysis.stalls import StallReport, compare_steps
+from profkit.analysis.sync.stalls import StallReport, compare_steps
 from profkit.api import stall_report
 from profkit.output import Column, emit_rows, format_option, md_escape, md_escape_prose, wide_option
 from profkit.terminal import echo
@@ -112,7 +112,7 @@ def _analyze(target: Path, other: Path | None, step_range: str | None, threshold
              force: bool) -> tuple[StallReport, StallReport | None]:
     """The stalls of TARGET, and of OTHER when given (refused when it looks like another program)."""
     if other is not None:
-        from profkit.analysis.same_program import check_traces
+        from profkit.analysis.compare.same_program import check_traces
         from profkit.readers import open_trace, resolve_run_folder
 
         with open_trace(resolve_run_folder(target)) as a, open_trace(resolve_run_folder(other)) as b:

@@ -15,10 +15,10 @@ from typing import Any
 
 import click
 
-from profkit.analysis import summaries
+from profkit.analysis.kernels import summaries
 from profkit.api import api_json, kernels_json, nvtx_json
-from profkit.analysis.capture import capture_info
-from profkit.analysis.graphs import unrecorded_kernels_note
+from profkit.analysis.timeline.capture import capture_info
+from profkit.analysis.kernels.graphs import unrecorded_kernels_note
 from profkit.cli.kernel_code_options import kernel_target_options
 from profkit.model import Trace
 from profkit.readers import open_trace
@@ -123,9 +123,9 @@ def kernels(export: Path, top: int | None, wide: bool, fmt: str, with_code: bool
 
 def _print_kernels_with_code(export: Path, top: int | None, fmt: str, wide: bool, code_dirs: tuple[Path, ...],
                              ncu_csv: Path | None, kernel_targets: Any = None) -> None:
-    from profkit.analysis.kernel_bandwidth import attach_bandwidth, bandwidth_note, peak_bandwidth
-    from profkit.analysis.kernel_code import attach_code, launch_shapes, run_folder_caches
-    from profkit.analysis.kernel_targets import code_for_trace, code_notes
+    from profkit.analysis.kernels.bandwidth import attach_bandwidth, bandwidth_note, peak_bandwidth
+    from profkit.analysis.kernels.code import attach_code, launch_shapes, run_folder_caches
+    from profkit.analysis.kernels.targets import code_for_trace, code_notes
     from profkit.readers.ncu import read_ncu_csv
 
     dirs = list(code_dirs)

@@ -149,7 +149,7 @@ def _header(trace: Trace, shift: int) -> bytes:
 
 
 def _busy_counters(trace: Trace, lo: int, hi: int, gpu_base: int, shift: int) -> list[str]:
-    from profkit.analysis.busy_bins import gpu_busy_per_bin
+    from profkit.analysis.timeline.busy import gpu_busy_per_bin
 
     bins = int(max(1, min(BUSY_BINS, (hi - lo) // MIN_BUSY_BIN_NS)))
     busy = gpu_busy_per_bin(trace, lo, hi, bins)

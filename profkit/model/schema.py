@@ -309,7 +309,7 @@ LAUNCH_CONFIG_COLUMNS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "bl
 # added to small offsets (GPU pid bases) or multiplied into launch shapes as Python
 # ints (occupancy) or within CUDA's limits (threads per block <= 1024).  The CUDA
 # calls' pid and tid too (2.5M calls: 20 MB): every analysis that shifts them into a
-# 64-bit thread key (``pid << 24 | tid``: sync_inputs, nvtx_projection, launch_calls,
+# 64-bit thread key (``pid << 24 | tid``: sync.inputs, timeline.nvtx_projection, timeline.launch_calls,
 # export/tracks) widens them to int64 first, and track ids add int64 lanes to them.
 # Left int64 on purpose: times, durations, correlation and external ids, bytes and
 # message sizes, the other tables' pid/tid/end_tid, and the syncs table (small; nsys

@@ -57,7 +57,7 @@ KINETO = "kineto"
 #   just below a tie (13065.65 is 13065.6499999999996 as a double) rounds up.
 # - DECIMAL_HALF_UP: newer SQLite (nsys 2025.3) rounds the exact binary value
 #   half away from zero: 13065.6499999999996 -> 13065.6, 70180.25 -> 70180.3.
-# Both are computed exactly (fractions, analysis.grouped_stats.round_like_nsys), so
+# Both are computed exactly (fractions, analysis.kernels.grouped_stats.round_like_nsys), so
 # the result does not depend on the SQLite that Python happens to link.  Here, not in
 # the statistics, because the nsys reader picks the mode (TraceMeta.rounding_mode).
 SQLITE_LEGACY = "sqlite-legacy"

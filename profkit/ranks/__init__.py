@@ -5,6 +5,6 @@
   summaries travel back, never a trace);
 - ``engine``: runs ``per_rank.summarize_rank`` over the inputs on Dask (a local
   cluster by default, or ``tcp://HOST:PORT``), with progress per rank;
-- ``profkit.analysis.ranks``: the cross-rank reduction (straggler, collectives,
+- ``profkit.analysis.ranks.cross_rank``: the cross-rank reduction (straggler, collectives,
   skew), plain data in and out.
 """

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from profkit.analysis.collectives import bandwidth, collective_type, rank_calls, size_stats
+from profkit.analysis.ranks.collectives import bandwidth, collective_type, rank_calls, size_stats
 from profkit.analysis.steps.windows import step_of, sum_per_step
 from profkit.errors import ProfkitError
 from profkit.model import Trace
@@ -62,7 +62,7 @@ def _peak_rss_bytes() -> int | None:
 
 def summarize_trace(trace: Trace, rank_hint: int | None = None) -> dict[str, Any]:
     from profkit.analysis.breakdown import rank_breakdown
-    from profkit.analysis.kernel_origin import kernel_types
+    from profkit.analysis.kernels.origin import kernel_types
     from profkit.analysis.steps import find_steps
 
     kernels = trace.table("kernels", ["name", "start", "end"])
@@ -159,7 +159,7 @@ def _top_kernels(names: Any, durations: np.ndarray) -> list[dict[str, Any]]:
     """The kernels with the most time, by canonical name (so nsys and Kineto ranks compare)."""
     import pandas as pd
 
-    from profkit.analysis.kernel_names import canonical_column
+    from profkit.analysis.kernels.names import canonical_column
 
     keys, display = canonical_column(names)
     frame = pd.DataFrame({"key": keys, "ns": durations})

@@ -43,11 +43,11 @@ def write_report(export_path: str | os.PathLike[str], out_dir: str | os.PathLike
     ``partial`` marks the run as failed (a banner, and ``"partial": true``);
     ``run_info`` (from ``profkit trace``) adds the command, exit status and tools;
     ``top`` cuts long tables to the first N rows by time plus one summed row;
-    ``baseline`` (another trace of the same program, ``profkit.analysis.same_program``; ``force``
+    ``baseline`` (another trace of the same program, ``profkit.analysis.compare.same_program``; ``force``
     skips that check) adds a step-time comparison;
     ``code_dirs`` (inductor or Triton caches) add each Triton kernel's registers, spills,
     load/store widths and vectorization to the kernel table; ``kernel_targets`` (a
-    ``profkit.analysis.kernel_targets.KernelTargets``) compiles sources for them now.  A ``profkit trace`` run
+    ``profkit.analysis.kernels.targets.KernelTargets``) compiles sources for them now.  A ``profkit trace`` run
     folder brings its own: the caches its run.json recorded and its ncu.csv.
     Raises ProfkitError for a bad trace or an unwritable folder.  The trace
     is opened read-only and never modified.
@@ -59,7 +59,7 @@ def write_report(export_path: str | os.PathLike[str], out_dir: str | os.PathLike
     target = Path(out_dir) if out_dir is not None else export_path.resolve().parent
     dirs = [Path(d) for d in code_dirs]
     if export_path.is_dir() and (export_path / RUN_JSON).is_file():
-        from profkit.analysis.kernel_code import run_folder_caches
+        from profkit.analysis.kernels.code import run_folder_caches
 
         record = read_run_record(export_path)
         dirs += run_folder_caches(record, export_path)
@@ -78,7 +78,7 @@ def write_report(export_path: str | os.PathLike[str], out_dir: str | os.PathLike
 
         base = stack.enter_context(open_trace(Path(baseline))) if baseline is not None else None
         if base is not None:
-            from profkit.analysis.same_program import check_traces
+            from profkit.analysis.compare.same_program import check_traces
 
             check_traces(trace, base, force=force)
         report = build_report(trace, ncu_csv=Path(ncu_csv) if ncu_csv is not None else None, partial=partial,

@@ -5,7 +5,7 @@ export, Kineto trace).  The trace loads each column once and every section
 shares it (the kernels' start/end serve the timeline, the utilization, the
 capture's GPU busy time and the summaries alike).  The renderers (html.py,
 markdown.py, json_report.py) only turn a ``Report`` into text.  Every
-figure comes from the analyses: ``profkit.analysis.summaries`` (equal to
+figure comes from the analyses: ``profkit.analysis.kernels.summaries`` (equal to
 ``nsys stats``), ``.timeline``, ``.capture``, ``.nvtx_kernels``,
 ``.occupancy``, ``.stalls``, and the ncu reader; sections.py fills one
 section each.
@@ -25,8 +25,10 @@ from typing import Any
 
 from profkit import allocator
 from profkit._version import __version__
-from profkit.analysis import summaries, timeline
-from profkit.analysis.capture import capture_info
+from profkit.analysis.kernels import summaries
+from profkit.analysis.timeline import busy as timeline
+from profkit.analysis.timeline.ranges import enclosing_ranges
+from profkit.analysis.timeline.capture import capture_info
 from profkit.analysis.steps.windows import kernels_in_window
 from profkit.errors import ProfkitError
 from profkit.model import NSYS, Trace
@@ -117,7 +119,7 @@ def build_report(trace: Trace, *, ncu_csv: Path | None = None, partial: bool = F
     items[0:0] = host_section.host_finding(found)  # the verdict: what bounds the step, in plain words
     items += list(found.get("stall_findings", []))
     gap = longest_gap(found.get("utilization"))
-    gap_ranges = timeline.enclosing_ranges(trace, gap[0], gap[1]) if gap else []
+    gap_ranges = enclosing_ranges(trace, gap[0], gap[1]) if gap else []
     items += make_findings(capture=capture or None, kernels=found.get("kernels"), api=found.get("api"),
                            memory=found.get("memory"), utilization=found.get("utilization"),
                            longest_gap_ranges=gap_ranges,

@@ -1,6 +1,6 @@
 """The report's figures, drawn with matplotlib (Agg) into PNG data URIs.
 
-Each function takes plain data from ``profkit.analysis.timeline`` and returns
+Each function takes plain data from ``profkit.analysis.timeline.busy`` and returns
 PNG bytes; ``data_uri`` makes them embeddable.  Text from the export
 (kernel names, NVTX ranges) is drawn with math parsing off, so a "$" in a
 name is just a character.
@@ -24,7 +24,8 @@ from matplotlib.figure import Figure
 from matplotlib.font_manager import FontProperties
 from matplotlib.patches import Patch
 
-from profkit.analysis.timeline import NvtxBar, StreamActivity, TimeBins, Utilization
+from profkit.analysis.timeline.busy import StreamActivity, TimeBins, Utilization
+from profkit.analysis.timeline.ranges import NvtxBar
 from profkit.model.clock import SESSION_START, seconds_text
 from profkit.report.text import duration as _duration
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from profkit.analysis.timeline import Utilization
+from profkit.analysis.timeline.busy import Utilization
 from profkit.model.clock import SESSION_START, seconds_text
 from profkit.report.text import duration, short_kernel_name, size
 

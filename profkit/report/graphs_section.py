@@ -1,10 +1,10 @@
-"""The report's CUDA graphs section and its finding, from ``profkit.analysis.graphs``."""
+"""The report's CUDA graphs section and its finding, from ``profkit.analysis.kernels.graphs``."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from profkit.analysis.graphs import GRAPH_LEVEL, cuda_graphs
+from profkit.analysis.kernels.graphs import GRAPH_LEVEL, cuda_graphs
 from profkit.model import Trace
 from profkit.output import Column
 from profkit.report.model import Section, Table

@@ -36,7 +36,7 @@ import orjson
 import pandas as pd
 from pandas.api.types import union_categoricals
 
-from profkit.analysis.busy_bins import gpu_busy_per_bin
+from profkit.analysis.timeline.busy import gpu_busy_per_bin
 from profkit.model import Trace
 from profkit.model.clock import session_zero
 

@@ -3,10 +3,10 @@ and achieved DRAM bandwidth next to its GPU time where they are known.
 
 The machine code (registers, spills, load/store widths, the graded
 vectorization) comes from the compiled Triton/inductor kernels in the folders
-given (``profkit.analysis.kernel_code``): a run folder's recorded caches, or
+given (``profkit.analysis.kernels.code``): a run folder's recorded caches, or
 ``--inductor DIR``; or from the sources ``--kernels`` names, compiled now for the
-trace's GPU (``profkit.analysis.kernel_targets``, labelled code_source "compiled").  The bandwidth comes from an ncu CSV
-(``profkit.analysis.kernel_bandwidth``).  Every row carries the keys, None
+trace's GPU (``profkit.analysis.kernels.targets``, labelled code_source "compiled").  The bandwidth comes from an ncu CSV
+(``profkit.analysis.kernels.bandwidth``).  Every row carries the keys, None
 where unknown, so report.json has one shape; HTML and Markdown show the
 columns when there is something to show, and "—" for a kernel without.
 """
@@ -17,11 +17,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from profkit.analysis import summaries
-from profkit.analysis.kernel_bandwidth import attach_bandwidth, bandwidth_note, peak_bandwidth
-from profkit.analysis.kernel_code import attach_code, launch_shapes
-from profkit.analysis.graphs import unrecorded_kernels_note
-from profkit.analysis.kernel_targets import KernelTargets, code_for_trace, code_notes
+from profkit.analysis.kernels import summaries
+from profkit.analysis.kernels.bandwidth import attach_bandwidth, bandwidth_note, peak_bandwidth
+from profkit.analysis.kernels.code import attach_code, launch_shapes
+from profkit.analysis.kernels.graphs import unrecorded_kernels_note
+from profkit.analysis.kernels.targets import KernelTargets, code_for_trace, code_notes
 from profkit.errors import ProfkitError
 from profkit.model import Trace
 from profkit.output import KERNEL_BANDWIDTH_COLUMNS, KERNEL_CODE_COLUMNS, kernel_columns_with

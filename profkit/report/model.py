@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from profkit.analysis import summaries
+from profkit.analysis.kernels import summaries
 from profkit.output import Column
 
 Row = dict[str, Any]

@@ -1,6 +1,6 @@
 """The cross-rank report: ``Report`` data for several ranks of one job.
 
-Built from ``profkit.analysis.ranks.cross_rank`` (plain data) and rendered by
+Built from ``profkit.analysis.ranks.cross_rank.cross_rank`` (plain data) and rendered by
 the same HTML/Markdown/JSON renderers as the single-trace report.
 """
 
@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from profkit._version import __version__
-from profkit.analysis.ranks import STRAGGLER_MIN_WAIT
+from profkit.analysis.ranks.cross_rank import STRAGGLER_MIN_WAIT
 from profkit.output import Column
 from profkit.report.model import Figure, Report, Section, Table
 from profkit.report.text import duration, percent, size
@@ -243,7 +243,7 @@ def _step_time_png(rows: list[dict[str, Any]], rank_keys: list[str]) -> bytes:
 def write_job_report(traces: list[Path], out_dir: Path, top: int = 20) -> Path:
     """Read each rank's trace (on a local Dask cluster) and write the cross-rank report into
     ``out_dir``; the HTML's path.  For ``profkit trace`` of a distributed job."""
-    from profkit.analysis.ranks import cross_rank
+    from profkit.analysis.ranks.cross_rank import cross_rank
     from profkit.ranks.engine import map_ranks
     from profkit.ranks.inputs import rank_inputs
     from profkit.ranks.per_rank import summarize_rank

@@ -16,7 +16,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from profkit.analysis import summaries, timeline
+from profkit.analysis.kernels import summaries
+from profkit.analysis.timeline import busy as timeline
+from profkit.analysis.timeline.ranges import nvtx_bars
 from profkit.errors import ProfkitError
 from profkit.model import Trace
 from profkit.model.clock import session_zero
@@ -250,7 +252,7 @@ def _steady_zoom(result: Any) -> tuple[tuple[int, int] | None, str, list[dict[st
 def _timeline_figure(key: str, title: str, trace: Trace, bins: timeline.TimeBins,
                      boundaries: list[int] | None = None) -> Figure:
     lanes = timeline.stream_busy(trace, bins)
-    bars, ranges = timeline.nvtx_bars(trace, bins.start_ns, bins.end_ns, min_duration_ns=bins.width_ns // 2)
+    bars, ranges = nvtx_bars(trace, bins.start_ns, bins.end_ns, min_duration_ns=bins.width_ns // 2)
     png = _figures().timeline_png(bins, lanes, bars, title, boundaries or ())
     caption = f"{duration(bins.width_ns * bins.count)} in {bins.count} bins of {duration(bins.width_ns)}."
     if ranges:
@@ -386,13 +388,13 @@ def _ncu_limiter(row: Row) -> str:
     return ", ".join(label for label, value in limits.items() if value == lowest)
 
 
-# -- synchronization stalls (profkit.analysis.stalls) -------------------------------------
+# -- synchronization stalls (profkit.analysis.sync.stalls) -------------------------------------
 def stalls_section(trace: Trace, top: int, found: dict[str, Any], baseline: Trace | None = None) -> Section:
     """The "Synchronization stalls" section.
 
     With a ``baseline`` trace (the same program without a change, e.g. without
     a print), the section also compares the two runs' step times."""
-    from profkit.analysis import stalls
+    from profkit.analysis.sync import stalls
 
     section = Section("stalls", "Synchronization stalls")
     try:
@@ -453,7 +455,7 @@ STEP_COMPARISON_COLUMNS = [
 
 def _add_step_comparison(section: Section, result: Any, baseline: Trace, found: dict[str, Any]) -> None:
     """Step times of this run next to the baseline's, from both runs' NVTX step ranges."""
-    from profkit.analysis import stalls
+    from profkit.analysis.sync import stalls
 
     try:
         comparison = stalls.compare_steps(result, stalls.analyze_stalls(_stalls_source(baseline)))

@@ -1,6 +1,6 @@
 """The sync-stalls timeline: where the CPU waited, and the GPU idle gaps that followed.
 
-``stalls_timeline_png(timeline)`` draws a ``profkit.analysis.stalls.Timeline``
+``stalls_timeline_png(timeline)`` draws a ``profkit.analysis.sync.stalls.Timeline``
 (get one with ``stalls.timeline(export, report)``) and returns PNG bytes:
 
 - a CPU lane with each sync as a red bar (the time its calls took) and the
@@ -18,7 +18,7 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from profkit.analysis.stalls import Timeline
+from profkit.analysis.sync.stalls import Timeline
 from profkit.model.clock import SESSION_START, seconds_text
 from profkit.report.figures import KIND_COLORS
 

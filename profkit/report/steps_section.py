@@ -19,7 +19,7 @@ from profkit import allocator
 from profkit.analysis.steps import KERNEL_PATTERN, PROFILER_STEP, StepResult, find_steps
 from profkit.analysis.steps.activity import busy_in_windows, load_activity
 from profkit.analysis.steps.per_step import PARTS, per_step_breakdown
-from profkit.analysis.timeline import ACTIVITY_TABLES
+from profkit.analysis.timeline.busy import ACTIVITY_TABLES
 from profkit.model import Trace
 from profkit.model.clock import SESSION_START, seconds_text, session_zero
 from profkit.output import Column

@@ -29,8 +29,8 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
-from profkit.analysis import kernel_origin
-from profkit.analysis.launch_calls import CallIndex, launch_calls
+from profkit.analysis.kernels import origin
+from profkit.analysis.timeline.launch_calls import CallIndex, launch_calls
 from profkit.model import Trace
 
 _EVENT_COLUMNS = ["start", "end", "stream", "device", "pid", "correlation"]
@@ -86,9 +86,9 @@ def gpu_events(trace: Trace, include_syncs: bool = True, hta_filter: bool = True
             # HTA types every "... Sync" record 'other'; a "Stream Wait Event" too on its main branch.
             # A graph replay whose kernels were not traced is typed by its label ("CUDA graph 4"):
             # computation, the type of what cannot be told apart.
-            part["kernel_type"] = kernel_origin.kernel_types(_names(trace, table, rows, n)) \
+            part["kernel_type"] = origin.kernel_types(_names(trace, table, rows, n)) \
                 if table in ("kernels", "graphs") \
-                else kernel_origin.OTHER if table == "syncs" else kernel_origin.MEMORY
+                else origin.OTHER if table == "syncs" else origin.MEMORY
         parts.append(part)
     events = _concat(parts, [c for c in (*_EVENT_COLUMNS, *EVENT_COLUMNS) if c in wanted])
     call = events.pop("call")

@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 
 from profkit.analysis.breakdown import intervals
-from profkit.analysis.launch_calls import launch_calls
-from profkit.analysis.timeline import gpu_busy_segments, longest_intervals
+from profkit.analysis.timeline.launch_calls import launch_calls
+from profkit.analysis.timeline.busy import gpu_busy_segments, longest_intervals
 from profkit.model import Trace, schema
 
 TOP_PER_KIND = 5

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from profkit.analysis import kernel_origin
+from profkit.analysis.kernels import origin
 from profkit.analysis.breakdown import intervals
 
 # HTA's default consecutive_kernel_delay (30, compared with microsecond gaps).
@@ -49,7 +49,7 @@ KERNEL_WAIT = "kernel_wait"
 OTHER_WAIT = "other"
 IDLE_CATEGORIES = (HOST_WAIT, KERNEL_WAIT, OTHER_WAIT)
 # HTA's kernel_type_to_analysis order; labels name the types in this order.
-KERNEL_TYPES = (kernel_origin.COMPUTATION, kernel_origin.COMMUNICATION, kernel_origin.MEMORY)
+KERNEL_TYPES = (origin.COMPUTATION, origin.COMMUNICATION, origin.MEMORY)
 
 
 def _of_type(events: pd.DataFrame, kind: str) -> np.ndarray:
@@ -72,7 +72,7 @@ def temporal_breakdown(events: pd.DataFrame) -> dict[str, Any]:
     kernel_time = int(me[-1] - ms[0])
     busy = int((me - ms).sum())
     idle = kernel_time - busy
-    is_compute = _of_type(events, kernel_origin.COMPUTATION)
+    is_compute = _of_type(events, origin.COMPUTATION)
     compute = intervals.total(s[is_compute], e[is_compute])
     non_compute = kernel_time - compute - idle
     return {
@@ -92,7 +92,7 @@ def kernel_type_breakdown(events: pd.DataFrame) -> dict[str, Any]:
     twice, like ``nsys stats`` totals)."""
     s = events["start"].to_numpy()
     e = events["end"].to_numpy()
-    masks = {t: _of_type(events, t) for t in (*KERNEL_TYPES, kernel_origin.OTHER)}
+    masks = {t: _of_type(events, t) for t in (*KERNEL_TYPES, origin.OTHER)}
     sets = [(s[masks[t]], e[masks[t]]) for t in KERNEL_TYPES]
     by_mask = intervals.overlap_by_mask(sets)
     time_ns: dict[str, int] = {}
@@ -109,8 +109,8 @@ def comm_comp_overlap(events: pd.DataFrame) -> dict[str, Any]:
     """Communication time, the part of it overlapped by computation, and the share (%)."""
     s = events["start"].to_numpy()
     e = events["end"].to_numpy()
-    comm = _of_type(events, kernel_origin.COMMUNICATION)
-    comp = _of_type(events, kernel_origin.COMPUTATION)
+    comm = _of_type(events, origin.COMMUNICATION)
+    comp = _of_type(events, origin.COMPUTATION)
     by_mask = intervals.overlap_by_mask([(s[comm], e[comm]), (s[comp], e[comp])])
     comm_ns = by_mask.get(1, 0) + by_mask.get(3, 0)
     overlap_ns = by_mask.get(3, 0)

@@ -4,7 +4,7 @@ The step time (steady state, per step) splits into GPU busy time and GPU idle
 time (``attribution``).  The idle time is split further by what the main
 thread was doing at each idle instant, first match wins:
 
-- **sync**: inside a blocking CUDA call (``sync_calls.api_role``: a
+- **sync**: inside a blocking CUDA call (``calls.api_role``: a
   synchronize, a synchronous copy or memset): *sync-bound*, named by the Python
   lines those calls were made from;
 - **launch**: inside a launch call (``breakdown.launch`` APIs): the GPU drains
@@ -29,7 +29,7 @@ from profkit.analysis.breakdown.launch import LAUNCH_APIS, MEMORY_LAUNCH_APIS
 from profkit.analysis.host.attribution import HostResult, covered
 from profkit.analysis.steps.activity import merged_intervals
 from profkit.analysis.steps.result import format_duration
-from profkit.analysis.sync_calls import api_role, base_api_name
+from profkit.analysis.sync.calls import api_role, base_api_name
 from profkit.model import Trace
 
 TOP = 5

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from profkit.analysis import kernel_origin
+from profkit.analysis.kernels import origin
 from profkit.analysis.occupancy.calculator import (
     DeviceLimits,
     advice,
@@ -254,9 +254,9 @@ def occupancy_row(launch: Mapping[str, Any], device: DeviceLimits,
                   total_ns: int | None = None) -> dict[str, Any]:
     """The occupancy row for one grouped launch configuration (keys as in ``launch_configs``)."""
     row = dict(launch)
-    library = kernel_origin.library(str(row.get("name") or ""))
-    user_code = kernel_origin.origin(str(row.get("name") or "")) == kernel_origin.USER
-    row.update(library=library, origin=kernel_origin.USER if user_code else kernel_origin.VENDOR, user_code=user_code)
+    library = origin.library(str(row.get("name") or ""))
+    user_code = origin.origin(str(row.get("name") or "")) == origin.USER
+    row.update(library=library, origin=origin.USER if user_code else origin.VENDOR, user_code=user_code)
     kwargs = {"smem_config_bytes": launch.get("smem_config_bytes") or None}
     occ = occupancy(device, row["block_size"], row["registers_per_thread"],
                     row.get("static_smem_bytes") or 0, row.get("dynamic_smem_bytes") or 0, **kwargs)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profkit.analysis.kernel_names import function_name
+from profkit.analysis.kernels.names import function_name
 from profkit.analysis.roofline.roofs import MEMORY_ROOFS, RooflineRow, aggregate, roofline_rows
 from profkit.errors import ProfkitError
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from profkit.analysis.intervals import busy_within, merge_intervals
-from profkit.analysis.launch_calls import CallIndex, launch_calls
+from profkit.analysis.timeline.intervals import busy_within, merge_intervals
+from profkit.analysis.timeline.launch_calls import CallIndex, launch_calls
 from profkit.model import Trace, schema
 
 ACTIVITY_TABLES = schema.GPU_WORK_TABLES

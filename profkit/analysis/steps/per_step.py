@@ -5,7 +5,7 @@ breakdown reads (``profkit.analysis.breakdown``): **compute** is the time
 any computation kernel runs; **communication** the time NCCL kernels run
 with no computation under them; **memory** the time copies/sets run with
 neither; **other** the remaining GPU work; **idle** the time nothing runs.
-Kernel types are HTA's (``profkit.analysis.kernel_origin``).
+Kernel types are HTA's (``profkit.analysis.kernels.origin``).
 """
 
 from __future__ import annotations

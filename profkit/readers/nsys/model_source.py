@@ -312,7 +312,7 @@ class NsysSource:
 
     def details(self) -> dict[str, Any]:
         """Driver and runtime versions, capture settings, launched commands (``details.capture_details``):
-        ``profkit.analysis.capture`` asks the source for them, so it never imports this reader."""
+        ``profkit.analysis.timeline.capture`` asks the source for them, so it never imports this reader."""
         return capture_details(self.export)
 
     def nccl_ranks(self) -> list[nccl_payload.NcclRank]:

@@ -2,7 +2,7 @@
 
 The statistics themselves (count, total, avg, median, min, max, stddev,
 rounded the way each nsys release rounds) are pure numpy and live in
-``profkit.analysis.grouped_stats``; this module gets the columns out of
+``profkit.analysis.kernels.grouped_stats``; this module gets the columns out of
 SQLite (``collect_columns``).
 
 Speed: SQLite has no hash aggregation, so ``GROUP BY`` on an unindexed

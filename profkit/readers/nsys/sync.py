@@ -1,6 +1,6 @@
 """Labels of the nsys enum columns the trace model reads, and NVTX domain names.
 
-The stall analysis runs on the trace model (``profkit.analysis.sync_inputs``);
+The stall analysis runs on the trace model (``profkit.analysis.sync.inputs``);
 what stays here is the SQL that names nsys's enum values and NVTX domains
 for ``model_source``:
 

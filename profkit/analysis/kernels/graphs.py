@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from profkit.analysis.launch_calls import launch_calls
+from profkit.analysis.timeline.launch_calls import launch_calls
 from profkit.model import Trace, schema
 
 GRAPH_LEVEL = "graph"

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from profkit.analysis.kernel_names import code_key
+from profkit.analysis.kernels.names import code_key
 from profkit.model import Trace
 
 # The keys every row gets from ``attach_code`` (None where the code is unknown).
@@ -229,7 +229,7 @@ def _below(path: Path, root: Path) -> bool:
 def code_note(rows: Sequence[dict[str, Any]], directories: Sequence[Path]) -> str | None:
     """One sentence on what was found, for the kernels whose code could be there
     (Triton's names); None when there are none.  Code compiled now (--kernels) has
-    its own note (``kernel_targets.compiled_note``)."""
+    its own note (``targets.compiled_note``)."""
     triton = [r for r in rows if r.get("code_source") != "compiled"
               and (str(r.get("name", "")).startswith("triton_") or r.get("code_variants"))]
     if not triton:

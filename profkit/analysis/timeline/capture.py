@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from profkit.analysis.timeline import gpu_busy
+from profkit.analysis.timeline.busy import gpu_busy
 from profkit.model import NSYS, Trace
 
 TOOL_NAMES = {"nsys": "Nsight Systems", "kineto": "PyTorch profiler (Kineto)"}

@@ -1,4 +1,4 @@
-"""The GPU idle time each sync event caused (the definition: ``profkit.analysis.sync_events``).
+"""The GPU idle time each sync event caused (the definition: ``profkit.analysis.sync.events``).
 
 ``attach_gpu_idle`` puts the events' times into arrays once and finds, per
 device and per batch of that device's GPU work, each event's busy frontier
@@ -17,7 +17,7 @@ ActivitySource = Callable[[int], Iterable[Sequence[tuple[int, int]]]]
 
 
 class IdleTarget(Protocol):
-    """What ``attach_gpu_idle`` reads and fills of an event (``sync_events.SyncEvent`` is one);
+    """What ``attach_gpu_idle`` reads and fills of an event (``events.SyncEvent`` is one);
     named here so that this module needs nothing of the module that imports it."""
 
     device: int | None
@@ -34,7 +34,7 @@ class IdleTarget(Protocol):
 
 def attach_gpu_idle(events: Sequence[IdleTarget], devices: Sequence[int], activity: ActivitySource,
                     first_kernel: Callable[[int], int | None] | None = None) -> None:
-    """Fill gpu_idle_ns/idle_start/idle_end (the definition: ``sync_events``'s module docstring).
+    """Fill gpu_idle_ns/idle_start/idle_end (the definition: ``events``'s module docstring).
 
     ``activity(device)`` yields batches of (start, end) of that device's
     kernels/memcpys/memsets ordered by start; one pass per device.  The

@@ -1,7 +1,7 @@
 """CPU ranges as columns, and the ranges around each sync event, found in numpy.
 
 ``RangeColumns`` holds the annotated CPU ranges (``NvtxRange``'s facts) in the
-order ``sync_events.attach_nvtx`` reads them: by thread, then start, longest
+order ``events.attach_nvtx`` reads them: by thread, then start, longest
 first.  A big trace has a range per step (tens of thousands); only the ranges
 that hold a sync event become ``NvtxRange`` records.
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from profkit.analysis.sync_calls import NvtxRange
+from profkit.analysis.sync.calls import NvtxRange
 
 
 @dataclass

@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from profkit.analysis import noise
-from profkit.analysis.kernel_names import canonical_column
+from profkit.analysis.compare import noise
+from profkit.analysis.kernels.names import canonical_column
 from profkit.analysis.steps.windows import step_of
 from profkit.errors import ProfkitError
 from profkit.model import Trace
@@ -113,7 +113,7 @@ def _pair_template_changes(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     canonical name shares the most with it at both ends (a block size in the middle).  Where
     the counts differ (cuBLAS dropped two GEMM kernels of one wrapper template and picked one
     other), any pairing would be a guess: they stay gone and new."""
-    from profkit.analysis.kernel_names import template_base
+    from profkit.analysis.kernels.names import template_base
 
     gone: dict[str, list[dict[str, Any]]] = {}
     new_count: dict[str, int] = {}
@@ -168,7 +168,7 @@ def _kernel_status(base_ns: float, new_ns: float, base_samples: np.ndarray, new_
 
 def sync_changes(base: Trace, new: Trace) -> list[dict[str, Any]]:
     """Sync sites of both runs: rows source, api, base_count, new_count, status."""
-    from profkit.analysis.stalls import analyze_stalls
+    from profkit.analysis.sync.stalls import analyze_stalls
 
     def sites(trace: Trace) -> dict[tuple[str, str], dict[str, Any]]:
         out: dict[tuple[str, str], dict[str, Any]] = {}
@@ -310,8 +310,8 @@ def regression_pct(result: dict[str, Any]) -> float | None:
 def check_comparable(base: Trace, new: Trace, *, force: bool = False) -> float:
     """The share of kernel names the two traces have in common; raises for a trace
     without kernels, and for two traces that look like different programs (unless
-    ``force``; ``profkit.analysis.same_program``)."""
-    from profkit.analysis.same_program import check_traces
+    ``force``; ``profkit.analysis.compare.same_program``)."""
+    from profkit.analysis.compare.same_program import check_traces
 
     if base.count("kernels") == 0 or new.count("kernels") == 0:
         empty = base.name if base.count("kernels") == 0 else new.name

@@ -1,13 +1,13 @@
 """The stall analysis's inputs, built from any ``Trace``'s columns.
 
-- ``api_calls``: the CUDA calls that may block (``sync_calls.api_role``), each
+- ``api_calls``: the CUDA calls that may block (``calls.api_role``), each
   joined with the memcpy, memset and synchronization rows of the same
   (process, correlation id), ordered by thread, start, correlation;
 - ``unmatched_syncs``: synchronization rows whose API call the trace lacks;
 - ``gpu_devices`` / ``gpu_activity`` / ``gpu_activity_window``: kernel,
   memcpy and memset intervals per device, ordered by start;
 - ``cpu_ranges``: annotated CPU ranges as columns (``RangeColumns``), ordered
-  by thread, start, longest first (the order ``sync_events.attach_nvtx`` reads);
+  by thread, start, longest first (the order ``events.attach_nvtx`` reads);
 - ``python_sites``: where a trace's Python stacks put each API call (Kineto).
 
 Everything stays columns: the candidate calls (``CallColumns``) and the
@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from profkit.analysis.sync_calls import (
+from profkit.analysis.sync.calls import (
     TID_BITS,
     ApiCall,
     CallColumns,
@@ -31,7 +31,7 @@ from profkit.analysis.sync_calls import (
     kind_values,
     thread_key,
 )
-from profkit.analysis.sync_ranges import RangeColumns
+from profkit.analysis.sync.ranges import RangeColumns
 from profkit.model import NSYS, Coded, Trace
 from profkit.model.cuda_labels import COPY_KIND_LABELS, MEM_KIND_LABELS
 

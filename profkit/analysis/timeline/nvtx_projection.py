@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from profkit.analysis.launch_calls import launch_calls
+from profkit.analysis.timeline.launch_calls import launch_calls
 from profkit.model import Trace
 
 # pid and tid are below 2**24 (nsys packs them so); one int64 names a thread.
@@ -51,7 +51,7 @@ class KernelRangePairs:
 
 
 def kernel_range_pairs(trace: Trace) -> KernelRangePairs:
-    from profkit.analysis.ranges import cpu_ranges  # imports pandas: only here
+    from profkit.analysis.timeline.ranges import cpu_ranges  # imports pandas: only here
 
     trace.require("kernels", "CUDA kernel data")
     trace.require("api", "CUDA API trace data")

@@ -26,8 +26,8 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from profkit.analysis.collectives import across_ranks
-from profkit.analysis.same_program import check_same_program
+from profkit.analysis.ranks.collectives import across_ranks
+from profkit.analysis.compare.same_program import check_same_program
 from profkit.errors import ProfkitError
 
 # A rank is the straggler when the others wait for it in collectives for at
@@ -39,7 +39,7 @@ STRAGGLER_MIN_EXCESS = 0.03
 # Kernels whose total time differs across ranks by more than this share.
 KERNEL_SKEW_MIN = 0.10
 # Two ranks ran the same program when they share at least half their kernel names
-# (``profkit.analysis.same_program``, the check every comparison shares; measured: the
+# (``profkit.analysis.compare.same_program``, the check every comparison shares; measured: the
 # slowed DDP rank shares all but one of ~30 names, the GELU and MLP samples a few).
 
 RANK_KEYS = ("rank", "rank_source", "file", "steps", "step_median_ns", "kernel_ns", "compute_kernel_ns",
@@ -134,7 +134,7 @@ def aligned_steps(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 def collectives(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """NCCL kernels by collective type: count and time per rank, the skew, and
     message sizes and bandwidth where the traces record sizes
-    (``profkit.analysis.collectives.across_ranks``)."""
+    (``profkit.analysis.ranks.collectives.across_ranks``)."""
     per_type: dict[str, dict[Any, dict[str, Any]]] = {}
     for s in summaries:
         if "error" in s:

@@ -13,7 +13,7 @@ vectorized_elementwise_kernel<4, AbsFunctor<float>, ...>`` for nsys's ``void
 at::native::vectorized_elementwise_kernel<(int)4, at::native::AbsFunctor<float>,
 ...>``), ``unnamed>::`` for an anonymous namespace.  Both sides are reduced to
 one key (``join_key``): qualifiers dropped, then
-``kernel_names.canonical_kernel_name``.  A name with no match falls back to its
+``names.canonical_kernel_name``.  A name with no match falls back to its
 bare function name where that names exactly one kernel on each side.
 """
 
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-from profkit.analysis.kernel_names import NAME_CACHE, canonical_kernel_name, code_key, has_parameter_list
+from profkit.analysis.kernels.names import NAME_CACHE, canonical_kernel_name, code_key, has_parameter_list
 from profkit.model import Trace
 
 # The keys every row gets from ``attach_bandwidth`` (None where ncu did not profile the kernel).

@@ -32,7 +32,7 @@ def kernel_keys(trace: Trace) -> set[str]:
     """The canonical names of the kernels (and untraced CUDA graph replays) a trace ran."""
     import pandas as pd
 
-    from profkit.analysis.kernel_names import canonical_kernel_name
+    from profkit.analysis.kernels.names import canonical_kernel_name
 
     names: set[str] = set()
     for table in ("kernels", "graphs"):

@@ -10,12 +10,17 @@ One place for the two rules every range analysis shares:
   which the nsys reader records), nvtx_kern_sum at the last range timestamp
   (``open_end="ranges"``).
 
-``cpu_ranges`` returns them as columns (a DataFrame), never as objects.
+``cpu_ranges`` returns them as columns (a DataFrame), never as objects.  On top of it:
+``nvtx_window`` (the span they cover), ``nvtx_bars`` (the longest ranges in a window with
+their nesting depth per thread, as the report's timeline draws them) and
+``enclosing_ranges`` (the shortest ranges that contain an interval: what the program was
+doing during an idle gap).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -91,3 +96,84 @@ def cpu_ranges(trace: Trace, columns: Sequence[str] = (), open_end: str = "nvtx_
             out[column] = frame[column].to_numpy()[rows] if not isinstance(frame[column].dtype, pd.CategoricalDtype) \
                 else frame[column].array[rows]
     return out
+
+
+def nvtx_window(trace: Trace) -> tuple[int, int] | None:
+    """(first start, last end) of the CPU-side ranges (an open range ends as nvtx_sum ends it)."""
+    ranges = cpu_ranges(trace)
+    if not len(ranges):
+        return None
+    start, end = ranges["start"].to_numpy(), ranges["end"].to_numpy()
+    return int(start.min()), int(np.maximum(end, start).max())
+
+
+@dataclass
+class NvtxBar:
+    """One range as drawn, named as the NVTX summary names it ("domain:text")."""
+
+    text: str | None
+    style: str  # PushPop | StartEnd ('' where the source has no style)
+    start_ns: int
+    end_ns: int
+    tid: int | None
+    depth: int = 0  # nesting level within its thread (0 = outermost)
+
+
+def nvtx_bars(trace: Trace, start_ns: int, end_ns: int, min_duration_ns: int = 0,
+              limit: int = 2000) -> tuple[list[NvtxBar], int]:
+    """The longest CPU-side ranges overlapping ``[start_ns, end_ns)`` (at most ``limit``,
+    none shorter than ``min_duration_ns``), and how many ranges overlap in all.
+
+    Names and open-range ends are those of the NVTX summary.  Depth is the
+    nesting level among the returned ranges of the same thread.
+    """
+    ranges = cpu_ranges(trace, ("pid", "tid", "style"))
+    if not len(ranges):
+        return [], 0
+    s, e = ranges["start"].to_numpy(), ranges["end"].to_numpy()
+    overlap = np.flatnonzero((s < end_ns) & (e > start_ns))
+    d = e[overlap] - s[overlap]
+    keep = overlap[d >= min_duration_ns]
+    order = np.lexsort((s[keep], -(e[keep] - s[keep])))[:limit]  # longest first, then earliest
+    chosen = keep[order]
+    labels, styles = ranges["label"].array, ranges["style"].array
+    tids = ranges["tid"].to_numpy()
+    bars = [NvtxBar(None if isinstance(labels[i], float) else labels[i], str(styles[i]), int(s[i]), int(e[i]),
+                    None if tids[i] < 0 else int(tids[i])) for i in chosen.tolist()]
+    _assign_depths(bars)
+    return bars, len(overlap)
+
+
+def _assign_depths(bars: list[NvtxBar]) -> None:
+    """A level per range within its thread: the lowest level free at its start.
+
+    A nested range starts while its parent still holds a level, so it lands
+    below it; ranges that overlap without nesting (start/end) stack the same way.
+    """
+    by_thread: dict[int | None, list[NvtxBar]] = {}
+    for bar in bars:
+        by_thread.setdefault(bar.tid, []).append(bar)
+    for group in by_thread.values():
+        group.sort(key=lambda b: (b.start_ns, -b.end_ns))
+        level_ends: list[int] = []  # when each level becomes free
+        for bar in group:
+            level = next((i for i, end in enumerate(level_ends) if end <= bar.start_ns), len(level_ends))
+            if level == len(level_ends):
+                level_ends.append(bar.end_ns)
+            else:
+                level_ends[level] = bar.end_ns
+            bar.depth = level
+
+
+def enclosing_ranges(trace: Trace, start_ns: int, end_ns: int, limit: int = 3) -> list[str]:
+    """Names (as the NVTX summary names them) of the shortest CPU-side ranges that contain
+    all of ``[start_ns, end_ns]``, innermost first; e.g. what the program was doing during an idle gap."""
+    ranges = cpu_ranges(trace)
+    if not len(ranges):
+        return []
+    s, e = ranges["start"].to_numpy(), ranges["end"].to_numpy()
+    inside = np.flatnonzero((s <= start_ns) & (e >= end_ns))
+    order = inside[np.lexsort((s[inside], e[inside] - s[inside]))]
+    labels = ranges["label"].array
+    names = [labels[i] for i in order.tolist()]
+    return [n for n in names if isinstance(n, str)][:limit]

@@ -1,9 +1,9 @@
 """CUDA calls that can block the CPU, and annotated ranges, as small records.
 
-What the stall analysis (``profkit.analysis.sync_events``) consumes: the few
+What the stall analysis (``profkit.analysis.sync.events``) consumes: the few
 API calls that may synchronize (``ApiCall``, with what their memcpy, memset
 or synchronization activity says) and the CPU-side ranges (``NvtxRange``).
-``profkit.analysis.sync_inputs`` builds them from any ``Trace``.
+``profkit.analysis.sync.inputs`` builds them from any ``Trace``.
 
 Which calls block the CPU (the CUDA runtime's "API synchronization
 behavior" notes; nsys's own expert rules cuda_api_sync, cuda_memcpy_sync,

@@ -1,13 +1,13 @@
 """Sync events from plain data: detection, GPU idle gaps, Python sites, steps.
 
-The functions take what ``profkit.analysis.sync_inputs`` builds from a trace
+The functions take what ``profkit.analysis.sync.inputs`` builds from a trace
 (``ApiCall``, ``NvtxRange``, batches of ``(start, end)``) or hand-built lists of the same,
 fill ``SyncEvent``/``Step`` records and never print;
-``profkit.analysis.stalls`` aggregates them.
+``profkit.analysis.sync.stalls`` aggregates them.
 
 Definitions (all times in ns, on the trace's clock):
 
-- **sync event**: one blocking CUDA call (see ``profkit.analysis.sync_calls``), or a
+- **sync event**: one blocking CUDA call (see ``profkit.analysis.sync.calls``), or a
   host<->device copy immediately followed, on the same thread, by a sync
   call -- PyTorch's ``.item()`` is ``cudaMemcpyAsync`` (DtoH, pinned) then
   ``cudaStreamSynchronize``; the pair is one event, its ``api`` reads
@@ -58,7 +58,7 @@ from typing import Any
 
 import numpy as np
 
-from profkit.analysis.sync_calls import (
+from profkit.analysis.sync.calls import (
     PID_MASK,
     SYNC_APIS,
     TO_HOST_COPIES,
@@ -69,8 +69,7 @@ from profkit.analysis.sync_calls import (
     NvtxRange,
     decode_thread,
 )
-from profkit.analysis.sync_idle import ActivitySource, attach_gpu_idle  # noqa: F401 (part of this API)
-from profkit.analysis.sync_ranges import RangeColumns, enclosing
+from profkit.analysis.sync.ranges import RangeColumns, enclosing
 from profkit.model.cuda_labels import COPY_KIND_LABELS, MEM_KIND_LABELS
 from profkit.model import sync_sites
 
@@ -224,9 +223,6 @@ def _describe_copy(call: ApiCall, copy_labels: dict[int, str], mem_labels: dict[
     return f"{direction}{size}" + (f" {prep} {host}" if host and host != "Device" else "")
 
 
-# -- GPU idle: profkit.analysis.sync_idle (re-exported here) ------------------------
-
-
 # -- NVTX: Python sites, enclosing ranges, steps -------------------------------
 def decode_site(text: str | None) -> tuple[str, str, str] | None:
     """(kind, "file:line", code) of a profkit.sync range text, else None.
@@ -280,7 +276,7 @@ def attach_nvtx(events: Sequence[SyncEvent], ranges: Iterable[NvtxRange] | Range
     """Fill each event's enclosing ranges and Python site; collect the top-level range names.
 
     ``ranges`` are ordered by thread, then start (longest first on ties), as
-    ``sync_inputs.cpu_ranges`` gives them; events are matched on the same
+    ``inputs.cpu_ranges`` gives them; events are matched on the same
     thread.  A range encloses an event when it began at or before the
     event's waiting call and ended at or after it; the innermost enclosing
     sync-hook range gives the event its Python site, the others are its

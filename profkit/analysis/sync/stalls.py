@@ -1,9 +1,9 @@
 """Sync stalls: every CPU-GPU synchronization, its Python line, and what it cost.
 
 ``analyze_stalls(trace)`` takes any ``Trace`` (nsys export, Kineto trace):
-``profkit.analysis.sync_inputs`` turns its columns into the candidate calls,
+``profkit.analysis.sync.inputs`` turns its columns into the candidate calls,
 GPU activity and CPU ranges that the event functions of
-``profkit.analysis.sync_events`` consume (where the definitions of CPU time
+``profkit.analysis.sync.events`` consume (where the definitions of CPU time
 blocked, GPU idle time caused, source and steps live); then it aggregates
 per call site and per range, prices the steps and writes plain-language
 findings.  The Python line of a sync comes from profkit's sync-hook ranges
@@ -26,12 +26,11 @@ from typing import Any
 
 import numpy as np
 
-from profkit.analysis.sync_events import (
+from profkit.analysis.sync.events import (
     NO_RANGE,
     NvtxScan,
     Step,
     SyncEvent,
-    attach_gpu_idle,
     attach_nvtx,
     attach_steps,
     build_events,
@@ -39,8 +38,10 @@ from profkit.analysis.sync_events import (
     label_of,
     step_matcher,
 )
-from profkit.analysis import noise, sync_inputs
-from profkit.analysis.sync_calls import NvtxRange, decode_thread, thread_key
+from profkit.analysis.compare import noise
+from profkit.analysis.sync import inputs
+from profkit.analysis.sync.idle import attach_gpu_idle
+from profkit.analysis.sync.calls import NvtxRange, decode_thread, thread_key
 from profkit.errors import ProfkitError
 from profkit.model import Trace
 
@@ -286,21 +287,21 @@ def analyze_stalls(trace: Trace, *, step_range: str | None = None, threshold_pct
     ``source_roots``: folders to look for the recorded source files in (the
     profiled program's working folder, when known).
     """
-    from profkit.analysis.summaries import as_trace
+    from profkit.analysis.kernels.summaries import as_trace
 
     trace = as_trace(trace)
     trace.require("api", "CUDA API trace data")
     # the kernels (GPU idle, steps) load on a second connection while the API calls load here;
     # a no-op where the report has them already
     trace.prefetch("kernels", ["start", "end", "device", "pid", "correlation", "name"])
-    events = build_events(sync_inputs.api_calls(trace))
-    events += [SyncEvent(c.global_tid, (c,)) for c in sync_inputs.unmatched_syncs(trace)]
+    events = build_events(inputs.api_calls(trace))
+    events += [SyncEvent(c.global_tid, (c,)) for c in inputs.unmatched_syncs(trace)]
     events.sort(key=lambda e: (e.start, e.global_tid))
-    devices = sync_inputs.gpu_devices(trace)
-    attach_gpu_idle(events, devices, lambda device: sync_inputs.gpu_activity(trace, device),
-                    lambda device: sync_inputs.first_kernel_start(trace, device))
-    scan = attach_nvtx(events, sync_inputs.cpu_ranges(trace))
-    attach_python_sites(events, sync_inputs.python_sites(trace))
+    devices = inputs.gpu_devices(trace)
+    attach_gpu_idle(events, devices, lambda device: inputs.gpu_activity(trace, device),
+                    lambda device: inputs.first_kernel_start(trace, device))
+    scan = attach_nvtx(events, inputs.cpu_ranges(trace))
+    attach_python_sites(events, inputs.python_sites(trace))
     label, steps = finder_steps(trace, step_range)
     attach_steps(events, steps)
     is_step = step_matcher(step_range) if step_range else _key_matcher(label, scan)
@@ -454,9 +455,9 @@ def timeline(trace: Trace, report: StallReport, *, max_steps: int = 3) -> Timeli
     inside = [e for e in report.events if e.start < t1 and max(e.end, e.idle_end or 0) > t0]
     device = Counter(e.device for e in inside if e.device is not None).most_common(1)
     dev = device[0][0] if device else None
-    from profkit.analysis.summaries import as_trace
+    from profkit.analysis.kernels.summaries import as_trace
 
-    gpu = sync_inputs.gpu_activity_window(as_trace(trace), dev, t0, t1) if dev is not None else []
+    gpu = inputs.gpu_activity_window(as_trace(trace), dev, t0, t1) if dev is not None else []
     syncs = [{"start": e.start, "end": e.end, "idle_start": e.idle_start, "idle_end": e.idle_end,
               "label": (f"{os.path.basename(e.source.rpartition(':')[0])}:{e.source.rpartition(':')[2]}"
                         if e.source else e.anchor.name) + f" ({e.cause})"}

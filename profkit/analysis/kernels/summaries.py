@@ -9,14 +9,12 @@ from its columns and returns plain rows (a list of dicts); none prints:
   user_annotation ranges)
 - ``memory_summary``  = ``cuda_gpu_mem_time_sum`` + ``cuda_gpu_mem_size_sum``
 - ``nvtx_kernel_summary`` = ``nvtx_kern_sum`` (kernels per enclosing range)
-- ``capture_info``    = the capture: versions, GPU, span, GPU busy %
-  (``profkit.analysis.capture``, re-exported)
 
 Rows of the first three have the keys of ``SUMMARY_KEYS`` (NVTX rows add
 ``style``), in nsys's order: total time descending.  Times are integer ns;
 ``avg_ns``, ``med_ns`` and ``stddev_ns`` are rounded to 0.1 ns the way the
 trace's nsys release rounds them (``TraceMeta.rounding_mode``), ``time_pct``
-to 0.1 %.  The statistics are ``profkit.analysis.grouped_stats``.
+to 0.1 %.  The statistics are ``profkit.analysis.kernels.grouped_stats``.
 
 Transition: an ``NsysExport`` is still accepted where a ``Trace`` is expected
 (``as_trace``), so callers not yet ported keep working.
@@ -29,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from profkit.analysis.grouped_stats import GroupStats, round_like_nsys, stats_from_columns
+from profkit.analysis.kernels.grouped_stats import GroupStats, round_like_nsys, stats_from_columns
 from profkit.model.keys import NULL_INT, encode_keys
 from profkit.model import Coded, Trace
 
@@ -76,11 +74,11 @@ def nvtx_summary(trace: Trace) -> list[Row]:
     """One row per range name and style (PushPop / StartEnd), like nvtx_sum.
 
     Names and the end of a never-closed range follow nvtx_sum
-    (``profkit.analysis.ranges``): "domain:text" in a named NVTX domain,
+    (``profkit.analysis.timeline.ranges``): "domain:text" in a named NVTX domain,
     ":text" or "text" in the default one as the trace's nsys release
     prints it; Kineto's record_function / user_annotation ranges by their
     name.  GPU-side copies of annotations are left out."""
-    from profkit.analysis.ranges import cpu_ranges
+    from profkit.analysis.timeline.ranges import cpu_ranges
 
     trace = as_trace(trace)
     trace.require("ranges", "NVTX data")
@@ -215,7 +213,7 @@ def nvtx_kernel_summary(trace: Trace) -> list[Row]:
     instances; the time figures are over the kernels of the row.  Ordered as
     nsys orders it: range, pid, tid, total time descending.
     """
-    from profkit.analysis.nvtx_projection import kernel_range_pairs
+    from profkit.analysis.timeline.nvtx_projection import kernel_range_pairs
 
     trace = as_trace(trace)
     pairs = kernel_range_pairs(trace)
@@ -346,11 +344,3 @@ def _distinct_per_group(group: np.ndarray, ids: np.ndarray, ignore: int | None =
     pairs //= span
     return np.bincount(pairs, weights=new, minlength=n_groups).astype(np.int64)
 
-
-# The capture and GPU busy time (``profkit info``), re-exported under their old home.
-from profkit.analysis.capture import capture_info  # noqa: E402
-from profkit.analysis.timeline import gpu_busy, union_length  # noqa: E402
-
-__all__ = ["SUMMARY_KEYS", "NVTX_KERNEL_KEYS", "api_summary", "as_trace", "capture_info", "gpu_busy",
-           "kernel_summary", "memory_summary", "nvtx_kernel_summary", "nvtx_range_gpu_time", "nvtx_summary",
-           "top_n", "union_length"]

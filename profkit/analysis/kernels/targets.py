@@ -1,6 +1,6 @@
 """Machine code for traced kernels compiled now from their sources: ``--kernels TARGET``.
 
-A trace names its kernels; a Triton or inductor cache (``kernel_code.code_by_kernel``)
+A trace names its kernels; a Triton or inductor cache (``code.code_by_kernel``)
 holds the code that ran, when the run left one.  Without it, the sources the user
 names are compiled here, with ``profkit ptx``'s targets and compiler
 (``profkit.ptx.targets.resolve_target``, ``profkit.ptx.compile.build`` and its
@@ -14,12 +14,12 @@ kernels by function name:
 - a sample name or a sample's file: the sample registry's signature, constexprs and warps;
 - Triton's ``num_warps``: the one given, else one variant per block size the trace
   launched the kernel with (threads / 32), so the variant that ran is the one
-  compiled for its block size (``kernel_code.pick_variant``);
+  compiled for its block size (``code.pick_variant``);
 - ``file.cu`` / ``file.ptx`` / ``file.cubin``: every kernel in it that the trace ran.
   nvcc and nsys spell a C++ kernel with its parameter list
   (``gelu_kernel(const float *, float *, int)``) and its symbol is mangled; a
   Triton (or ``extern "C"``) kernel has neither, so a Triton ``gelu_kernel`` and a
-  CUDA C++ ``gelu_kernel`` in one trace each get their own code (``kernel_names.code_key``).
+  CUDA C++ ``gelu_kernel`` in one trace each get their own code (``names.code_key``).
 
 This is the code the sources compile to here and now, not what ran: a variant
 says so (``code_source`` "compiled"), and a kernel that could not be compiled
@@ -33,8 +33,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from profkit.analysis.kernel_code import launch_configurations, symbol_code_key, variant_of
-from profkit.analysis.kernel_names import code_key, has_parameter_list
+from profkit.analysis.kernels.code import launch_configurations, symbol_code_key, variant_of
+from profkit.analysis.kernels.names import code_key, has_parameter_list
 from profkit.errors import ProfkitError
 from profkit.model import Trace
 
@@ -96,7 +96,7 @@ class KernelTargets:
 @dataclass
 class CompiledCode:
     """What ``compile_for_trace`` found: kernel function name -> variants (as
-    ``kernel_code.code_by_kernel`` gives them), one note per kernel or target
+    ``code.code_by_kernel`` gives them), one note per kernel or target
     that got no code, and what compiled them (for the table's note)."""
 
     code: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
@@ -338,8 +338,8 @@ def code_for_trace(trace: Trace, names: Sequence[str], directories: Sequence[Pat
                    targets: KernelTargets | None = None) -> tuple[dict[str, list[dict[str, Any]]], CompiledCode | None]:
     """The code of the traced kernels ``names``: from the caches under ``directories``
     (what ran) and compiled now from ``targets`` (None when there are none);
-    ``kernel_code.attach_code`` prefers a cache's code to code compiled now."""
-    from profkit.analysis.kernel_code import code_by_kernel
+    ``code.attach_code`` prefers a cache's code to code compiled now."""
+    from profkit.analysis.kernels.code import code_by_kernel
 
     code = code_by_kernel(directories, names=names) if directories else {}
     if not targets:
@@ -354,7 +354,7 @@ def code_notes(rows: Sequence[dict[str, Any]], directories: Sequence[Path],
                compiled: CompiledCode | None) -> list[str]:
     """The notes under a kernel table with code: what the caches held, what was
     compiled now and what it means, and why a kernel named by --kernels has none."""
-    from profkit.analysis.kernel_code import code_note
+    from profkit.analysis.kernels.code import code_note
 
     searched = directories or compiled is None  # "searched: no folder given" says what to do
     notes = [n for n in [code_note(rows, list(directories))] if n] if searched else []

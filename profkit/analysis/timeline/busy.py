@@ -10,12 +10,11 @@
   and one running maximum of the ends; computed once per trace and shared
   by ``gpu_busy`` (the capture's GPU busy %), ``gpu_utilization`` (busy ns
   per bin, any window) and the longest gaps.
-- ``nvtx_bars``: the longest annotated ranges in a window with their
-  nesting depth per thread; ``enclosing_ranges``: the shortest ranges that
-  contain an interval (what the program was doing in an idle gap).
+- ``gpu_busy_per_bin``: busy ns per device in any equal bins (the Perfetto
+  export's and the interactive timeline's counters), read off the same segments.
 
-Columns read: kernels/memcpy/memset (start, end, device, stream, pid) and
-ranges (start, end, pid, tid, name, domain, style, kind).  Memory is a few
+The annotated ranges drawn under the timeline are ``profkit.analysis.timeline.ranges``'s.
+Columns read: kernels/memcpy/memset (start, end, device, stream, pid).  Memory is a few
 arrays of the operations' length (int64), never an object per operation.
 """
 
@@ -26,9 +25,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from profkit.analysis.intervals import busy_until, merge_intervals
+from profkit.analysis.timeline.intervals import busy_until, merge_intervals
 from profkit.analysis.grouping import factorize_rows
-from profkit.analysis.ranges import cpu_ranges
+from profkit.analysis.timeline.ranges import nvtx_window
 from profkit.model import Trace
 
 # Kinds of GPU operation, drawn in this order; each is a table of the model.
@@ -79,18 +78,6 @@ class StreamActivity:
 
 
 @dataclass
-class NvtxBar:
-    """One range as drawn, named as the NVTX summary names it ("domain:text")."""
-
-    text: str | None
-    style: str  # PushPop | StartEnd ('' where the source has no style)
-    start_ns: int
-    end_ns: int
-    tid: int | None
-    depth: int = 0  # nesting level within its thread (0 = outermost)
-
-
-@dataclass
 class Utilization:
     """How busy one device was, per bin, and its longest idle gaps."""
 
@@ -125,15 +112,6 @@ def gpu_window(trace: Trace) -> tuple[int, int] | None:
     if not segments:
         return None
     return min(s.first_ns for s in segments.values()), max(s.last_ns for s in segments.values())
-
-
-def nvtx_window(trace: Trace) -> tuple[int, int] | None:
-    """(first start, last end) of the CPU-side ranges (an open range ends as nvtx_sum ends it)."""
-    ranges = cpu_ranges(trace)
-    if not len(ranges):
-        return None
-    start, end = ranges["start"].to_numpy(), ranges["end"].to_numpy()
-    return int(start.min()), int(np.maximum(end, start).max())
 
 
 def time_window(trace: Trace) -> tuple[int, int] | None:
@@ -392,62 +370,27 @@ def busiest_window(busy_per_bin: np.ndarray, bins: TimeBins, share: float = 0.9)
     return bins.start_ns + best * bins.width_ns, bins.start_ns + last * bins.width_ns
 
 
-# -- ranges -------------------------------------------------------------------------------
-def nvtx_bars(trace: Trace, start_ns: int, end_ns: int, min_duration_ns: int = 0,
-              limit: int = 2000) -> tuple[list[NvtxBar], int]:
-    """The longest CPU-side ranges overlapping ``[start_ns, end_ns)`` (at most ``limit``,
-    none shorter than ``min_duration_ns``), and how many ranges overlap in all.
+# -- busy time per bin, any bins ----------------------------------------------------------
+@dataclass(frozen=True)
+class BusyBins:
+    """``busy_ns[device]`` holds ``len(edges) - 1`` bins of busy nanoseconds."""
 
-    Names and open-range ends are those of the NVTX summary.  Depth is the
-    nesting level among the returned ranges of the same thread.
-    """
-    ranges = cpu_ranges(trace, ("pid", "tid", "style"))
-    if not len(ranges):
-        return [], 0
-    s, e = ranges["start"].to_numpy(), ranges["end"].to_numpy()
-    overlap = np.flatnonzero((s < end_ns) & (e > start_ns))
-    d = e[overlap] - s[overlap]
-    keep = overlap[d >= min_duration_ns]
-    order = np.lexsort((s[keep], -(e[keep] - s[keep])))[:limit]  # longest first, then earliest
-    chosen = keep[order]
-    labels, styles = ranges["label"].array, ranges["style"].array
-    tids = ranges["tid"].to_numpy()
-    bars = [NvtxBar(None if isinstance(labels[i], float) else labels[i], str(styles[i]), int(s[i]), int(e[i]),
-                    None if tids[i] < 0 else int(tids[i])) for i in chosen.tolist()]
-    _assign_depths(bars)
-    return bars, len(overlap)
+    edges: np.ndarray               # int64 ns, bins + 1 values
+    busy_ns: dict[int, np.ndarray]  # device -> int64 ns per bin
+
+    def percent(self, device: int) -> np.ndarray:
+        width = np.diff(self.edges).astype(np.float64)
+        return 100.0 * self.busy_ns[device] / np.where(width > 0, width, 1.0)
 
 
-def _assign_depths(bars: list[NvtxBar]) -> None:
-    """A level per range within its thread: the lowest level free at its start.
+def gpu_busy_per_bin(trace: Trace, start_ns: int, end_ns: int, bins: int) -> BusyBins:
+    """Busy ns per device and bin over ``[start_ns, end_ns)`` (``bins`` equal bins).
 
-    A nested range starts while its parent still holds a level, so it lands
-    below it; ranges that overlap without nesting (start/end) stack the same way.
-    """
-    by_thread: dict[int | None, list[NvtxBar]] = {}
-    for bar in bars:
-        by_thread.setdefault(bar.tid, []).append(bar)
-    for group in by_thread.values():
-        group.sort(key=lambda b: (b.start_ns, -b.end_ns))
-        level_ends: list[int] = []  # when each level becomes free
-        for bar in group:
-            level = next((i for i, end in enumerate(level_ends) if end <= bar.start_ns), len(level_ends))
-            if level == len(level_ends):
-                level_ends.append(bar.end_ns)
-            else:
-                level_ends[level] = bar.end_ns
-            bar.depth = level
-
-
-def enclosing_ranges(trace: Trace, start_ns: int, end_ns: int, limit: int = 3) -> list[str]:
-    """Names (as the NVTX summary names them) of the shortest CPU-side ranges that contain
-    all of ``[start_ns, end_ns]``, innermost first; e.g. what the program was doing during an idle gap."""
-    ranges = cpu_ranges(trace)
-    if not len(ranges):
-        return []
-    s, e = ranges["start"].to_numpy(), ranges["end"].to_numpy()
-    inside = np.flatnonzero((s <= start_ns) & (e >= end_ns))
-    order = inside[np.lexsort((s[inside], e[inside] - s[inside]))]
-    labels = ranges["label"].array
-    names = [labels[i] for i in order.tolist()]
-    return [n for n in names if isinstance(n, str)][:limit]
+    Reads the merged intervals that ``timeline.gpu_busy_segments`` keeps per trace: the
+    report's timeline, capture and utilization have merged them already."""
+    bins = max(1, int(bins))
+    span = max(int(end_ns) - int(start_ns), 1)
+    edges = int(start_ns) + (np.arange(bins + 1, dtype=np.int64) * span) // bins
+    busy = {device: np.diff(busy_until(seg.starts, seg.ends, edges)).astype(np.int64)
+            for device, seg in sorted(gpu_busy_segments(trace).items())}
+    return BusyBins(edges=edges, busy_ns=busy)
