@@ -298,7 +298,7 @@ def test_idle_totals_in_a_window_equal_those_of_the_events_cut_to_it(name: str) 
     totals of the events first cut to the window and then counted whole."""
     import numpy as np
 
-    from profkit.analysis.breakdown import intervals
+    from profkit.analysis.timeline import intervals
 
     with open_trace(nsys_fixture(name)) as trace:
         events, _ = gpu_events(trace, include_syncs=False, hta_filter=False, launch_columns=("launch_start",),

@@ -1,5 +1,6 @@
 """The export's parts on hand-built inputs (bad-input and property tests, named synthetic):
-nesting lanes, binned GPU busy time, and no environment block in any exported string."""
+nesting lanes, binned GPU busy time, and no environment block in any exported string.
+(The interval algebra under the busy time: tests/test_intervals.py.)"""
 
 from __future__ import annotations
 
@@ -12,31 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from profkit.analysis.timeline.busy import gpu_busy_per_bin
-from profkit.analysis.timeline.intervals import busy_until, merge_intervals
 from profkit.export.lanes import nesting_lanes
 from profkit.export.perfetto import export_perfetto
 from profkit.model import Trace, TraceMeta, empty_table, from_columns
 
 intervals = st.lists(st.tuples(st.integers(0, 200), st.integers(0, 60)), max_size=40)
-
-
-def covered(pairs: list[tuple[int, int]], size: int = 300) -> np.ndarray:
-    """The oracle: one boolean per nanosecond."""
-    mask = np.zeros(size, dtype=bool)
-    for start, length in pairs:
-        mask[start:start + length] = True
-    return mask
-
-
-@given(intervals, st.lists(st.integers(-10, 290), min_size=1, max_size=20))
-@settings(max_examples=200, deadline=None)
-def test_busy_until_counts_each_covered_nanosecond_once(pairs, times) -> None:  # noqa: ANN001
-    s = np.array([p[0] for p in pairs], dtype=np.int64)
-    e = s + np.array([p[1] for p in pairs], dtype=np.int64)
-    ms, me = merge_intervals(s, e)
-    mask = covered(pairs)
-    expected = [int(mask[:max(t, 0)].sum()) for t in times]
-    assert busy_until(ms, me, np.array(times)).tolist() == expected
 
 
 def nests(s: np.ndarray, e: np.ndarray) -> bool:

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from profkit.analysis.kernels import summaries
 from profkit.analysis.timeline.capture import capture_info
-from profkit.analysis.timeline.busy import union_length
+from profkit.analysis.timeline.intervals import union_length
 from profkit.cli import cli
 from profkit.errors import ProfkitError
 from profkit.readers import open_trace

@@ -21,7 +21,8 @@ import pytest
 from click.testing import CliRunner
 
 from profkit.analysis.steps import KERNEL_PATTERN, NVTX, PROFILER_STEP, find_steps
-from profkit.analysis.steps.activity import busy_in_windows, load_activity
+from profkit.analysis.steps.activity import load_activity
+from profkit.analysis.timeline.intervals import covered_within, union
 from profkit.cli import cli
 from profkit.readers import open_trace
 from tests.conftest import DATA, nsys_fixture, oracle_csv
@@ -79,7 +80,7 @@ def test_busy_time_is_the_union_of_gpu_activity(train) -> None:
     kernels = sum(int(r["Total Time (ns)"]) for r in _csv_rows(name, "cuda_gpu_kern_sum"))
     copies = sum(int(r["Total Time (ns)"]) for r in _csv_rows(name, "cuda_gpu_mem_time_sum"))
     lo, hi = int(act.all_start.min()), int(act.all_end.max())
-    assert busy_in_windows(act.all_start, act.all_end, np.array([lo]), np.array([hi]))[0] == kernels + copies
+    assert covered_within(*union(act.all_start, act.all_end), np.array([lo]), np.array([hi]))[0] == kernels + copies
     steps = find_steps(trace).steps
     assert (steps["gpu_busy_ns"] <= steps["duration_ns"]).all()
     assert steps["gpu_busy_ns"].sum() < kernels + copies

@@ -17,7 +17,8 @@ import pandas as pd
 
 from profkit import allocator
 from profkit.analysis.steps import KERNEL_PATTERN, PROFILER_STEP, StepResult, find_steps
-from profkit.analysis.steps.activity import busy_in_windows, load_activity
+from profkit.analysis.steps.activity import load_activity
+from profkit.analysis.timeline.intervals import covered_within, union
 from profkit.analysis.steps.per_step import PARTS, per_step_breakdown
 from profkit.analysis.timeline.busy import ACTIVITY_TABLES
 from profkit.model import Trace
@@ -207,7 +208,7 @@ def _busy_between(start: np.ndarray, end: np.ndarray, lo: int, hi: int) -> int:
     """GPU busy time in [lo, hi): the union of the intervals overlapping it (the others add
     nothing inside it), not of a million."""
     near = (end > lo) & (start < hi)
-    return int(busy_in_windows(start[near], end[near], np.array([lo]), np.array([hi]))[0])
+    return int(covered_within(*union(start[near], end[near]), np.array([lo]), np.array([hi]))[0])
 
 
 def _gpu_work(trace: Trace) -> pd.DataFrame | None:

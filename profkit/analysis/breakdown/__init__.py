@@ -18,7 +18,7 @@ from typing import Any
 
 from profkit.analysis.breakdown import events as _events
 from profkit.analysis.breakdown import idle as _idle
-from profkit.analysis.breakdown import intervals
+from profkit.analysis.timeline import intervals
 from profkit.analysis.breakdown import launch as _launch
 from profkit.analysis.breakdown import temporal as _temporal
 from profkit.errors import ProfkitError
@@ -88,7 +88,8 @@ def rank_breakdown(trace: Trace, steady: bool = False, top_idle: int = 5) -> dic
     launch = _launch.launch_summary(launches, row["idle_pct"],
                                     totals["host_wait_ns"] / stream_idle if stream_idle else None,
                                     _launch.long_gap_share(*intervals.gaps(events["start"].to_numpy(),
-                                                                           events["end"].to_numpy())))
+                                                                           events["end"].to_numpy(),
+                                                                           keep_reversed=True)))
     launch["delay_outliers"] = _launch.launch_delay_outliers(launches)
     row.update(
         window=window_info,

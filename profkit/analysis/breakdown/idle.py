@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from profkit.analysis.breakdown import intervals
 from profkit.analysis.timeline.launch_calls import launch_calls
-from profkit.analysis.timeline.busy import gpu_busy_segments, longest_intervals
+from profkit.analysis.timeline import intervals
+from profkit.analysis.timeline.busy import gpu_busy_segments
 from profkit.model import Trace, schema
 
 TOP_PER_KIND = 5
@@ -45,13 +45,13 @@ def longest_idle(trace: Trace, events: pd.DataFrame, top: int = 5) -> list[dict[
     events = events[events["source"].to_numpy() != "sync"]
     if len(events) < 2:
         return []
-    gap_start, gap_end = intervals.gaps(events["start"].to_numpy(), events["end"].to_numpy())
+    gap_start, gap_end = intervals.gaps(events["start"].to_numpy(), events["end"].to_numpy(), keep_reversed=True)
     if gap_start.size == 0:
         return []
     starts = events["start"].to_numpy()
     cpu = _cpu_tables(trace)
     out = []
-    for g0, g1 in longest_intervals(gap_start, gap_end, top):
+    for g0, g1 in intervals.longest(gap_start, gap_end, top):
         nxt = events.iloc[int(np.searchsorted(starts, g1, side="left"))]
         pid, tid = int(nxt["launch_pid"]), int(nxt["launch_tid"])
         if tid < 0:
@@ -118,7 +118,7 @@ def longest_gaps_within(trace: Trace, lo: int, hi: int, top: int = 5) -> list[tu
     found: list[tuple[int, int, int]] = []
     for device, busy in gpu_busy_segments(trace).items():
         s, e, _ = intervals.clip(busy.starts, busy.ends, lo, hi)
-        found += [(g0, g1, device) for g0, g1 in longest_intervals(e[:-1], s[1:], top)]
+        found += [(g0, g1, device) for g0, g1 in intervals.longest(e[:-1], s[1:], top)]
     found.sort(key=lambda g: (g[0] - g[1], g[0]))
     return found[:top]
 
@@ -223,7 +223,7 @@ def _overlapping(table: pd.DataFrame, pid: int, tid: int, g0: int, g1: int,
     names = np.asarray(table["name"].array[rows][hit].astype(str))
     # time covered, not summed: an operator nested in one of the same name (Kineto's
     # aten::mse_loss_backward inside aten::mse_loss_backward) counts its time once
-    rows = [(name, int((names == name).sum()), intervals.total(lo[names == name], hi[names == name]))
+    rows = [(name, int((names == name).sum()), intervals.union_length(lo[names == name], hi[names == name], keep_reversed=True))
             for name in np.unique(names)]
     rows.sort(key=lambda r: (-r[2], r[0]))
     return [{"name": name, "count": n, "overlap_ns": ns} for name, n, ns in rows[:TOP_PER_KIND]]

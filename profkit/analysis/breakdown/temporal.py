@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from profkit.analysis.kernels import origin
-from profkit.analysis.breakdown import intervals
+from profkit.analysis.timeline import intervals
 
 # HTA's default consecutive_kernel_delay (30, compared with microsecond gaps).
 KERNEL_WAIT_THRESHOLD_NS = 30_000
@@ -68,12 +68,12 @@ def temporal_breakdown(events: pd.DataFrame) -> dict[str, Any]:
     if s.size == 0:
         return {"span_start_ns": None, "span_end_ns": None, "kernel_time_ns": 0, "busy_ns": 0, "idle_ns": 0, "compute_ns": 0, "non_compute_ns": 0,
                 "idle_pct": None, "compute_pct": None, "non_compute_pct": None}
-    ms, me = intervals.merge(s, e)
+    ms, me = intervals.union(s, e, keep_reversed=True)
     kernel_time = int(me[-1] - ms[0])
     busy = int((me - ms).sum())
     idle = kernel_time - busy
     is_compute = _of_type(events, origin.COMPUTATION)
-    compute = intervals.total(s[is_compute], e[is_compute])
+    compute = intervals.union_length(s[is_compute], e[is_compute], keep_reversed=True)
     non_compute = kernel_time - compute - idle
     return {
         "span_start_ns": int(ms[0]), "span_end_ns": int(me[-1]), "kernel_time_ns": kernel_time, "busy_ns": busy, "idle_ns": idle, "compute_ns": compute,
@@ -94,7 +94,7 @@ def kernel_type_breakdown(events: pd.DataFrame) -> dict[str, Any]:
     e = events["end"].to_numpy()
     masks = {t: _of_type(events, t) for t in (*KERNEL_TYPES, origin.OTHER)}
     sets = [(s[masks[t]], e[masks[t]]) for t in KERNEL_TYPES]
-    by_mask = intervals.overlap_by_mask(sets)
+    by_mask = intervals.overlap_by_mask(sets, keep_reversed=True)
     time_ns: dict[str, int] = {}
     for mask, ns in sorted(by_mask.items()):
         label = " overlapping ".join(t for i, t in enumerate(KERNEL_TYPES) if mask & (1 << i))
@@ -111,7 +111,7 @@ def comm_comp_overlap(events: pd.DataFrame) -> dict[str, Any]:
     e = events["end"].to_numpy()
     comm = _of_type(events, origin.COMMUNICATION)
     comp = _of_type(events, origin.COMPUTATION)
-    by_mask = intervals.overlap_by_mask([(s[comm], e[comm]), (s[comp], e[comp])])
+    by_mask = intervals.overlap_by_mask([(s[comm], e[comm]), (s[comp], e[comp])], keep_reversed=True)
     comm_ns = by_mask.get(1, 0) + by_mask.get(3, 0)
     overlap_ns = by_mask.get(3, 0)
     return {"comm_ns": comm_ns, "comm_comp_overlap_ns": overlap_ns,
@@ -147,7 +147,7 @@ def idle_union_causes(events: pd.DataFrame, threshold_ns: int = KERNEL_WAIT_THRE
     summing to ``temporal_breakdown``'s idle_ns (see the module docstring)."""
     s = events["start"].to_numpy()
     e = events["end"].to_numpy()
-    gap_start, gap_end = intervals.gaps(s, e)
+    gap_start, gap_end = intervals.gaps(s, e, keep_reversed=True)
     if gap_start.size == 0:
         return {"host_wait_ns": 0, "kernel_wait_ns": 0, "other_ns": 0}
     # the operation that ends each gap: the one starting at its end (the earliest launch among

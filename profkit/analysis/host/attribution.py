@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 
 from profkit.analysis.steps import find_steps
-from profkit.analysis.steps.activity import load_activity, merged_intervals
+from profkit.analysis.steps.activity import load_activity
+from profkit.analysis.timeline.intervals import complement, covered_within, union
 from profkit.errors import ProfkitError
 from profkit.model import Trace
 from profkit.model.trace import KINETO
@@ -91,18 +92,7 @@ def host_time(trace: Trace, steady_only: bool = True) -> HostResult:
 def idle_intervals(trace: Trace, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The GPU-idle intervals inside the windows [lo, hi): each window minus the union of all GPU work."""
     act = load_activity(trace)
-    busy_s, busy_e = merged_intervals(act.all_start, act.all_end)
-    starts, ends = [], []
-    for a, b in zip(lo.tolist(), hi.tolist()):
-        i = np.searchsorted(busy_e, a, side="right")  # first busy interval ending after a
-        j = np.searchsorted(busy_s, b, side="left")   # busy intervals starting before b
-        s, e = busy_s[i:j].clip(a, b), busy_e[i:j].clip(a, b)
-        gap_s = np.concatenate(([a], e))
-        gap_e = np.concatenate((s, [b]))
-        keep = gap_e > gap_s
-        starts.append(gap_s[keep])
-        ends.append(gap_e[keep])
-    return np.concatenate(starts).astype(np.int64), np.concatenate(ends).astype(np.int64)
+    return complement(*union(act.all_start, act.all_end), lo, hi)
 
 
 def main_thread(trace: Trace, frames: pd.DataFrame, steps: Any) -> tuple[int, int]:
@@ -150,20 +140,6 @@ def innermost_segments(start: np.ndarray, end: np.ndarray, depth: np.ndarray) ->
     return (np.array(seg_s, dtype=np.int64), np.array(seg_e, dtype=np.int64), np.array(seg_f, dtype=np.int64))
 
 
-def covered(a: np.ndarray, b: np.ndarray, iv_s: np.ndarray, iv_e: np.ndarray) -> np.ndarray:
-    """Per interval [a, b): the time covered by the sorted, disjoint intervals (iv_s, iv_e)."""
-    if not len(iv_s):
-        return np.zeros(len(a), dtype=np.int64)
-    cum = np.concatenate(([0], np.cumsum(iv_e - iv_s)))
-
-    def upto(x: np.ndarray) -> np.ndarray:  # covered time in (-inf, x)
-        i = np.searchsorted(iv_s, x, side="right") - 1
-        inside = np.clip(x - iv_s[np.maximum(i, 0)], 0, (iv_e - iv_s)[np.maximum(i, 0)])
-        return np.where(i >= 0, cum[np.maximum(i, 0)] + inside, 0)
-
-    return upto(b) - upto(a)
-
-
 def _thread_rows(frames: pd.DataFrame, lo: np.ndarray, hi: np.ndarray, idle_s: np.ndarray, idle_e: np.ndarray,
                  n: int) -> tuple[list[dict[str, Any]], int, tuple[np.ndarray, np.ndarray, list[str]]]:
     """The function rows of one thread, and its GPU idle time in a frame (ns, all steps)."""
@@ -173,8 +149,8 @@ def _thread_rows(frames: pd.DataFrame, lo: np.ndarray, hi: np.ndarray, idle_s: n
     line = frames["line"].to_numpy(np.int64)
     seg_s, seg_e, seg_f = innermost_segments(start, end, frames["depth"].to_numpy(np.int64))
     window_s, window_e = lo, hi  # steady steps tile: sorted and disjoint
-    self_t = covered(seg_s, seg_e, window_s, window_e)
-    idle_t = covered(seg_s, seg_e, idle_s, idle_e)
+    self_t = covered_within(window_s, window_e, seg_s, seg_e)
+    idle_t = covered_within(idle_s, idle_e, seg_s, seg_e)
     seg_key = codes[seg_f]
     m = len(keys)
     self_k = np.bincount(seg_key, weights=self_t, minlength=m)
@@ -188,8 +164,8 @@ def _thread_rows(frames: pd.DataFrame, lo: np.ndarray, hi: np.ndarray, idle_s: n
     bounds = np.flatnonzero(np.diff(codes[order])) + 1
     for group in np.split(order, bounds):
         if len(group):
-            ms, me = merged_intervals(start[group], end[group])
-            incl[codes[group[0]]] = int(covered(ms, me, window_s, window_e).sum())
+            ms, me = union(start[group], end[group])
+            incl[codes[group[0]]] = int(covered_within(window_s, window_e, ms, me).sum())
     rows = []
     for k in range(m):
         if incl[k] <= 0:

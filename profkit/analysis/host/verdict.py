@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 
 from profkit.analysis.breakdown.launch import LAUNCH_APIS, MEMORY_LAUNCH_APIS
-from profkit.analysis.host.attribution import HostResult, covered
-from profkit.analysis.steps.activity import merged_intervals
+from profkit.analysis.host.attribution import HostResult
+from profkit.analysis.timeline.intervals import covered_within, difference, intersection, union
 from profkit.analysis.steps.result import format_duration
 from profkit.analysis.sync.calls import api_role, base_api_name
 from profkit.model import Trace
@@ -52,12 +52,12 @@ def verdict(trace: Trace, result: HostResult) -> dict[str, Any]:
     pid, tid = result.main
     sync_s, sync_e, launch_s, launch_e = _calls(trace, pid, tid)
     # idle instants by cause, first match wins: sync, then launch, then data loading, then Python
-    sync_iv = _intersect(idle_s, idle_e, sync_s, sync_e)
-    rest = _subtract(idle_s, idle_e, *sync_iv)
-    launch_iv = _intersect(*rest, launch_s, launch_e)
-    rest = _subtract(*rest, *launch_iv)
-    seg_in_rest = covered(seg_s, seg_e, *rest)
-    seg_in_sync = covered(seg_s, seg_e, *sync_iv)
+    sync_iv = intersection(idle_s, idle_e, sync_s, sync_e)
+    rest = difference(idle_s, idle_e, *sync_iv)
+    launch_iv = intersection(*rest, launch_s, launch_e)
+    rest = difference(*rest, *launch_iv)
+    seg_in_rest = covered_within(*rest, seg_s, seg_e)
+    seg_in_sync = covered_within(*sync_iv, seg_s, seg_e)
     data_mask = np.array([any(d in lab for d in DATA_LOADING_FILES) for lab in labels], dtype=bool)
     per_label: dict[str, float] = {}
     sync_lines: dict[str, float] = {}
@@ -114,8 +114,8 @@ def _communication(trace: Trace, windows: np.ndarray) -> float:
     mask = nccl[names.codes] if len(nccl) else np.zeros(0, bool)
     if not mask.any():
         return 0.0
-    ms, me = merged_intervals(trace.array("kernels", "start")[mask], trace.array("kernels", "end")[mask])
-    return float(covered(windows[:, 0], windows[:, 1], ms, me).sum())
+    ms, me = union(trace.array("kernels", "start")[mask], trace.array("kernels", "end")[mask])
+    return float(covered_within(ms, me, windows[:, 0], windows[:, 1]).sum())
 
 
 def _calls(trace: Trace, pid: int, tid: int) -> tuple[np.ndarray, ...]:
@@ -130,26 +130,7 @@ def _calls(trace: Trace, pid: int, tid: int) -> tuple[np.ndarray, ...]:
                          for c in api["name"]], dtype=bool)
     launching = np.isin(base, list(launch_names))
     start, end = api["start"].to_numpy(np.int64), api["end"].to_numpy(np.int64)
-    return (*merged_intervals(start[blocking], end[blocking]), *merged_intervals(start[launching], end[launching]))
-
-
-def _intersect(a_s: np.ndarray, a_e: np.ndarray, b_s: np.ndarray, b_e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Intersection of two sorted disjoint interval lists."""
-    if not len(a_s) or not len(b_s):
-        return np.empty(0, np.int64), np.empty(0, np.int64)
-    points = np.unique(np.concatenate((a_s, a_e, b_s, b_e)))
-    lo, hi = points[:-1], points[1:]
-    inside = (covered(lo, hi, a_s, a_e) == hi - lo) & (covered(lo, hi, b_s, b_e) == hi - lo)
-    return merged_intervals(lo[inside], hi[inside])
-
-
-def _subtract(a_s: np.ndarray, a_e: np.ndarray, b_s: np.ndarray, b_e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    if not len(b_s):
-        return a_s, a_e
-    points = np.unique(np.concatenate((a_s, a_e, b_s, b_e)))
-    lo, hi = points[:-1], points[1:]
-    inside = (covered(lo, hi, a_s, a_e) == hi - lo) & (covered(lo, hi, b_s, b_e) == 0)
-    return merged_intervals(lo[inside], hi[inside])
+    return (*union(start[blocking], end[blocking]), *union(start[launching], end[launching]))
 
 
 def _length(s: np.ndarray, e: np.ndarray) -> float:

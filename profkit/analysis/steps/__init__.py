@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from profkit.analysis.steps.activity import Activity, busy_in_windows, load_activity
+from profkit.analysis.steps.activity import Activity, load_activity
+from profkit.analysis.timeline.intervals import covered_within, union
 from profkit.analysis.steps.pattern import find_pattern_steps, forget_prefix_sums, segment_signatures
 from profkit.analysis.steps.ranges import NVTX, PROFILER_STEP, find_range_steps, is_library_range
 from profkit.analysis.steps.result import (
@@ -114,7 +115,7 @@ def _result(trace: Trace, act: Activity, source: str, name: str, first: np.ndarr
     end[:-1] = start[1:]
     end[-1] = max(int(gpu_end[-1]), int(cpu_end[-1]))
     end = np.maximum(end, start)
-    busy = busy_in_windows(act.all_start, act.all_end, start, end)
+    busy = covered_within(*union(act.all_start, act.all_end), start, end)
     signature = segment_signatures(act.token, first, last) if len(act) else np.zeros(n, dtype=np.uint64)
     duration = end - start
     k = warmup_count(duration, signature)

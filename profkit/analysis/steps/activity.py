@@ -16,7 +16,6 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from profkit.analysis.timeline.intervals import busy_within, merge_intervals
 from profkit.analysis.timeline.launch_calls import CallIndex, launch_calls
 from profkit.model import Trace, schema
 
@@ -140,13 +139,3 @@ def _launch_times(trace: Trace, gpu_start: np.ndarray, corr: np.ndarray, call: n
     launch[found] = api_start[call[found]]
     return launch
 
-
-def merged_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The union of [start, end) intervals as sorted, disjoint intervals (``intervals.merge_intervals``)."""
-    return merge_intervals(np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64))
-
-
-def busy_in_windows(starts: np.ndarray, ends: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Time covered by at least one interval inside each window [lo, hi) (ns, int64)."""
-    ms, me = merged_intervals(starts, ends)
-    return busy_within(ms, me, lo, hi).astype(np.int64)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from profkit.analysis.steps.activity import busy_in_windows
+from profkit.analysis.timeline.intervals import covered_within, union
 from profkit.analysis.steps.result import StepResult
 from profkit.model import Trace
 
@@ -54,7 +54,7 @@ def per_step_breakdown(trace: Trace, result: StepResult, events: pd.DataFrame | 
         elif kinds is None:  # all the work: the steps' own GPU busy time (the same union, the same windows)
             layers.append(steps["gpu_busy_ns"].to_numpy(np.int64))
         else:
-            layers.append(busy_in_windows(start[mask], end[mask], lo, hi))
+            layers.append(covered_within(*union(start[mask], end[mask]), lo, hi))
         del added
     previous = np.zeros(len(steps), dtype=np.int64)
     for part, layer in zip(PARTS[:4], layers):

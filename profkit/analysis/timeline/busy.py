@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from profkit.analysis.timeline.intervals import busy_until, merge_intervals
+from profkit.analysis.timeline.intervals import covered_until, longest, union, union_length
 from profkit.analysis.grouping import factorize_rows
 from profkit.analysis.timeline.ranges import nvtx_window
 from profkit.model import Trace
@@ -260,7 +260,7 @@ def gpu_busy_segments(trace: Trace) -> dict[int, BusySegments]:
         else:
             mine = ops["device"] == device
             s, e = ops["start"][mine], ops["end"][mine]
-        out[int(device)] = _union(int(device), s, e)
+        out[int(device)] = _segments(int(device), s, e)
     del ops
     _SEGMENTS[trace] = out
     return out
@@ -272,16 +272,11 @@ def forget_busy_segments(trace: Trace) -> None:
     _SEGMENTS.pop(trace, None)
 
 
-def _union(device: int, s: np.ndarray, e: np.ndarray) -> BusySegments:
+def _segments(device: int, s: np.ndarray, e: np.ndarray) -> BusySegments:
     """The merged busy intervals; the gaps are what lies between consecutive ones."""
-    starts, ends = merge_intervals(s, e)
+    starts, ends = union(s, e)
     return BusySegments(device, starts, ends, ends[:-1], starts[1:], operations=len(s),
                         first_ns=int(starts[0]), last_ns=int(ends[-1]))
-
-
-def union_length(starts: np.ndarray, ends: np.ndarray) -> int:
-    """Total length covered by the intervals [start, end), overlaps counted once."""
-    return _union(-1, starts, ends).busy_ns if len(starts) else 0
 
 
 def gpu_busy(trace: Trace) -> dict:
@@ -305,7 +300,7 @@ def gpu_busy(trace: Trace) -> dict:
     else:  # the union over devices: their segments merged
         all_s = np.concatenate([s.starts for s in segments.values()])
         all_e = np.concatenate([s.ends for s in segments.values()])
-        busy_ns = _union(-1, all_s, all_e).busy_ns
+        busy_ns = union_length(all_s, all_e)
     span = max(s.last_ns for s in segments.values()) - min(s.first_ns for s in segments.values())
     return {"span_ns": span, "busy_ns": busy_ns, "busy_pct": round(100.0 * busy_ns / span, 2) if span else None,
             "per_device": per_device}
@@ -325,29 +320,14 @@ def gpu_utilization(trace: Trace, bins: TimeBins, gaps: int = 5) -> list[Utiliza
         if seg.first_ns >= bins.end_ns or seg.last_ns < bins.start_ns:
             continue
         # the segments are disjoint and sorted: busy ns before each edge, differenced
-        busy = np.diff(busy_until(seg.starts, seg.ends, edges)).astype(np.int64)
+        busy = np.diff(covered_until(seg.starts, seg.ends, edges)).astype(np.int64)
         # the gaps are sorted too: those within the bins are one slice
         first = np.searchsorted(seg.gap_starts, bins.start_ns, side="left")
         last = np.searchsorted(seg.gap_ends, bins.end_ns, side="right")
         gs, ge = seg.gap_starts[first:last], seg.gap_ends[first:last]
         out.append(Utilization(device, busy, int(busy.sum()), max(seg.first_ns, bins.start_ns),
-                               min(seg.last_ns, bins.end_ns), longest_intervals(gs, ge, gaps)))
+                               min(seg.last_ns, bins.end_ns), longest(gs, ge, gaps)))
     return out
-
-
-def longest_intervals(starts: np.ndarray, ends: np.ndarray, count: int) -> list[tuple[int, int]]:
-    """The ``count`` longest intervals, longest first, then earliest: only those at least as long
-    as the count-th longest are sorted (a million gaps hold a handful of candidates)."""
-    if count <= 0 or not len(starts):
-        return []
-    lengths = ends - starts
-    if len(lengths) > count:
-        shortest_kept = np.partition(lengths, len(lengths) - count)[len(lengths) - count]
-        candidates = np.flatnonzero(lengths >= shortest_kept)
-    else:
-        candidates = np.arange(len(lengths))
-    order = candidates[np.lexsort((starts[candidates], -lengths[candidates]))][:count]
-    return [(int(starts[i]), int(ends[i])) for i in order.tolist()]
 
 
 def busiest_window(busy_per_bin: np.ndarray, bins: TimeBins, share: float = 0.9) -> tuple[int, int] | None:
@@ -391,6 +371,6 @@ def gpu_busy_per_bin(trace: Trace, start_ns: int, end_ns: int, bins: int) -> Bus
     bins = max(1, int(bins))
     span = max(int(end_ns) - int(start_ns), 1)
     edges = int(start_ns) + (np.arange(bins + 1, dtype=np.int64) * span) // bins
-    busy = {device: np.diff(busy_until(seg.starts, seg.ends, edges)).astype(np.int64)
+    busy = {device: np.diff(covered_until(seg.starts, seg.ends, edges)).astype(np.int64)
             for device, seg in sorted(gpu_busy_segments(trace).items())}
     return BusyBins(edges=edges, busy_ns=busy)
