@@ -1,4 +1,5 @@
-"""Launch configurations grouped a chunk of kernels at a time (occupancy.trace._launch_groups).
+"""Launch configurations grouped a chunk of kernels at a time (occupancy.trace._launch_groups,
+with model.keys.encode_rows).
 
 Oracle: SQLite's own GROUP BY over every kernel row of the real exports (count,
 sum, min and max of end - start per name, device and configuration), with the
@@ -15,6 +16,7 @@ import pytest
 
 from profkit.analysis.occupancy import launch_configs
 from profkit.analysis.occupancy import trace as occupancy_trace
+from profkit.model import keys
 from profkit.readers import open_trace
 from tests.conftest import nsys_fixture
 
@@ -36,7 +38,7 @@ def oracle(name: str) -> dict[tuple, tuple[int, int, int, int]]:
 @pytest.mark.parametrize(("chunk", "limit"), [(1 << 16, 1 << 62), (7, 1 << 62), (50, 1 << 12), (1, 2)])
 def test_groups_equal_sqlite_group_by(name: str, chunk: int, limit: int, monkeypatch) -> None:  # noqa: ANN001
     monkeypatch.setattr(occupancy_trace, "_CHUNK_ROWS", chunk)
-    monkeypatch.setattr(occupancy_trace, "_KEY_LIMIT", limit)
+    monkeypatch.setattr(keys, "_KEY_LIMIT", limit)
     with open_trace(nsys_fixture(name)) as trace:
         rows = launch_configs(trace)
     got = {(r["name"], *(r[k] for k in ROW_KEYS)): (r["launches"], r["total_time_ns"], r["min_time_ns"],

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from profkit.analysis.kernels.grouped_stats import GroupStats, round_like_nsys, stats_from_columns
-from profkit.model.keys import NULL_INT, encode_keys
+from profkit.model.keys import encode_rows
 from profkit.model import Coded, Trace
 
 SUMMARY_KEYS = ("name", "time_pct", "total_ns", "instances", "avg_ns", "med_ns", "min_ns", "max_ns", "stddev_ns")
@@ -84,7 +84,7 @@ def nvtx_summary(trace: Trace) -> list[Row]:
     trace.require("ranges", "NVTX data")
     r = cpu_ranges(trace, ["style"], open_end="nvtx_sum")
     labels, styles = r["label"].array, r["style"].array
-    codes, keys = _group_codes([np.asarray(labels.codes, dtype=np.int64), np.asarray(styles.codes, dtype=np.int64)])
+    codes, keys = encode_rows([np.asarray(labels.codes, dtype=np.int64), np.asarray(styles.codes, dtype=np.int64)])
     durations = r["end"].to_numpy() - r["start"].to_numpy()
     groups = stats_from_columns([codes], durations, trace.meta.rounding_mode)
 
@@ -219,7 +219,7 @@ def nvtx_kernel_summary(trace: Trace) -> list[Row]:
     pairs = kernel_range_pairs(trace)
     if len(pairs.duration) == 0:
         return []
-    group, group_keys = _group_codes([pairs.range_label, pairs.pid, pairs.tid, pairs.kernel_name])
+    group, group_keys = encode_rows([pairs.range_label, pairs.pid, pairs.tid, pairs.kernel_name])
     stats = stats_from_columns([group], pairs.duration, trace.meta.rounding_mode)
     nvtx_instances = _distinct_per_group(group, pairs.range_row, ignore=-1)
     kernel_instances = _distinct_per_group(group, pairs.kernel_row)
@@ -265,62 +265,6 @@ def nvtx_range_gpu_time(rows: Sequence[Row], total_kernel_ns: int | None = None)
         out.append(g)
     out.sort(key=lambda r: (-r["total_ns"], str(r["range"])))
     return out
-
-
-def _group_codes(columns: Sequence[np.ndarray]) -> tuple[np.ndarray, list[tuple[int, ...]]]:
-    """Dense group codes for rows of several int64 columns, and each code's key tuple.
-
-    Each column is encoded densely on its own, the codes are combined in a
-    mixed radix (one int64), and that is encoded once more: three 1-D
-    encodings instead of np.unique(axis=0), which is ~50x slower.
-    """
-    combined = np.zeros(len(columns[0]), dtype=np.int64)
-    uniques = []
-    radix = 1
-    for column in columns:
-        codes, values = _dense_codes(column)
-        uniques.append(values)
-        radix *= len(values)
-        if radix >= 1 << 62:
-            raise RuntimeError("too many distinct group keys to combine")  # not reachable in practice
-        combined *= len(values)
-        combined += codes
-        del codes
-    if 0 < radix <= len(combined):
-        # few key combinations (ranges x threads x kernel names): a lookup table of them
-        # numbers the present ones in sorted order, as encode_keys does, without its
-        # table of up to 4 codes per row
-        present = np.zeros(radix, dtype=bool)
-        present[combined] = True
-        group_values = [(int(v),) for v in np.flatnonzero(present).tolist()]
-        lookup = np.cumsum(present, dtype=np.int64)
-        lookup -= 1
-        group = lookup[combined]
-    else:
-        group, group_values = encode_keys([combined])
-    keys = []
-    for (value,) in group_values:
-        parts = []
-        for column_values in reversed(uniques):
-            value, index = divmod(value, len(column_values))
-            parts.append(column_values[index])
-        keys.append(tuple(reversed(parts)))
-    return group, keys
-
-
-def _dense_codes(column: np.ndarray) -> tuple[np.ndarray, list[int]]:
-    """``encode_keys([column])`` for an integer column whose values span a small range
-    (-1 for none included): a lookup table, no sort and no int64 table of 4 codes per row."""
-    low, high = (int(column.min()), int(column.max())) if len(column) else (0, -1)
-    if low == NULL_INT or high - low >= max(1 << 22, 4 * len(column)):
-        codes, values = encode_keys([column])
-        return codes, [v[0] for v in values]
-    present = np.zeros(high - low + 1, dtype=bool)
-    shifted = column.astype(np.int64) - low
-    present[shifted] = True
-    lookup = np.cumsum(present, dtype=np.int32)
-    lookup -= 1
-    return lookup[shifted], (np.flatnonzero(present) + low).tolist()
 
 
 def _distinct_per_group(group: np.ndarray, ids: np.ndarray, ignore: int | None = None) -> np.ndarray:

@@ -13,7 +13,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from profkit.analysis.kernels import origin
 from profkit.analysis.occupancy.calculator import (
@@ -23,10 +22,10 @@ from profkit.analysis.occupancy.calculator import (
     occupancy,
     register_steps,
 )
-from profkit.analysis.grouping import first_rows
 from profkit.analysis.occupancy.waves import waves
 from profkit.errors import ProfkitError
 from profkit.model import Trace
+from profkit.model.keys import FIRST, encode_row_codes, first_rows
 from profkit.model.trace import DURATION, Coded
 from profkit.model.schema import LAUNCH_CONFIG_COLUMNS, MISSING_INT
 
@@ -93,8 +92,6 @@ def _text(column: Coded, row: int) -> str:
 # Rows grouped at a time: pandas sizes a factorize's hash table by its input, ~40
 # bytes a row (40 MB for a million kernels at once, ~2.5 MB a chunk).
 _CHUNK_ROWS = 1 << 16
-# A packed key stays below this, so key * span + offset never overflows int64.
-_KEY_LIMIT = 1 << 62
 
 
 def _launch_groups(columns: list[np.ndarray], duration: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -102,15 +99,15 @@ def _launch_groups(columns: list[np.ndarray], duration: np.ndarray) -> tuple[np.
     ``duration``) per group, groups in order of first appearance.
 
     Rows go a chunk at a time, so no array of the whole table is made: each chunk's
-    rows get dense codes (``_chunk_codes``), and only the chunk's few distinct rows,
-    as tuples, are matched to the groups found so far."""
+    rows get dense codes (``model.keys.encode_row_codes``), and only the chunk's few
+    distinct rows, as tuples, are matched to the groups found so far."""
     seen: dict[tuple[int, ...], int] = {}
     first = np.zeros(0, dtype=np.int64)
     launches, total = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     shortest, longest = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     for lo in range(0, len(duration), _CHUNK_ROWS):
         parts = [column[lo:lo + _CHUNK_ROWS] for column in columns]
-        local = _chunk_codes(parts)
+        local = encode_row_codes(parts, FIRST)
         local_first = first_rows(local)
         distinct = zip(*(part[local_first].tolist() for part in parts))
         ids = np.array([seen.setdefault(row, len(seen)) for row in distinct], dtype=np.int64)
@@ -134,33 +131,6 @@ def _launch_groups(columns: list[np.ndarray], duration: np.ndarray) -> tuple[np.
         np.maximum.at(part, local, d)
         longest[ids] = np.maximum(longest[ids], part)
     return first, launches, total, shortest, longest
-
-
-def _chunk_codes(parts: list[np.ndarray]) -> np.ndarray:
-    """Dense codes of the rows of a few integer columns, in order of first appearance.
-
-    Each column's offset from its minimum is a digit of one mixed-radix int64 key
-    (the digit's base is the column's range), so a row costs one hash, of its key,
-    instead of one per column: launch dimensions, registers and shared memory span
-    small ranges.  A column too wide for the key is replaced by its dense codes,
-    and the key so far by its own when needed (both then below the chunk's rows)."""
-    key = np.zeros(len(parts[0]), dtype=np.int64)
-    radix = 1
-    for part in parts:
-        low, span = int(part.min()), int(part.max()) - int(part.min()) + 1
-        if radix * span >= _KEY_LIMIT:
-            part, distinct = pd.factorize(part, sort=False)
-            low, span = 0, len(distinct)
-            if radix * span >= _KEY_LIMIT:
-                key, distinct = pd.factorize(key, sort=False)
-                radix = len(distinct)
-        key *= span
-        key += part
-        if low:
-            key -= low
-        radix *= span
-    codes, _ = pd.factorize(key, sort=False)
-    return codes
 
 
 def _product(row: dict[str, Any], keys: tuple[str, ...]) -> int | None:

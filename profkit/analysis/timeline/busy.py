@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from profkit.analysis.timeline.intervals import covered_until, longest, union, union_length
-from profkit.analysis.grouping import factorize_rows
 from profkit.analysis.timeline.ranges import nvtx_window
 from profkit.model import Trace
+from profkit.model.keys import encode_rows
 
 # Kinds of GPU operation, drawn in this order; each is a table of the model.
 # A CUDA graph replay is a row of its own only where its kernels were not traced (schema.GRAPHS).
@@ -143,7 +143,7 @@ def stream_busy(trace: Trace, bins: TimeBins) -> list[StreamActivity]:
     ops = _operations(trace, ("device", "pid", "stream"))
     if not inside.all():
         ops = {c: v[inside] for c, v in ops.items()}
-    lane, keys = _lanes([ops["device"], ops["stream"], ops["pid"], ops["kind"]])
+    lane, keys = encode_rows([ops["device"], ops["stream"], ops["pid"], ops["kind"]])
     del ops
     busy = np.zeros((len(keys), bins.count), dtype=np.int64)
     row = done = 0
@@ -165,36 +165,7 @@ def stream_busy(trace: Trace, bins: TimeBins) -> list[StreamActivity]:
                                       [k for k, _ in ACTIVITY_TABLES].index(a.kind)))
 
 
-MAX_DIRECT_LANES = 1 << 16  # (device, stream, pid, kind) combinations counted directly
 BINNING_CHUNK_ROWS = 1 << 18  # operations binned at once by stream_busy
-
-
-def _lanes(columns: list[np.ndarray]) -> tuple[np.ndarray, list[tuple[int, ...]]]:
-    """A code per row for each distinct row of small-integer ``columns``, and each code's key.
-
-    Device, stream, pid and kind span a few values each: their offsets from each column's
-    minimum combine into one index below MAX_DIRECT_LANES, whose bincount says which occur
-    (no hashing of a million rows); otherwise ``factorize_rows``.  Codes are numbered in key order."""
-    lows = [int(c.min()) for c in columns]
-    spans = [int(c.max()) - low + 1 for c, low in zip(columns, lows)]
-    if int(np.prod(spans, dtype=np.float64)) > MAX_DIRECT_LANES:
-        return factorize_rows(columns)
-    combined = np.zeros(len(columns[0]), dtype=np.int64)
-    for column, low, span in zip(columns, lows, spans):
-        combined *= span
-        combined += column
-        combined -= low
-    present = np.flatnonzero(np.bincount(combined))
-    code = np.zeros(int(present[-1]) + 1, dtype=np.int64)
-    code[present] = np.arange(len(present))
-    keys = []
-    for value in present.tolist():
-        parts = []
-        for low, span in zip(reversed(lows), reversed(spans)):
-            value, offset = divmod(value, span)
-            parts.append(offset + low)
-        keys.append(tuple(reversed(parts)))
-    return code[combined], keys
 
 
 def _binned(a: np.ndarray, b: np.ndarray, bins: TimeBins, lane: np.ndarray | None = None,

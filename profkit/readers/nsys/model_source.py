@@ -48,7 +48,7 @@ import numpy as np
 
 from profkit.errors import ProfkitError
 from profkit.model import schema
-from profkit.model.keys import NULL_INT, encode_keys
+from profkit.model.keys import FIRST, NULL_INT, encode_keys, encode_rows
 from profkit.model.sync_sites import PREFIX as SYNC_SITE_PREFIX
 from profkit.model.trace import DURATION, NSYS, Coded, Trace, TraceMeta, narrowed
 from profkit.readers.nsys import launches, nccl_messages, nccl_payload, python_samples, queries, sync
@@ -462,7 +462,7 @@ class NsysSource:
         if "domain" in wanted:
             domains = sync.nvtx_domains(self.export)
             gpid = np.where(global_tid == NULL_INT, 0, global_tid & np.int64(sync.GLOBAL_PID_MASK - (1 << 64)))
-            key_codes, keys = encode_keys([gpid, domain_id])
+            key_codes, keys = encode_rows([gpid, domain_id], FIRST)
             labels = [domains.get((int(g), int(d)), "") if d != NULL_INT else "" for g, d in keys]
             out["domain"] = _categorical_from_labels(key_codes, labels)
         return out
