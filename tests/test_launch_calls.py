@@ -94,3 +94,30 @@ def test_synthetic_repeated_correlation_ids() -> None:
     api_start = np.array([100, 50, 10, 70, 30])
     assert calls.earliest(api_start).tolist() == [1, 2, -1, 4, -1]  # the call that started first
     assert calls.calls_of(0).tolist() == [0, 1] and calls.calls_of(2).tolist() == []
+
+
+def test_key_index_spans_and_matched_equal_a_dict_of_keys() -> None:
+    """``KeyIndex``, the one (pid, correlation) index: every query's rows ([lo, hi) of the
+    sorted keys), and which rows some query finds, by process and by correlation alone."""
+    from profkit.analysis.timeline.launch_calls import KeyIndex
+
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        n, m = int(rng.integers(0, 40)), int(rng.integers(0, 40))
+        pid = rng.choice([-1, 7, 9] if rng.random() < 0.5 else [7], n)
+        corr = rng.integers(-1, 12, n)
+        q_pid, q_corr = rng.choice([-1, 7, 8, 9], m), rng.integers(-2, 14, m)
+        for by_process in (True, False):
+            index = KeyIndex(pid if by_process else None, corr)
+            key = (lambda p, c: (int(p), int(c))) if by_process else (lambda p, c: int(c))
+            rows_of: dict = {}
+            for row, (p, c) in enumerate(zip(pid, corr)):
+                rows_of.setdefault(key(p, c), []).append(row)
+            lo, hi = index.spans(q_pid if by_process else None, q_corr)
+            for i, (p, c) in enumerate(zip(q_pid, q_corr)):
+                assert sorted(index.rows(np.arange(lo[i], hi[i])).tolist()) == rows_of.get(key(p, c), [])
+            wanted = {key(p, c) for p, c in zip(q_pid, q_corr)}
+            assert index.matched(q_pid if by_process else None, q_corr).tolist() == \
+                [key(p, c) in wanted for p, c in zip(pid, corr)]
+            first = index.match(q_pid if by_process else None, q_corr).call.tolist()
+            assert first == [rows_of.get(key(p, c), [-1])[0] for p, c in zip(q_pid, q_corr)]

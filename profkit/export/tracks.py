@@ -21,11 +21,12 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from profkit.model.sync_sites import decode_site
+from profkit.analysis.timeline.launch_calls import KeyIndex
 from profkit.errors import ProfkitError
 from profkit.export import chrome_events as ev
 from profkit.export.lanes import MAX_LANES, nesting_lanes
 from profkit.model import Trace, schema
+from profkit.model.sync_sites import decode_site
 
 PSEUDO_TID = 1 << 22            # above every Linux pid/tid (PID_MAX_LIMIT)
 API_LANE_SLOT = MAX_LANES + 1   # slots of API calls that do not nest (rare), after the range lanes
@@ -262,21 +263,10 @@ def flow_pairs(tables: dict[str, pd.DataFrame], base: int, api_tid: np.ndarray) 
     gpu = {c: np.concatenate([tables[t][c].to_numpy() for t in GPU_TABLES])
            for c in ("pid", "correlation", "device", "stream", "start")}
     api = tables["api"]
-
-    def key(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
-        # one int64 per (process, correlation): pids stay below 2**22, correlation ids are 32-bit
-        return (pid.astype(np.int64) << 32) | (corr.astype(np.int64) & 0xFFFFFFFF)
-
-    api_keys = key(api["pid"].to_numpy(), api["correlation"].to_numpy())
-    api_keys = np.where(api["correlation"].to_numpy() >= 0, api_keys, -1)
-    order = np.argsort(api_keys, kind="stable")  # stable: the first call of a correlation wins
-    sorted_keys = api_keys[order]
-    gpu_keys = key(gpu["pid"], gpu["correlation"])
-    at = np.minimum(np.searchsorted(sorted_keys, gpu_keys, side="left"), max(len(sorted_keys) - 1, 0))
-    found = (gpu["correlation"] >= 0) & (len(sorted_keys) > 0)
-    if len(sorted_keys):
-        found &= sorted_keys[at] == gpu_keys
-    launch = order[at[found]] if len(sorted_keys) else np.empty(0, dtype=np.int64)
+    # the first call of a (process, correlation) wins; a GPU row without a correlation id has no launch
+    call = KeyIndex(api["pid"].to_numpy(), api["correlation"].to_numpy()).match(gpu["pid"], gpu["correlation"]).call
+    found = (gpu["correlation"] >= 0) & (call >= 0)
+    launch = call[found].astype(np.int64)
     corr = gpu["correlation"][found]
     ids = corr if len(pd.unique(corr)) == len(corr) else np.arange(1, len(corr) + 1, dtype=np.int64)
     return (ids, api["pid"].to_numpy()[launch], api_tid[launch], api["start"].to_numpy()[launch],

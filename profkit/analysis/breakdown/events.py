@@ -30,7 +30,7 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from profkit.analysis.kernels import origin
-from profkit.analysis.timeline.launch_calls import CallIndex, launch_calls
+from profkit.analysis.timeline.launch_calls import KeyIndex, launch_calls
 from profkit.model import Trace
 
 _EVENT_COLUMNS = ["start", "end", "stream", "device", "pid", "correlation"]
@@ -168,7 +168,7 @@ def _calls(trace: Trace, table: str, rows: np.ndarray | slice) -> np.ndarray:
         if api_pid.size and int(api_pid.min()) == int(api_pid.max()):
             foreign &= trace.array(table, "pid")[rows] != int(api_pid[0])
             at = np.flatnonzero(foreign)
-            calls[at] = CallIndex(None, api_corr).match(None, correlation[at]).earliest(trace.array("api", "start"))
+            calls[at] = KeyIndex(None, api_corr).match(None, correlation[at]).earliest(trace.array("api", "start"))
     return calls
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from profkit.analysis.timeline.launch_calls import CallIndex, launch_calls
+from profkit.analysis.timeline.launch_calls import KeyIndex, launch_calls
 from profkit.model import Trace, schema
 
 ACTIVITY_TABLES = schema.GPU_WORK_TABLES
@@ -132,7 +132,7 @@ def _launch_times(trace: Trace, gpu_start: np.ndarray, corr: np.ndarray, call: n
     found = wanted & (call >= 0)
     if found.sum() < 0.5 * n_wanted:
         # the first call of a duplicated id wins, as in the same-process join
-        call = CallIndex(None, trace.array("api", "correlation")).match(None, corr).call
+        call = KeyIndex(None, trace.array("api", "correlation")).match(None, corr).call
         found = wanted & (call >= 0)
         if found.sum() < 0.5 * n_wanted:
             return launch

@@ -32,6 +32,7 @@ from profkit.analysis.sync.calls import (
     thread_key,
 )
 from profkit.analysis.sync.ranges import RangeColumns
+from profkit.analysis.timeline.launch_calls import KeyIndex
 from profkit.model import NSYS, Coded, Trace
 from profkit.model.cuda_labels import COPY_KIND_LABELS, MEM_KIND_LABELS
 
@@ -40,69 +41,54 @@ _MEM_KINDS = kind_values(MEM_KIND_LABELS)
 _GPU_TABLES = (("kernels", "kernel"), ("memcpy", "memcpy"), ("memset", "memset"), ("graphs", "graph"))
 
 
-def _keys(pid: np.ndarray, correlation: np.ndarray) -> np.ndarray:
-    """(process, correlation) as one int64 (correlation ids stay below 2**39)."""
-    return (pid.astype(np.int64) << 39) | (correlation.astype(np.int64) & ((1 << 39) - 1))
+class _Matches:
+    """Each candidate call's rows in one activity table (memcpy, memset, syncs), found by
+    (process, correlation) in a ``KeyIndex`` of the table.
 
+    Where the table does not know the process (Kineto's GPU events carry the device, not
+    the pid) the correlation id alone joins."""
 
-class _Activity:
-    """Rows of one activity table (memcpy, memset, syncs) looked up by (process, correlation).
-
-    Where the table does not know the process (Kineto's GPU events carry the
-    device, not the pid) the correlation id alone joins."""
-
-    def __init__(self, trace: Trace, table: str) -> None:
+    def __init__(self, trace: Trace, table: str, pid: np.ndarray, corr: np.ndarray) -> None:
         self.trace, self.table = trace, table
         self.present = trace.has(table) and trace.count(table) > 0
         if not self.present:
+            self.lo = self.hi = np.zeros(len(pid), dtype=np.int64)
+            self.found = np.zeros(len(pid), dtype=bool)
             return
-        pid, corr = trace.array(table, "pid"), trace.array(table, "correlation")
-        self.by_process = bool((pid != -1).any())
-        keys = _keys(pid, corr) if self.by_process else corr.astype(np.int64)
-        self.order = np.argsort(keys, kind="stable")  # row order among equal keys
-        self.sorted = keys[self.order]
-
-    def match(self, pid: np.ndarray, corr: np.ndarray) -> _Matches:
-        """Where each (pid, correlation)'s rows lie in ``order``: [lo, hi)."""
-        if not self.present:
-            empty = np.zeros(len(pid), dtype=np.int64)
-            return _Matches(self, empty, empty)
-        keys = _keys(pid, corr) if self.by_process else corr.astype(np.int64)
-        return _Matches(self, np.searchsorted(self.sorted, keys, side="left"),
-                        np.searchsorted(self.sorted, keys, side="right"))
-
-
-class _Matches:
-    """Each candidate call's rows in one activity table, as [lo, hi) into its sorted order."""
-
-    def __init__(self, activity: _Activity, lo: np.ndarray, hi: np.ndarray) -> None:
-        self.activity, self.lo, self.hi = activity, lo, hi
-        self.found = hi > lo
-        self.first = activity.order[np.where(self.found, lo, 0)] if activity.present else lo
+        by_process = _by_process(trace, table)
+        self.index = KeyIndex(trace.array(table, "pid") if by_process else None, trace.array(table, "correlation"))
+        self.lo, self.hi = self.index.spans(pid if by_process else None, corr)
+        self.found = self.hi > self.lo
+        self.first = self.index.rows(np.where(self.found, self.lo, 0))
 
     def first_int(self, column: str) -> np.ndarray:
         """The column at each call's first row (row order); -1 where no row matched."""
-        if not self.activity.present:
+        if not self.present:
             return np.full(len(self.lo), -1, dtype=np.int64)
-        values = self.activity.trace.array(self.activity.table, column)
+        values = self.trace.array(self.table, column)
         return np.where(self.found, values[self.first], -1).astype(np.int64)
 
     def first_label(self, column: str, values: dict[str, int]) -> np.ndarray:
         """A text column's label at each call's first row, as its value in ``values`` (-1: none, unknown)."""
-        if not self.activity.present:
+        if not self.present:
             return np.full(len(self.lo), -1, dtype=np.int64)
-        coded = self.activity.trace.codes(self.activity.table, column)
+        coded = self.trace.codes(self.table, column)
         lookup = np.array([values.get(label, -1) for label in coded.categories] + [-1], dtype=np.int64)
         codes = coded.codes[self.first].astype(np.int64)
         return np.where(self.found & (codes >= 0), lookup[codes], -1)
 
     def total(self, column: str) -> np.ndarray:
         """The sum of the column over each call's rows (-1 values count 0)."""
-        if not self.activity.present:
+        if not self.present:
             return np.zeros(len(self.lo), dtype=np.int64)
-        values = self.activity.trace.array(self.activity.table, column)[self.activity.order]
+        values = self.index.in_key_order(self.trace.array(self.table, column))
         sums = np.concatenate([[0], np.cumsum(np.where(values == -1, 0, values), dtype=np.int64)])
         return sums[self.hi] - sums[self.lo]
+
+
+def _by_process(trace: Trace, table: str) -> bool:
+    """Whether a table's rows know their process (Kineto's GPU events do not: pid -1)."""
+    return bool((trace.array(table, "pid") != -1).any())
 
 
 def _first_known(*columns: np.ndarray) -> np.ndarray:
@@ -133,12 +119,12 @@ def api_calls(trace: Trace) -> CallColumns:
     threads = (pid << TID_BITS) | tid
     order = np.lexsort((corr, start, threads))
     rows, pid, corr = rows[order], pid[order], corr[order]
-    memcpy = _Activity(trace, "memcpy").match(pid, corr)
-    memset = _Activity(trace, "memset").match(pid, corr)
-    syncs = _Activity(trace, "syncs").match(pid, corr)
+    memcpy = _Matches(trace, "memcpy", pid, corr)
+    memset = _Matches(trace, "memset", pid, corr)
+    syncs = _Matches(trace, "syncs", pid, corr)
     # bytes: the memcpy rows' sum where there are any, else the memset rows'; -1: no row
     byte_total = np.where(memcpy.found, memcpy.total("bytes"), np.where(memset.found, memset.total("bytes"), -1))
-    if syncs.activity.present:
+    if syncs.present:
         sync_labels = trace.codes("syncs", "sync_type").categories
         sync_type = syncs.first_label("sync_type", {label: k for k, label in enumerate(sync_labels) if label})
     else:
@@ -163,21 +149,10 @@ def unmatched_syncs(trace: Trace) -> list[ApiCall]:
     if not trace.has("syncs"):
         return []
     s_pid, s_corr = trace.array("syncs", "pid"), trace.array("syncs", "correlation")
-    by_process = bool((s_pid != -1).any())  # else (Kineto) the correlation id alone joins
-    s_keys = _keys(s_pid, s_corr) if by_process else s_corr.astype(np.int64)
-    api_pid, api_corr = trace.array("api", "pid"), trace.array("api", "correlation")
-    api_keys = _keys(api_pid, api_corr) if by_process else api_corr.astype(np.int64)
-    # the few sync keys sorted, every API key looked up among them: no sort of the 2.5M API keys
-    # (and no np.isin: its hash path takes seconds on wide int64 keys in numpy 2.4)
-    s_order = np.argsort(s_keys, kind="stable")
-    s_sorted = s_keys[s_order]
-    at = np.searchsorted(s_sorted, api_keys)
-    inside = at < len(s_sorted)
-    hit = at[inside][s_sorted[at[inside]] == api_keys[inside]]  # the first of each run of equal keys
-    known_sorted = np.zeros(len(s_keys), dtype=bool)
-    known_sorted[hit] = True
-    known = np.empty(len(s_keys), dtype=bool)
-    known[s_order] = known_sorted[np.searchsorted(s_sorted, s_sorted, side="left")]
+    by_process = _by_process(trace, "syncs")
+    # the few syncs indexed, every API key looked up among them: no sort of the 2.5M API keys
+    index = KeyIndex(s_pid if by_process else None, s_corr)
+    known = index.matched(trace.array("api", "pid") if by_process else None, trace.array("api", "correlation"))
     alone = np.flatnonzero(~known)
     if not len(alone):
         return []

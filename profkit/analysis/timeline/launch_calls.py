@@ -13,10 +13,12 @@ every call).  The steps, the breakdown's events, the kernels per NVTX range
 and the idle-stretch descriptions all read it, so the 2.5M API rows of a
 big export are sorted once per trace, not once per analysis.
 
-The join is one sort of the API keys (usually a no-op: nsys and Kineto
-write calls in correlation order, which the sort detects) and one
-``searchsorted`` per GPU table; the result is an int32 API row per GPU row
-(-1 none), cached per trace like ``steps.find_steps``.
+The join is a ``KeyIndex`` of the API calls: one sort of their keys (usually a
+no-op: nsys and Kineto write calls in correlation order, which the sort detects)
+and one ``searchsorted`` per GPU table; the result is an int32 API row per GPU
+row (-1 none), cached per trace like ``steps.find_steps``.  ``KeyIndex`` is
+profkit's one (pid, correlation) index: the stall analysis's inputs and the
+Perfetto export join on it too.
 """
 
 from __future__ import annotations
@@ -93,32 +95,39 @@ def launch_calls(trace: Trace, table: str) -> LaunchCalls:
         raise KeyError(f"{table!r} is not a GPU table ({', '.join(GPU_TABLES)})")
     per_trace = _cache.setdefault(trace, {})
     if table not in per_trace:
-        index = CallIndex(trace.array("api", "pid"), trace.array("api", "correlation"))
+        index = KeyIndex(trace.array("api", "pid"), trace.array("api", "correlation"))
         for name in GPU_TABLES:
             if name not in per_trace:
                 per_trace[name] = index.match(trace.array(name, "pid"), trace.array(name, "correlation"))
     return per_trace[table]
 
 
-class CallIndex:
-    """The API calls sorted by (pid, correlation), or by correlation alone (``api_pid`` None)."""
+class KeyIndex:
+    """The rows of one table sorted by (pid, correlation id), or by the correlation id alone
+    (``pid`` None): where the rows of another table find theirs.  profkit's one
+    launch<->activity join: the API calls indexed for the GPU tables (``launch_calls``), the
+    memcpy/memset/sync rows for the calls that may block (``sync.inputs``), the launches
+    for the Perfetto export's flow arrows (``export.tracks``).
 
-    def __init__(self, api_pid: np.ndarray | None, api_corr: np.ndarray) -> None:
-        self.size = len(api_corr)
-        self.by_process = api_pid is not None
+    A query's key matches literally: a correlation of -1 matches a row with -1 of the same
+    process, as SQL's equality join does; a pid the index does not hold matches nothing."""
+
+    def __init__(self, pid: np.ndarray | None, corr: np.ndarray) -> None:
+        self.size = len(corr)
+        self.by_process = pid is not None
         self.pids = np.zeros(0, dtype=np.int64)
-        if api_pid is None or not self.size or api_pid.min() == api_pid.max():
+        if pid is None or not self.size or pid.min() == pid.max():
             # one process (the usual trace): the correlation is the key, no packing
-            self.pids = np.asarray(api_pid[:1] if api_pid is not None else [], dtype=np.int64)
-            key = api_corr.astype(np.int64, copy=False)
+            self.pids = np.asarray(pid[:1] if pid is not None else [], dtype=np.int64)
+            key = corr.astype(np.int64, copy=False)
             self.offset = 0
         else:
-            self.pids = np.unique(api_pid).astype(np.int64)
-            self.offset = int(api_corr.min())
-            if len(self.pids) >= 1 << (62 - _CORRELATION_BITS) or int(api_corr.max()) - self.offset >= 1 << _CORRELATION_BITS:
+            self.pids = np.unique(pid).astype(np.int64)
+            self.offset = int(corr.min())
+            if len(self.pids) >= 1 << (62 - _CORRELATION_BITS) or int(corr.max()) - self.offset >= 1 << _CORRELATION_BITS:
                 raise ValueError("correlation ids too far apart to pack with the pid")  # never seen in a trace
-            key = self._pack(np.searchsorted(self.pids, api_pid), api_corr)
-        # API calls come in correlation order: a sorted key needs no sort and no order array
+            key = self._pack(np.searchsorted(self.pids, pid), corr)
+        # rows come in correlation order: a sorted key needs no sort and no order array
         if self.size < 2 or bool(np.all(key[1:] > key[:-1])):
             self.order: np.ndarray | None = None
             self.key = key
@@ -147,8 +156,44 @@ class CallIndex:
         known &= (shifted >= 0) & (shifted < 1 << _CORRELATION_BITS)
         return self._pack(code, np.where(known, corr, self.offset)), known
 
+    def rows(self, positions: np.ndarray) -> np.ndarray:
+        """The table rows at positions of the sorted keys."""
+        return positions if self.order is None else self.order[positions]
+
+    def in_key_order(self, values: np.ndarray) -> np.ndarray:
+        """A column of the table in the order of the sorted keys."""
+        return values if self.order is None else values[self.order]
+
+    def spans(self, pid: np.ndarray | None, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per query, its rows as positions [lo, hi) of the sorted keys (lo == hi: none)."""
+        if not self.size:
+            none = np.zeros(len(corr), dtype=np.int64)
+            return none, none
+        key, known = self._keys(pid, corr)
+        lo = np.searchsorted(self.key, key, side="left")
+        hi = np.searchsorted(self.key, key, side="right")
+        return lo, (hi if known is None else np.where(known, hi, lo))
+
+    def matched(self, pid: np.ndarray | None, corr: np.ndarray) -> np.ndarray:
+        """Per row of the table, whether some query has its key (one search per query: the
+        queries may be the 2.5M API calls of a big trace, the index its few syncs)."""
+        if not self.size or not len(corr):
+            return np.zeros(self.size, dtype=bool)
+        key, known = self._keys(pid, corr)
+        at = np.minimum(np.searchsorted(self.key, key, side="left"), self.size - 1)
+        found = self.key[at] == key
+        if known is not None:
+            found &= known
+        hit = np.zeros(self.size, dtype=bool)
+        hit[at[found]] = True  # the first position of each matched key
+        hit = hit[np.searchsorted(self.key, self.key, side="left")]  # and every position of it
+        out = np.empty(self.size, dtype=bool)
+        out[self.rows(np.arange(self.size))] = hit
+        return out
+
     def match(self, pid: np.ndarray | None, corr: np.ndarray) -> LaunchCalls:
-        """Join queries (``pid`` None: by correlation alone) to the calls."""
+        """Join queries (``pid`` None: by correlation alone) to the rows: the first matching
+        row of each, and the further ones where a key repeats."""
         rows = _row_dtype(self.size)
         none = np.zeros(0, dtype=rows)
         if not self.size or not len(corr):
@@ -164,7 +209,7 @@ class CallIndex:
         call = np.where(found, first, -1).astype(rows, copy=False)
         if self.unique:
             return LaunchCalls(call, none, none)
-        # a repeated key: every further call of the rows whose key repeats
+        # a repeated key: every further row of the queries whose key repeats
         ends = np.searchsorted(self.key, self.key[at], side="right")
         extra = np.where(found, ends - lo - 1, 0)
         more = np.flatnonzero(extra > 0)
