@@ -150,9 +150,7 @@ def triton_spec(target: Target) -> TritonSpec:
 
 def _constexpr_name(kernel: str, name: str, declared: list[str]) -> str:
     """Exact name, or the one constexpr it is a prefix of (BLOCK -> BLOCK_SIZE)."""
-    if name in declared:
-        return name
-    matches = [d for d in declared if d.startswith(name)]
+    matches = sources.constexprs_named(name, declared)
     if len(matches) == 1:
         return matches[0]
     known = ", ".join(declared) or "none"

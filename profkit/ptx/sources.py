@@ -7,6 +7,7 @@ import ast
 import hashlib
 import re
 from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,14 @@ class KernelParam:
     name: str
     constexpr: bool
     default: Any = NO_DEFAULT
+
+
+def constexprs_named(name: str, declared: Sequence[str]) -> list[str]:
+    """The declared constexprs a ``--constexpr NAME`` stands for: the one of that name, else
+    every one it is a prefix of (BLOCK -> BLOCK_SIZE).  One is a match; several are ambiguous."""
+    if name in declared:
+        return [name]
+    return [d for d in declared if d.startswith(name)]
 
 
 def _is_jit_decorator(node: ast.expr) -> bool:

@@ -273,7 +273,7 @@ def _kernel_target(ctx: _Context, target: Any, path: Path, kernel: str) -> Any:
                            f"per runtime argument: {', '.join(runtime)})")
     declared = [p.name for p in sources.triton_kernels_in(path)[kernel] if p.constexpr]
     mine = {name: value for name, value in ctx.constexprs
-            if name in declared or sum(d.startswith(name) for d in declared) == 1}
+            if len(sources.constexprs_named(name, declared)) == 1}
     return replace(base, params=params.with_constexprs(mine))
 
 
