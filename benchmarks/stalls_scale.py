@@ -84,10 +84,10 @@ def build(dst: Path, kernels: int, syncs: int) -> None:
 MEASURE = """
 import resource, sys, time
 from profkit.analysis.sync.stalls import analyze_stalls
-from profkit.readers.nsys import open_export
+from profkit.readers import open_trace
 t = time.perf_counter()
-with open_export(sys.argv[1]) as export:
-    report = analyze_stalls(export)
+with open_trace(sys.argv[1]) as trace:
+    report = analyze_stalls(trace)
 print(f"{time.perf_counter() - t:.2f} s, {len(report.events):,} sync events, {len(report.steps):,} steps, "
       f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
 """

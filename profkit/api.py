@@ -134,7 +134,7 @@ def _stalls_of(trace: Trace, path: Path, step_range: str | None, threshold_pct: 
 def source_roots(target: Path) -> list[Path]:
     """Where a folder's program ran (run.json's cwd), then the folder: the recorded
     source paths of its sync sites are tried against these."""
-    from profkit.capture.run import RUN_JSON, read_run_record
+    from profkit.readers.run_folder import RUN_JSON, read_run_record
 
     if not target.is_dir():
         return []

@@ -39,7 +39,6 @@ from profkit.analysis.timeline.capture import capture_info  # noqa: E402
 from profkit.analysis.kernels.summaries import nvtx_kernel_summary, nvtx_summary  # noqa: E402
 from profkit.errors import ProfkitError  # noqa: E402
 from profkit.readers import open_trace  # noqa: E402
-from profkit.readers.nsys import open_export  # noqa: E402
 
 DOMAIN = "samples"
 VARIANTS = ("manual", "pytorch", "cuda", "triton", "compiled")
@@ -162,9 +161,8 @@ def measure(path: Path) -> SampleTable:
         export_path = _export_path(path, Path(scratch))
         with open_trace(export_path) as trace:
             info = capture_info(trace)
-        with open_export(export_path) as export:
-            ranges = {r["name"]: r for r in nvtx_summary(export)}
-            per_kernel = nvtx_kernel_summary(export)
+            ranges = {r["name"]: r for r in nvtx_summary(trace)}
+            per_kernel = nvtx_kernel_summary(trace)
     sample = _sample_of(set(ranges))
     argv = _command(path, info)
     defaults = DEFAULT_ARGS[sample]

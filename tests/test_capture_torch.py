@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from profkit.capture.run import KINETO_JSON, read_run_record
+from profkit.readers.run_folder import KINETO_JSON, read_run_record
 from profkit.capture.trace import ProgramFailed, TraceOptions, choose_backend, run_trace
 from profkit.cli import cli
 from profkit.errors import ProfkitError

@@ -183,10 +183,8 @@ def test_graph_setup_belongs_to_start_up() -> None:
 # -- kernel tables, report, export --------------------------------------------------------
 @pytest.mark.parametrize("name", ["gpt_graphs_graph", "gpt_graphs_node", "probe_graph", "probe_node"])
 def test_kernel_summary_still_equals_nsys_stats(name: str) -> None:
-    from profkit.readers.nsys import open_export
-
-    with open_export(export(name)) as nsys_export:
-        rows = summaries.kernel_summary(nsys_export)
+    with open_trace(export(name)) as trace:
+        rows = summaries.kernel_summary(trace)
     assert_rows_equal(rows, read_oracle(name, "cuda_gpu_kern_sum", DATA),
                       key=lambda r: r["name"] if "name" in r else r["Name"])
 

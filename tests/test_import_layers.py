@@ -42,20 +42,6 @@ LAYERS: list[tuple[str, int]] = [
 NOT_FROM_ANALYSIS = ("profkit.readers", "profkit.capture", "profkit.report", "profkit.export", "profkit.output")
 ROOT = "profkit"
 
-# Upward imports still to remove (issue 24), each with what it waits for.  The test fails
-# on any other, and on an entry here that no longer happens: the list only shrinks.
-KNOWN_UPWARD = {
-    "profkit.analysis.kernels.summaries -> profkit.readers.nsys.model_source":
-        "as_trace() still accepts an NsysExport for the callers (mostly tests) not yet ported to open_trace",
-    "profkit.analysis.roofline.analysis -> profkit.readers.ncu":
-        "read_launches/ncu_inputs read ncu CSVs and run folders: they belong in readers/ncu",
-    "profkit.analysis.roofline.counters -> profkit.readers.ncu.units":
-        "Quantity, the ncu reader's value type, belongs in model/",
-    "profkit.report -> profkit.capture.run":
-        "run.json's name and reader (read_run_record) belong below report, with the run-folder format",
-}
-
-
 def _modules(package: Path = PACKAGE) -> dict[str, Path]:
     out = {}
     for f in package.rglob("*.py"):
@@ -165,11 +151,8 @@ def test_no_import_circles() -> None:
 
 
 def test_no_upward_imports() -> None:
-    found = {line.split(" (")[0]: line for line in upward_imports(import_graph())}
-    bad = [line for edge, line in found.items() if edge not in KNOWN_UPWARD]
+    bad = upward_imports(import_graph())
     assert not bad, "imports from a lower layer to a higher one:\n" + "\n".join(bad)
-    gone = sorted(set(KNOWN_UPWARD) - set(found))
-    assert not gone, "no longer imported, remove from KNOWN_UPWARD: " + ", ".join(gone)
 
 
 def test_root_imports_only_lazily() -> None:

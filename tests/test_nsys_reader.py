@@ -17,6 +17,7 @@ from profkit.cli import cli
 from profkit.errors import ProfkitError
 from profkit.readers import open_trace
 from profkit.readers.nsys import NsysExport, decode_global_tid, normalize_api_name, open_export
+from profkit.readers.nsys.model_source import trace_of_export
 from profkit.readers.nsys.reader import api_name_sql, pid_sql, tid_sql
 from profkit.model.trace import DECIMAL_HALF_UP, SQLITE_LEGACY
 from tests.conftest import nsys_fixture, nsys_fixture_names, recorded_gpu_name
@@ -51,8 +52,8 @@ def test_reading_never_touches_the_file(tmp_path: Path, name: str) -> None:
     with open_export(path) as export:
         has_nvtx = export.has_table("NVTX_EVENTS")
         if has_nvtx:
-            summaries.nvtx_kernel_summary(export)
-        summaries.memory_summary(export)
+            summaries.nvtx_kernel_summary(trace_of_export(export))
+        summaries.memory_summary(trace_of_export(export))
     for command in ("kernels", "api", "nvtx", "info"):
         result = runner.invoke(cli, [command, str(path), "--format", "json"])
         if command == "nvtx" and not has_nvtx:  # an unannotated program: one line saying so
@@ -155,7 +156,7 @@ def test_capture_info_never_leaks_the_environment(name: str) -> None:
     assert info["compute_capability"] == "9.0"
     assert info["driver_version"] == "580.159.04"
     assert 0 < info["gpu_busy_pct"] <= 100
-    assert info["counts"]["kernels"] == sum(r["instances"] for r in summaries.kernel_summary(open_export(
+    assert info["counts"]["kernels"] == sum(r["instances"] for r in summaries.kernel_summary(open_trace(
         nsys_fixture(name))))
 
 

@@ -33,6 +33,7 @@ from profkit.readers.ncu import read_ncu_csv
 from profkit.output import md_escape
 from profkit.readers import open_trace
 from profkit.readers.nsys import open_export
+from profkit.readers.nsys.model_source import trace_of_export
 from profkit.report import ReportPaths, write_report
 from tests.conftest import ncu_fixture, nsys_fixture, nsys_fixture_names, recorded_gpu_name
 
@@ -132,10 +133,11 @@ def md_tables(md: str) -> dict[str, list[list[str]]]:
 def test_report_files_hold_the_summaries(name: str, reports: dict[str, ReportPaths]) -> None:
     html, md, data = load(reports[name])
     with open_export(nsys_fixture(name)) as export:
-        kernels = summaries.kernel_summary(export)
-        api = summaries.api_summary(export)
-        nvtx = summaries.nvtx_summary(export) if export.has_table("NVTX_EVENTS") else []
-        memory = summaries.memory_summary(export)
+        trace = trace_of_export(export)
+        kernels = summaries.kernel_summary(trace)
+        api = summaries.api_summary(trace)
+        nvtx = summaries.nvtx_summary(trace) if export.has_table("NVTX_EVENTS") else []
+        memory = summaries.memory_summary(trace)
     with open_trace(nsys_fixture(name)) as trace:
         info = capture_info(trace)
     assert html.startswith("<!DOCTYPE html>") and "</html>" in html
@@ -292,8 +294,8 @@ def test_top_n_cuts_tables_and_sums_the_rest(tmp_path: Path) -> None:
     export = nsys_fixture("nsys2025_train_print")
     paths = write_report(export, tmp_path, top=3)
     html, md, data = load(paths)
-    with open_export(export) as ex:
-        kernels = summaries.kernel_summary(ex)
+    with open_trace(export) as trace:
+        kernels = summaries.kernel_summary(trace)
     assert len(kernels) > 4
     table = data["sections"]["kernels"]["tables"]["kernels"]
     assert table["top"] == 3 and summary_part(table["rows"]) == kernels
@@ -377,8 +379,8 @@ def test_stalls_section_and_findings(reports: dict[str, ReportPaths]) -> None:
     from profkit.analysis.sync.stalls import analyze_stalls
 
     _, md, data = load(reports["nsys2025_sync"])
-    with open_export(nsys_fixture("nsys2025_sync")) as export:
-        stalls = analyze_stalls(export)
+    with open_trace(nsys_fixture("nsys2025_sync")) as trace:
+        stalls = analyze_stalls(trace)
     section = data["sections"]["stalls"]
     rows = section["tables"]["stall_sites"]["rows"]
     # the same sites, in the order the table's title ("by GPU idle time caused") says
@@ -506,9 +508,9 @@ def test_cli_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert html.is_file() and html.is_relative_to(tmp_path / "cache")
     data = json.loads((html.parent / "report.json").read_text())
     # the bundled export is the real train_print fixture
-    with open_export(nsys_fixture("nsys2025_train_print")) as export:
+    with open_trace(nsys_fixture("nsys2025_train_print")) as trace:
         assert summary_part(data["sections"]["kernels"]["tables"]["kernels"]["rows"]) == \
-            summaries.kernel_summary(export)
+            summaries.kernel_summary(trace)
     again = CliRunner().invoke(cli, ["report", "--example", "-o", str(tmp_path / "mine")])
     assert again.exit_code == 0 and Path(again.stdout.strip()) == (tmp_path / "mine" / "report.html").resolve()
 

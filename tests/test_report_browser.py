@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from profkit.analysis.kernels.summaries import kernel_summary
-from profkit.readers.nsys import open_export
+from profkit.readers import open_trace
 from profkit.report import write_report
 from tests.conftest import DATA, nsys_fixture
 
@@ -192,8 +192,8 @@ def test_report_renders_in_chromium_without_errors(fixture: str, tmp_path: Path)
     assert errors == []
     assert state["title"] == f"profkit report: {export.name}"
     assert state["h1"] == state["title"]
-    with open_export(export) as ex:
-        kernels = kernel_summary(ex)
+    with open_trace(export) as trace:
+        kernels = kernel_summary(trace)
     shown = kernels[:20] if len(kernels) <= 21 else kernels[:20] + [{"name": f"(other {len(kernels) - 20})"}]
     assert len(state["kernelRows"]) == len(shown)
     for cells, row in zip(state["kernelRows"], shown):

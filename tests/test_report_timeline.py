@@ -19,7 +19,6 @@ from profkit.analysis.kernels import summaries
 from profkit.analysis.timeline import busy as timeline
 from profkit.analysis.timeline.ranges import enclosing_ranges, nvtx_bars, nvtx_window
 from profkit.readers import open_trace
-from profkit.readers.nsys import open_export
 from tests.conftest import nsys_fixture
 
 REAL = ["nsys2025_train_print", "nsys2025_sync", "nsys2023_vector_add", "nsys2023_nvtx", "nsys2025_nvtx"]
@@ -219,8 +218,8 @@ def test_busiest_window() -> None:
 # -- NVTX -------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["nsys2025_nvtx", "nsys2023_nvtx", "nsys2025_train_print"])
 def test_nvtx_bars_are_the_ranges_of_nvtx_sum(name: str) -> None:
-    with open_export(nsys_fixture(name)) as export:
-        summary = summaries.nvtx_summary(export)
+    with open_trace(nsys_fixture(name)) as trace:
+        summary = summaries.nvtx_summary(trace)
     with open_trace(nsys_fixture(name)) as trace:
         window = nvtx_window(trace)
         bars, total = nvtx_bars(trace, window[0], window[1] + 1)

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from profkit.analysis.roofline import CAPTURE_HINT, aggregate, roofline
-from profkit.analysis.roofline.analysis import read_launches
+from profkit.readers.ncu import read_launches
 from profkit.analysis.roofline.counters import read_counters
 from profkit.cli import cli
 from profkit.readers.ncu import launches_from_csv, nvtx_ranges, read_csv_file

@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from profkit.analysis.kernels import summaries
 from profkit.cli import cli
 from profkit.readers.nsys import open_export
+from profkit.readers.nsys.model_source import trace_of_export
 from profkit.report import write_report
 from profkit.scrub import scrub
 from tests import planted
@@ -47,11 +48,12 @@ def test_scrubbed_copy_still_equals_nsys_stats(name: str, tmp_path: Path) -> Non
     scrub(source, out, anonymize=name in ("nsys2025_train_print", "nsys2023_sync_sites"))
     assert sha256(source) == before, "the input changed"
     with open_export(out) as export:
-        assert_rows_equal(summaries.kernel_summary(export), read_oracle(name, "cuda_gpu_kern_sum"), key=_name_key)
-        assert_rows_equal(summaries.api_summary(export), read_oracle(name, "cuda_api_sum"), key=_name_key)
+        trace = trace_of_export(export)
+        assert_rows_equal(summaries.kernel_summary(trace), read_oracle(name, "cuda_gpu_kern_sum"), key=_name_key)
+        assert_rows_equal(summaries.api_summary(trace), read_oracle(name, "cuda_api_sum"), key=_name_key)
         nvtx = read_oracle(name, "nvtx_sum")
         if nvtx:
-            assert_rows_equal(summaries.nvtx_summary(export), nvtx,
+            assert_rows_equal(summaries.nvtx_summary(trace), nvtx,
                               key=lambda r: (r["name"], r["style"]) if "name" in r else (r["Range"], r["Style"]))
         for table, where in (("TARGET_INFO_SYSTEM_ENV", "name = 'DeviceEnvironment'"),
                              ("META_DATA_CAPTURE", "name LIKE '%ENVIRONMENT_VARIABLE%'"),

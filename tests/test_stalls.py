@@ -26,7 +26,7 @@ import pytest
 from profkit.analysis.sync import stalls
 from profkit.analysis.sync.stalls import analyze_stalls, compare_steps
 from profkit.errors import ProfkitError
-from profkit.readers.nsys import open_export
+from profkit.readers import open_trace
 from profkit.report.stalls_figure import stalls_timeline_png
 from tests.conftest import nsys_fixture, nsys_fixture_names, oracle_csv
 from tests.step_oracle import gpu_step_durations, steady_median
@@ -37,8 +37,8 @@ SYNC_SCRIPT = ROOT / "scripts/sync_elementwise.py"
 
 
 def report(name: str, **kwargs) -> stalls.StallReport:
-    with open_export(nsys_fixture(name)) as export:
-        return analyze_stalls(export, **kwargs)
+    with open_trace(nsys_fixture(name)) as trace:
+        return analyze_stalls(trace, **kwargs)
 
 
 def lines_of(path: Path, needle: str) -> list[int]:
@@ -319,18 +319,18 @@ def test_explicit_step_range_and_unknown_name() -> None:
 
 def test_numbered_step_ranges_are_one_step_name() -> None:
     # nsys2023_nvtx: ranges "step 0".."step 3" in the default domain
-    with open_export(nsys_fixture("nsys2023_nvtx")) as export:
-        default = analyze_stalls(export)
-        named = analyze_stalls(export, step_range="step")
+    with open_trace(nsys_fixture("nsys2023_nvtx")) as trace:
+        default = analyze_stalls(trace)
+        named = analyze_stalls(trace, step_range="step")
     assert default.step_range == "step N" and [s.name for s in default.steps] == [f"step {i}" for i in range(4)]
     assert [s.name for s in named.steps] == [s.name for s in default.steps]
 
 
 @pytest.mark.parametrize("name", ["nsys2025_sync", "nsys2023_sync", "nsys2025_train_print"])
 def test_timeline_figure(name: str) -> None:
-    with open_export(nsys_fixture(name)) as export:
-        r = analyze_stalls(export)
-        tl = stalls.timeline(export, r)
+    with open_trace(nsys_fixture(name)) as trace:
+        r = analyze_stalls(trace)
+        tl = stalls.timeline(trace, r)
     assert tl is not None and tl.start < tl.end and tl.device == 0
     assert tl.syncs and all(tl.start < s["end"] or (s["idle_end"] or 0) > tl.start for s in tl.syncs)
     assert all(tl.start < end and start < tl.end for _, start, end in tl.gpu)
@@ -356,7 +356,6 @@ def test_start_up_copies_cause_no_idle_before_the_first_kernel(name, copies):
     import sqlite3
 
     from profkit.analysis.sync.stalls import analyze_stalls
-    from profkit.readers import open_trace
 
     path = nsys_fixture(name)
     with sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True) as db:
@@ -374,7 +373,6 @@ def test_report_stall_table_is_in_the_order_its_title_says():
     """'Synchronization sites, by GPU idle time caused': on the sync_sites capture the analysis
     ranks sites by cost per steady step, which puts a 35 ms site below an 11.7 ms one."""
     from profkit.report.sections import stalls_section
-    from profkit.readers import open_trace
 
     with open_trace(nsys_fixture("nsys2023_sync_sites")) as trace:
         section = stalls_section(trace, 20, {})

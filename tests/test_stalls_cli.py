@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from profkit.analysis.sync.stalls import analyze_stalls
 from profkit.cli import cli
-from profkit.readers.nsys import open_export
+from profkit.readers import open_trace
 from tests.conftest import nsys_fixture
 
 REQUIRED_KEYS = {"source", "code", "api", "count", "cpu_blocked_ns", "gpu_idle_ns", "nvtx"}
@@ -74,8 +74,8 @@ def test_json_lists_sites_with_the_documented_keys() -> None:
 
 def test_json_equals_the_library() -> None:
     path = nsys_fixture("nsys2025_sync")
-    with open_export(path) as export:
-        expected = analyze_stalls(export).sites
+    with open_trace(path) as trace:
+        expected = analyze_stalls(trace).sites
     assert sites_of(str(path)) == json.loads(json.dumps(expected))
 
 
@@ -199,8 +199,8 @@ def test_sync_rows_without_their_api_calls(tmp_path: Path, name: str, label: str
     # the CUPTI synchronization rows still show the syncs when their API calls are missing
     path = copy_of(name, tmp_path, """DELETE FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE nameId IN
         (SELECT id FROM StringIds WHERE value LIKE 'cudaStreamSynchronize%')""")
-    with open_export(path) as export:
-        r = analyze_stalls(export)
+    with open_trace(path) as trace:
+        r = analyze_stalls(trace)
     cupti = [e for e in r.events if e.api.startswith("CUPTI synchronization")]
     assert len(cupti) == 48 and {e.api for e in cupti} == {f"CUPTI synchronization ({label})"}
     assert all(e.tid == 0 and e.source is None and e.device == 0 for e in cupti)

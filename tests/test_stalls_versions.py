@@ -11,15 +11,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from profkit.analysis.sync.stalls import analyze_stalls
-from profkit.readers.nsys import open_export
+from profkit.readers import open_trace
 from tests.conftest import nsys_fixture
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "sync_elementwise.py"
 
 
 def _sites(name: str) -> dict[tuple[str | None, str], int]:
-    with open_export(nsys_fixture(name)) as export:
-        report = analyze_stalls(export)
+    with open_trace(nsys_fixture(name)) as trace:
+        report = analyze_stalls(trace)
     sites: dict[tuple[str | None, str], int] = {}
     for site in report.sites:
         source = Path(site["source"]).name if site["source"] else None

@@ -19,7 +19,9 @@ from click.testing import CliRunner
 
 from profkit.analysis.kernels import summaries
 from profkit.cli import cli
+from profkit.readers import open_trace
 from profkit.readers.nsys import open_export
+from profkit.readers.nsys.model_source import trace_of_export
 from profkit.analysis.kernels.grouped_stats import round_like_nsys, stats_from_columns
 from profkit.model.trace import DECIMAL_HALF_UP, SQLITE_LEGACY
 from tests.conftest import nsys_fixture, nsys_fixture_names, oracle_csv
@@ -93,8 +95,8 @@ def test_fixtures_present() -> None:
 @pytest.mark.parametrize("name", FIXTURES)
 def test_kernel_summary_equals_cuda_gpu_kern_sum(name: str) -> None:
     oracle = read_oracle(name, "cuda_gpu_kern_sum")
-    with open_export(nsys_fixture(name)) as export:
-        rows = summaries.kernel_summary(export)
+    with open_trace(nsys_fixture(name)) as trace:
+        rows = summaries.kernel_summary(trace)
     assert rows, "fixture has kernels"
     assert_rows_equal(rows, oracle, key=lambda r: r["name"] if "name" in r else r["Name"])
     assert list(rows[0]) == list(summaries.SUMMARY_KEYS)
@@ -103,8 +105,8 @@ def test_kernel_summary_equals_cuda_gpu_kern_sum(name: str) -> None:
 @pytest.mark.parametrize("name", FIXTURES)
 def test_api_summary_equals_cuda_api_sum(name: str) -> None:
     oracle = read_oracle(name, "cuda_api_sum")
-    with open_export(nsys_fixture(name)) as export:
-        rows = summaries.api_summary(export)
+    with open_trace(nsys_fixture(name)) as trace:
+        rows = summaries.api_summary(trace)
     assert_rows_equal(rows, oracle, key=lambda r: r["name"] if "name" in r else r["Name"])
 
 
@@ -114,7 +116,7 @@ def test_nvtx_summary_equals_nvtx_sum(name: str) -> None:
     with open_export(nsys_fixture(name)) as export:
         if not oracle and not export.has_table("NVTX_EVENTS"):
             return
-        rows = summaries.nvtx_summary(export)
+        rows = summaries.nvtx_summary(trace_of_export(export))
     assert_rows_equal(rows, oracle, key=lambda r: (r["name"], r["style"]) if "name" in r else (r["Range"], r["Style"]))
 
 
@@ -125,8 +127,8 @@ def test_memory_summary_equals_mem_time_and_size_sums(name: str) -> None:
     # copies); these were made locally in bytes with nsys 2023.4:
     #   nsys stats -q --report cuda_gpu_mem_size_sum --format csv:mem=B -o OUT copy.sqlite
     size_oracle = read_oracle(name, "cuda_gpu_mem_size_sum_bytes")
-    with open_export(nsys_fixture(name)) as export:
-        rows = summaries.memory_summary(export)
+    with open_trace(nsys_fixture(name)) as trace:
+        rows = summaries.memory_summary(trace)
     assert rows, "every fixture copies memory"
     assert_rows_equal(rows, time_oracle, key=lambda r: r["name"] if "name" in r else r["Operation"])
     by_name = {r["name"]: r for r in rows}
@@ -275,7 +277,7 @@ def test_nvtx_kernel_summary_equals_nvtx_kern_sum(name: str) -> None:
                      int(m["min"]), int(m["max"]), float(m["std"]))
     with open_export(nsys_fixture(name)) as export:
         export.match_nsys_stats(2023)  # the oracle came from nsys 2023.4
-        rows = summaries.nvtx_kernel_summary(export)
+        rows = summaries.nvtx_kernel_summary(trace_of_export(export))
     got = {(r["range"], r["style"], r["pid"], r["tid"], r["name"]):
            (r["nvtx_instances"], r["instances"], r["total_ns"], r["avg_ns"], r["med_ns"], r["min_ns"], r["max_ns"],
             r["stddev_ns"]) for r in rows}
@@ -284,9 +286,9 @@ def test_nvtx_kernel_summary_equals_nvtx_kern_sum(name: str) -> None:
 
 
 def test_nvtx_range_gpu_time_sums_kernels_per_range() -> None:
-    with open_export(nsys_fixture("nsys2025_sync")) as export:
-        rows = summaries.nvtx_kernel_summary(export)
-        kernel_total = sum(r["total_ns"] for r in summaries.kernel_summary(export))
+    with open_trace(nsys_fixture("nsys2025_sync")) as trace:
+        rows = summaries.nvtx_kernel_summary(trace)
+        kernel_total = sum(r["total_ns"] for r in summaries.kernel_summary(trace))
     per_range = summaries.nvtx_range_gpu_time(rows, kernel_total)
     by_range = {r["range"]: r for r in per_range}
     # sync_elementwise.py launches its kernels inside "step" ranges, except one setup kernel.
@@ -309,8 +311,8 @@ def test_cli_kernels_json_rows_have_exactly_the_documented_keys() -> None:
     path = str(nsys_fixture("nsys2025_gelu"))
     rows = json.loads(_invoke("kernels", path, "--format", "json"))
     assert rows and all(list(r) == list(summaries.SUMMARY_KEYS) for r in rows)
-    with open_export(path) as export:
-        assert rows == summaries.kernel_summary(export)
+    with open_trace(path) as trace:
+        assert rows == summaries.kernel_summary(trace)
     oracle = read_oracle("nsys2025_gelu", "cuda_gpu_kern_sum")
     assert [r["name"] for r in rows] == [o["Name"] for o in oracle]  # same order as nsys too
 

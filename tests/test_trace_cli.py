@@ -326,12 +326,12 @@ def gpu_trace(tmp_path: Path, *extra: str):
 @pytest.mark.gpu
 def test_gpu_trace_gelu_has_the_kernels_and_ranges(tmp_path):
     from profkit.analysis.kernels.summaries import kernel_summary, nvtx_summary
-    from profkit.readers.nsys import open_export
+    from profkit.readers import open_trace
 
     result, run_dir = gpu_trace(tmp_path)
-    with open_export(run_dir / "trace.sqlite") as export:
-        kernels = {row["name"]: row for row in kernel_summary(export)}
-        ranges = {row["name"]: row for row in nvtx_summary(export)}
+    with open_trace(run_dir / "trace.sqlite") as trace:
+        kernels = {row["name"]: row for row in kernel_summary(trace)}
+        ranges = {row["name"]: row for row in nvtx_summary(trace)}
     for name in GELU_KERNELS:
         assert name in kernels, sorted(kernels)
     assert any("vectorized_elementwise_kernel" in name and "tanh" in name for name in kernels)  # manual

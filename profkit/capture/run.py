@@ -1,16 +1,4 @@
-"""The run folder that `profkit trace` fills.
-
-    profkit-runs/<script>-<YYYYmmdd-HHMMSS>/
-      trace.nsys-rep     the Nsight Systems report (open it in the GUI), with --keep-rep
-      trace.sqlite       its SQLite export (what profkit reads), scrubbed of the
-                         environment unless --keep-env (run.json "scrub" says what went)
-      trace.json.gz      instead of the two above with --backend torch: the torch.profiler (Kineto)
-                         trace, scrubbed the same way unless --keep-env
-      trace.log          everything nsys and the program printed
-      ncu.ncu-rep        Nsight Compute report(s), with --ncu-top (ncu-<i>.ncu-rep for several)
-      ncu.csv            their details page as CSV
-      report.html/.md/.json
-      run.json           command, exit code, partial flag, tool versions, timings
+"""Writing the run folder that `profkit trace` fills (its layout: ``profkit.readers.run_folder``).
 
 run.json is written at the start (status "running") and rewritten at the
 end, so a crash or Ctrl-C still leaves a record of what was attempted.
@@ -30,17 +18,10 @@ from typing import Any
 from profkit._version import __version__
 from profkit.analysis.kernels.code import kernel_caches
 from profkit.atomic import write_text
-from profkit.errors import ProfkitError
+from profkit.readers.run_folder import RUN_JSON
 
 DEFAULT_RUNS_DIR = Path("profkit-runs")
 
-TRACE_BASENAME = "trace"
-NSYS_REP = "trace.nsys-rep"
-SQLITE = "trace.sqlite"
-KINETO_JSON = "trace.json.gz"
-LOG = "trace.log"
-NCU_CSV = "ncu.csv"
-RUN_JSON = "run.json"
 
 
 def run_name(target: str, when: datetime | None = None) -> str:
@@ -117,16 +98,6 @@ class RunRecord:
             "host": self.host,
             "nsys_command": self.nsys_command,
         }
-
-
-def read_run_record(run_dir: Path) -> Any:
-    """A run folder's run.json as parsed (run.json is input like any other: the
-    caller checks what it holds); ProfkitError when it cannot be read or parsed."""
-    path = Path(run_dir) / RUN_JSON
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ProfkitError(f"{path}: unreadable ({exc})") from None
 
 
 class Stopwatch:

@@ -24,7 +24,8 @@ from profkit.capture import nsys as nsys_mod
 from profkit.capture.keep import keep_trace
 from profkit.capture.launch import DISTRIBUTED, LAUNCH_MODULE, TORCH_STEPS_ENV, TORCH_TRACE_ENV, TORCH_WINDOW_ENV
 from profkit.capture.options import ProgramFailed, TraceOptions, launcher_env
-from profkit.capture.run import KINETO_JSON, LOG, RunRecord, Stopwatch
+from profkit.capture.run import RunRecord, Stopwatch
+from profkit.readers.run_folder import KINETO_JSON, LOG
 from profkit.capture.sync_hook import RANGES_ENV, RECORD_FUNCTION
 from profkit.errors import ProfkitError
 

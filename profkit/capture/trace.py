@@ -34,16 +34,7 @@ from profkit.capture.launch import DISTRIBUTED, LAUNCH_MODULE, parse_window
 from profkit.capture.options import ProgramFailed, TraceOptions, launcher_env
 from profkit.capture.gpu import detect_gpus
 from profkit.capture.nsys import ProfileRequest, Reporter
-from profkit.capture.run import (
-    LOG,
-    NCU_CSV,
-    NSYS_REP,
-    SQLITE,
-    TRACE_BASENAME,
-    RunRecord,
-    Stopwatch,
-    create_run_dir,
-)
+from profkit.capture.run import RunRecord, Stopwatch, create_run_dir
 from profkit.capture.tools import (
     FoundTool,
     find_tool,
@@ -55,6 +46,7 @@ from profkit.atomic import write_text
 from profkit.errors import ProfkitError
 from profkit.capture.keep import keep_trace
 from profkit.scrub.text import Redactor, secret_values
+from profkit.readers.run_folder import LOG, NCU_CSV, NSYS_REP, SQLITE, TRACE_BASENAME
 
 BACKENDS = ("auto", "nsys", "torch")
 
@@ -276,17 +268,18 @@ def kernel_rows(export: Path) -> tuple[list[dict[str, Any]], int]:
     from profkit.analysis.kernels.summaries import kernel_summary
     from profkit.readers import open_trace
     from profkit.readers.nsys import open_export
+    from profkit.readers.nsys.model_source import trace_of_export
     from profkit.readers.nsys.queries import KERNELS, mangled_names
 
     if export.name.endswith((".json", ".json.gz")):  # a Kineto trace (torch backend): no mangled names
         with open_trace(export) as trace:
             rows = [_as_dict(row) for row in kernel_summary(trace)] if trace.has("kernels") else []
     else:
-        with open_export(export) as trace:
-            if not trace.has_table(KERNELS.table):
+        with open_export(export) as nsys_export:
+            if not nsys_export.has_table(KERNELS.table):
                 return [], 0
-            rows = [_as_dict(row) for row in kernel_summary(trace)]
-            mangled = mangled_names(trace)
+            rows = [_as_dict(row) for row in kernel_summary(trace_of_export(nsys_export))]
+            mangled = mangled_names(nsys_export)
         for row in rows:
             row.setdefault("mangled", mangled.get(row.get("name")))
     rows.sort(key=lambda r: -int(r.get("total_ns") or 0))

@@ -90,8 +90,7 @@ def show(metric: str, last: int, plot_path: Path | None, fmt: str, wide: bool, d
 
 def _resolve_run(run: Path) -> tuple[Path, dict | None]:
     """A run folder's trace and run.json, or the trace itself."""
-    from profkit.capture.run import read_run_record
-    from profkit.readers import run_folder_trace
+    from profkit.readers.run_folder import read_run_record, run_folder_trace
 
     trace = run_folder_trace(run) if run.is_dir() else None
     if trace is None:

@@ -42,7 +42,7 @@ def roofline(source: Path, wide: bool, fmt: str) -> None:
       profkit roofline ncu_raw.csv --format json
     """
     from profkit.analysis.roofline import roofline as analyze
-    from profkit.analysis.roofline.analysis import read_launches
+    from profkit.readers.ncu import read_launches
 
     result = analyze(read_launches(source))
     launches = [dict(r.as_dict(), level="launch") for r in result.launches]

@@ -24,7 +24,7 @@ from profkit.model import Trace
 from profkit.readers import open_trace
 from profkit.readers.nsys import NsysExport
 from profkit.terminal import echo
-from profkit.capture.run import NCU_CSV, RUN_JSON, read_run_record
+from profkit.readers.run_folder import NCU_CSV, RUN_JSON, read_run_record
 from profkit.output import (
     API_COLUMNS,
     KERNEL_BANDWIDTH_COLUMNS,

@@ -14,22 +14,10 @@ from pathlib import Path
 from profkit.errors import ProfkitError
 from profkit.model import Trace
 from profkit.model.rank_view import RankLayout, job_layout
+from profkit.readers.run_folder import run_folder_trace
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 GZIP_MAGIC = b"\x1f\x8b"
-
-
-RUN_TRACE_NAMES = ("trace.sqlite", "trace.json.gz", "trace.json")
-
-
-def run_folder_trace(folder: Path) -> Path | None:
-    """The trace of a ``profkit trace`` run folder (a run.json and a trace.* file), or None.
-
-    A folder without such a trace goes to the Kineto reader, whose folder policy
-    names what it found (a tensorboard_trace_handler folder, or no trace at all)."""
-    if not (folder / "run.json").is_file():
-        return None
-    return next((folder / name for name in RUN_TRACE_NAMES if (folder / name).is_file()), None)
 
 
 def _is_dir(path: Path) -> bool:

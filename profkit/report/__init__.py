@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from profkit.atomic import write_files
-from profkit.capture.run import NCU_CSV, RUN_JSON, read_run_record
+from profkit.readers.run_folder import NCU_CSV, RUN_JSON, read_run_record
 from profkit.errors import ProfkitError
 
 HTML_NAME, MD_NAME, JSON_NAME = "report.html", "report.md", "report.json"

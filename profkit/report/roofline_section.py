@@ -25,17 +25,17 @@ ROOFLINE_COLUMNS = [
 def roofline_inputs(csv_path: Path) -> Path:
     """Where to read the roofline: a `profkit trace` folder's raw pages when they lie next to
     its ncu.csv (they hold the dense tensor peaks the details page lacks), else the CSV."""
-    from profkit.analysis.roofline.analysis import DETAILS_NAME, RAW_GLOB
+    from profkit.readers.run_folder import NCU_CSV, NCU_RAW_GLOB
 
     folder = csv_path.parent
-    if csv_path.name == DETAILS_NAME and any(folder.glob(RAW_GLOB)):
+    if csv_path.name == NCU_CSV and any(folder.glob(NCU_RAW_GLOB)):
         return folder
     return csv_path
 
 
 def fill_roofline(section: Section, csv_path: Path, top: int, found: dict[str, Any]) -> None:
     from profkit.analysis.roofline import chart_data, roofline
-    from profkit.analysis.roofline.analysis import read_launches
+    from profkit.readers.ncu import read_launches
 
     result = roofline(read_launches(roofline_inputs(csv_path)))
     found["roofline"] = result

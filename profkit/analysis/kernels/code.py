@@ -181,7 +181,7 @@ def symbol_code_key(code: Any) -> str:
 
 def run_folder_caches(record: Any, run_dir: Path | None = None) -> list[Path]:
     """The kernel caches a ``profkit trace`` run recorded in its run.json
-    (``capture.run.read_run_record``'s value).
+    (``readers.run_folder.read_run_record``'s value).
 
     A run folder may come from anyone, and its run.json may name "/": with
     ``run_dir``, only caches below the run folder or below the user's own cache

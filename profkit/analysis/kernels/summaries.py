@@ -15,9 +15,6 @@ Rows of the first three have the keys of ``SUMMARY_KEYS`` (NVTX rows add
 ``avg_ns``, ``med_ns`` and ``stddev_ns`` are rounded to 0.1 ns the way the
 trace's nsys release rounds them (``TraceMeta.rounding_mode``), ``time_pct``
 to 0.1 %.  The statistics are ``profkit.analysis.kernels.grouped_stats``.
-
-Transition: an ``NsysExport`` is still accepted where a ``Trace`` is expected
-(``as_trace``), so callers not yet ported keep working.
 """
 
 from __future__ import annotations
@@ -36,19 +33,8 @@ SUMMARY_KEYS = ("name", "time_pct", "total_ns", "instances", "avg_ns", "med_ns",
 Row = dict[str, Any]
 
 
-def as_trace(trace: Any) -> Trace:
-    """``trace`` itself, or a ``Trace`` over an ``NsysExport`` (shared by later calls on it)."""
-    if isinstance(trace, Trace):
-        return trace
-    if hasattr(trace, "conn") and hasattr(trace, "rounding_mode"):  # an NsysExport: not yet ported callers
-        from profkit.readers.nsys.model_source import trace_of_export
-        return trace_of_export(trace)
-    raise TypeError(f"expected a Trace, got {type(trace).__name__}")
-
-
 def kernel_summary(trace: Trace) -> list[Row]:
     """One row per kernel name (demangled), like cuda_gpu_kern_sum."""
-    trace = as_trace(trace)
     trace.require("kernels", "CUDA kernel data")
     rows = _named_rows(trace, trace.codes("kernels", "name"), trace.array("kernels", "duration"))
     # cuda_gpu_kern_sum: ORDER BY total DESC, instances, name.
@@ -62,7 +48,6 @@ def api_summary(trace: Trace) -> list[Row]:
     Names come without their version suffix (cudaLaunchKernel_v7000 ->
     cudaLaunchKernel), as nsys prints them; nsys groups before stripping, so
     a trace holding both spellings of one call gets two nsys rows and one here."""
-    trace = as_trace(trace)
     trace.require("api", "CUDA API trace data")
     rows = _named_rows(trace, trace.codes("api", "name"), trace.array("api", "duration"))
     # cuda_api_sum orders by total only; instances and name make ties stable.
@@ -80,7 +65,6 @@ def nvtx_summary(trace: Trace) -> list[Row]:
     name.  GPU-side copies of annotations are left out."""
     from profkit.analysis.timeline.ranges import cpu_ranges
 
-    trace = as_trace(trace)
     trace.require("ranges", "NVTX data")
     r = cpu_ranges(trace, ["style"], open_end="nvtx_sum")
     labels, styles = r["label"].array, r["style"].array
@@ -107,7 +91,6 @@ def memory_summary(trace: Trace) -> list[Row]:
     copy kind ("Host-to-Device", ...) or "memset".  Empty when the trace
     has no memory operations.
     """
-    trace = as_trace(trace)
     by_time: list[GroupStats] = []
     by_size: dict[str, GroupStats] = {}
     for table, kind_column in (("memcpy", "copy_kind"), ("memset", None)):
@@ -215,7 +198,6 @@ def nvtx_kernel_summary(trace: Trace) -> list[Row]:
     """
     from profkit.analysis.timeline.nvtx_projection import kernel_range_pairs
 
-    trace = as_trace(trace)
     pairs = kernel_range_pairs(trace)
     if len(pairs.duration) == 0:
         return []

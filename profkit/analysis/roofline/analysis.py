@@ -2,23 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from profkit.analysis.kernels.names import function_name
 from profkit.analysis.roofline.roofs import MEMORY_ROOFS, RooflineRow, aggregate, roofline_rows
-from profkit.errors import ProfkitError
 
 CAPTURE_HINT = ("this ncu CSV has no roofline metrics (FLOP counters and peaks): capture them with "
                 "`profkit trace --ncu-top N` (collected by default), or add --section SpeedOfLight_RooflineChart "
                 "--section SpeedOfLight_HierarchicalTensorRooflineChart to ncu")
-# the per-capture raw pages `profkit trace --ncu-top` writes next to ncu.csv (profkit.capture.run)
-RAW_GLOB = "ncu-*-raw.csv"
-DETAILS_NAME = "ncu.csv"
 
 
 @dataclass
@@ -28,32 +22,6 @@ class RooflineResult:
     has_metrics: bool  # whether any launch has FLOP counters and peaks
     hint: str | None  # one line on how to get what is missing, or None
     sources: list[str] = field(default_factory=list)
-
-
-def ncu_inputs(path: str | os.PathLike[str]) -> list[Path]:
-    """The CSVs to read for a path: the file itself, or in a `profkit trace` run folder its
-    raw pages (every metric, full precision) where present, else its ncu.csv."""
-    p = Path(path)
-    if not p.is_dir():
-        return [p]
-    raw = sorted(p.glob(RAW_GLOB))
-    if raw:
-        return raw
-    if (p / DETAILS_NAME).is_file():
-        return [p / DETAILS_NAME]
-    raise ProfkitError(f"{p} holds no ncu CSV ({DETAILS_NAME} or {RAW_GLOB})",
-                       hint="capture one with profkit trace --ncu-top N, or pass the CSV")
-
-
-def read_launches(path: str | os.PathLike[str]) -> list[Any]:
-    from profkit.readers.ncu import read_ncu_csv
-
-    launches: list[Any] = []
-    for csv_path in ncu_inputs(path):
-        for launch in read_ncu_csv(csv_path):
-            launch.id = len(launches)  # several files each count from 0
-            launches.append(launch)
-    return launches
 
 
 def roofline(launches: Sequence[Any]) -> RooflineResult:

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from profkit.readers.ncu.units import Quantity
+from profkit.model.quantity import Quantity
 
 # CUDA-core pipes: (roof, fma op, the other ops); an FMA counts 2 FLOPs, as in ncu's roofline.
 CUDA_CORE_PIPES = (("fp64", "dfma", ("dadd", "dmul")),

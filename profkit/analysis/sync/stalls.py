@@ -287,9 +287,6 @@ def analyze_stalls(trace: Trace, *, step_range: str | None = None, threshold_pct
     ``source_roots``: folders to look for the recorded source files in (the
     profiled program's working folder, when known).
     """
-    from profkit.analysis.kernels.summaries import as_trace
-
-    trace = as_trace(trace)
     trace.require("api", "CUDA API trace data")
     # the kernels (GPU idle, steps) load on a second connection while the API calls load here;
     # a no-op where the report has them already
@@ -455,9 +452,7 @@ def timeline(trace: Trace, report: StallReport, *, max_steps: int = 3) -> Timeli
     inside = [e for e in report.events if e.start < t1 and max(e.end, e.idle_end or 0) > t0]
     device = Counter(e.device for e in inside if e.device is not None).most_common(1)
     dev = device[0][0] if device else None
-    from profkit.analysis.kernels.summaries import as_trace
-
-    gpu = inputs.gpu_activity_window(as_trace(trace), dev, t0, t1) if dev is not None else []
+    gpu = inputs.gpu_activity_window(trace, dev, t0, t1) if dev is not None else []
     syncs = [{"start": e.start, "end": e.end, "idle_start": e.idle_start, "idle_end": e.idle_end,
               "label": (f"{os.path.basename(e.source.rpartition(':')[0])}:{e.source.rpartition(':')[2]}"
                         if e.source else e.anchor.name) + f" ({e.cause})"}

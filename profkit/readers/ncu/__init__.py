@@ -6,8 +6,10 @@ from profkit.readers.ncu.launches import (
            NcuLaunch,
            launches_frame,
            launches_from_csv,
+           ncu_inputs,
+           read_launches,
            read_ncu_csv,
 )
 
-__all__ = ["FIELDS", "NcuCsv", "NcuLaunch", "launches_frame", "launches_from_csv", "nvtx_ranges", "parse_csv_text",
-           "read_csv_file", "read_ncu_csv"]
+__all__ = ["FIELDS", "NcuCsv", "NcuLaunch", "launches_frame", "launches_from_csv", "ncu_inputs", "nvtx_ranges",
+           "parse_csv_text", "read_csv_file", "read_launches", "read_ncu_csv"]

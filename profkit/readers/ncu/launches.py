@@ -10,10 +10,14 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
+from profkit.errors import ProfkitError
+from profkit.model.quantity import Quantity
 from profkit.readers.ncu.csv_reader import NcuCsv, RawLaunch, RuleRow, read_csv_file
-from profkit.readers.ncu.units import Quantity, exact_bytes, parse_value
+from profkit.readers.run_folder import NCU_CSV, NCU_RAW_GLOB
+from profkit.readers.ncu.units import exact_bytes, parse_value
 
 # field -> (details display names, raw metric ids, kind); kind: int | float | size
 # ("size": a shared-memory size, snapped back to whole bytes from a rounded print)
@@ -115,6 +119,31 @@ class NcuLaunch:
 def read_ncu_csv(path: str | os.PathLike[str]) -> list[NcuLaunch]:
     """Every kernel launch in an ncu CSV (details or raw page, live or imported)."""
     return launches_from_csv(read_csv_file(path))
+
+
+def ncu_inputs(path: str | os.PathLike[str]) -> list[Path]:
+    """The CSVs to read for a path: the file itself, or in a `profkit trace` run folder its
+    raw pages (every metric, full precision) where present, else its ncu.csv."""
+    p = Path(path)
+    if not p.is_dir():
+        return [p]
+    raw = sorted(p.glob(NCU_RAW_GLOB))
+    if raw:
+        return raw
+    if (p / NCU_CSV).is_file():
+        return [p / NCU_CSV]
+    raise ProfkitError(f"{p} holds no ncu CSV ({NCU_CSV} or {NCU_RAW_GLOB})",
+                       hint="capture one with profkit trace --ncu-top N, or pass the CSV")
+
+
+def read_launches(path: str | os.PathLike[str]) -> list[NcuLaunch]:
+    """The launches of a CSV, or of a run folder's (``ncu_inputs``), numbered across files."""
+    launches: list[NcuLaunch] = []
+    for csv_path in ncu_inputs(path):
+        for launch in read_ncu_csv(csv_path):
+            launch.id = len(launches)  # several files each count from 0
+            launches.append(launch)
+    return launches
 
 
 def launches_from_csv(table: NcuCsv) -> list[NcuLaunch]:

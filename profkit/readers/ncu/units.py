@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+
+from profkit.model.quantity import Quantity
 
 # Decimal prefixes, as ncu uses them ("65.54 Kbyte" is 65,536 bytes).
 _PREFIX = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
@@ -28,19 +29,6 @@ _TIME_NS = {
 _TIME_S = {k: v / 1e9 for k, v in _TIME_NS.items()}
 
 _NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
-
-
-@dataclass(frozen=True)
-class Quantity:
-    """A parsed value: ``value`` in base units (see ``base_unit``) and the
-    largest error the printed rounding allows (``resolution``, same units)."""
-
-    value: float
-    base_unit: str
-    resolution: float = 0.0
-
-    def as_int(self) -> int:
-        return round(self.value)
 
 
 def parse_number(text: str) -> tuple[float, float] | None:
