@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from profkit.capture import sync_hook
+from profkit.model.sync_sites import decode_site
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,9 +51,9 @@ def recorded(monkeypatch):
 def test_encode_decode_roundtrip():
     text = sync_hook.encode_site("item", "train.py", 42, "  loss_value = loss.item()  |  x ")
     assert text == "profkit.sync|item|train.py:42|loss_value = loss.item() ¦ x"
-    assert sync_hook.decode_site(text) == ("item", "train.py:42", "loss_value = loss.item() ¦ x")
-    assert sync_hook.decode_site("samples:gelu/manual") is None
-    assert sync_hook.decode_site("profkit.sync|item") is None
+    assert decode_site(text) == ("item", "train.py:42", "loss_value = loss.item() ¦ x")
+    assert decode_site("samples:gelu/manual") is None
+    assert decode_site("profkit.sync|item") is None
 
 
 def test_cuda_call_is_recorded_with_the_callers_line(recorded):
@@ -60,7 +61,7 @@ def test_cuda_call_is_recorded_with_the_callers_line(recorded):
     value = x.item(); line = sys._getframe().f_lineno  # noqa: E702 - the line under test
     assert value == 1.5
     assert [e[0] for e in recorded] == ["push", "pop"]
-    kind, site, code = sync_hook.decode_site(recorded[0][1])
+    kind, site, code = decode_site(recorded[0][1])
     assert kind == "item"
     assert site == f"{os.path.relpath(__file__)}:{line}"
     assert code.startswith("value = x.item()")
@@ -75,7 +76,7 @@ def test_nested_calls_record_only_the_outer_one(recorded):
     text = repr(FakeTensor(is_cuda=True, value=2.0))
     assert text == "tensor(2.0)"
     assert [e[0] for e in recorded] == ["push", "pop"]
-    assert sync_hook.decode_site(recorded[0][1])[0] == sync_hook.FORMAT
+    assert decode_site(recorded[0][1])[0] == sync_hook.FORMAT
 
 
 def test_range_is_popped_when_the_call_raises(recorded):
@@ -115,7 +116,7 @@ def test_frames_inside_skipped_folders_are_passed_over(recorded, tmp_path, monke
         sys.path.remove(str(tmp_path))
         sys.modules.pop("fakelib.helpers", None)
         sys.modules.pop("fakelib", None)
-    assert sync_hook.decode_site(recorded[0][1])[1].endswith(f"test_capture_sync_hook.py:{line}")
+    assert decode_site(recorded[0][1])[1].endswith(f"test_capture_sync_hook.py:{line}")
 
 
 def test_skip_dirs_end_with_a_separator():

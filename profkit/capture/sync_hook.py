@@ -38,16 +38,14 @@ from collections.abc import Callable
 from typing import Any
 
 # the range text and kind names, shared with the readers and the analysis that read the ranges back
-from profkit.model.sync_sites import (  # noqa: F401 (decode_site, PREFIX: the hook's format, for its callers)
+from profkit.model.sync_sites import (
     CPU,
     DOMAIN,
     FORMAT,
     ITEM,
-    PREFIX,
     SYNCHRONIZE,
     TOLIST,
     TRUTH,
-    decode_site,
     encode_site,
 )
 

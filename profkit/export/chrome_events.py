@@ -86,7 +86,6 @@ def combinations(columns: dict[str, np.ndarray]) -> tuple[np.ndarray, pd.DataFra
 def kernel_events(k: pd.DataFrame, pid: np.ndarray) -> Iterator[Lines]:
     """Kernels on their GPU track (``pid`` per row, ``tid`` = stream)."""
     code, names = json_names(k["name"])
-    static, dynamic = k["static_smem_bytes"].to_numpy(), k["dynamic_smem_bytes"].to_numpy()
     shape = ("device", "stream", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
              "registers_per_thread", "static_smem_bytes", "dynamic_smem_bytes")
     group, combos = combinations({"name": code, "pid": pid, **{c: k[c].to_numpy() for c in shape}})

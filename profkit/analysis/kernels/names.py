@@ -19,6 +19,10 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # numpy and pandas load in canonical_column only
+    import numpy as np
 
 _INT_CAST = re.compile(r"\((?:unsigned |signed )?(?:char|short|int|long|long long|__int128)\)(-?\d+)")
 _INT_SUFFIX = re.compile(r"(?<![\w.])(-?\d+)(?:ull|ul|ll|u|l)\b", re.IGNORECASE)
@@ -163,7 +167,7 @@ def code_key(kernel_name: str) -> str:
     return function_name(kernel_name) + ("()" if has_parameter_list(kernel_name) else "")
 
 
-def canonical_column(names) -> tuple["np.ndarray", dict[str, str]]:  # noqa: F821 - numpy imported lazily
+def canonical_column(names) -> tuple[np.ndarray, dict[str, str]]:  # noqa: ANN001 (a categorical column)
     """Per row, the canonical name (worked out once per distinct name of a categorical
     column), and for each canonical name the first original spelling, for display."""
     import numpy as np

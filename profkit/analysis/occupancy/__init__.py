@@ -13,17 +13,8 @@ import occupancy, trace_occupancy, compare_ncu`` keeps working.
 
 from __future__ import annotations
 
-# The constants (noqa) are not in __all__, as on the single module; they stay reachable as attributes.
 from profkit.analysis.occupancy.calculator import (
     ARCH_DEFAULTS,
-    BARRIERS,  # noqa: F401
-    BLOCKS,  # noqa: F401
-    KIB,  # noqa: F401
-    MAX_REGISTERS_PER_THREAD,  # noqa: F401
-    REGISTERS,  # noqa: F401
-    SHARED_MEMORY,  # noqa: F401
-    UNLIMITED,  # noqa: F401
-    WARPS,  # noqa: F401
     DeviceLimits,
     Occupancy,
     Step,
@@ -38,7 +29,6 @@ from profkit.analysis.occupancy.calculator import (
     shared_memory_step,
 )
 from profkit.analysis.occupancy.ncu import (
-    NCU_LIMITS,  # noqa: F401
     attach_ncu,
     compare_ncu,
     kernel_key,
@@ -51,7 +41,6 @@ from profkit.analysis.occupancy.trace import (
     trace_occupancy,
 )
 from profkit.analysis.occupancy.waves import (
-    TAIL_MIN_IDLE_PCT,  # noqa: F401
     Waves,
     waves,
 )

@@ -4,11 +4,11 @@
 for each summary lives in ``profkit.readers.nsys.queries``.
 """
 
+from profkit.model.cuda_labels import normalize_api_name
 from profkit.readers.nsys.reader import (
     NsysExport,
     api_name_sql,
     decode_global_tid,
-    normalize_api_name,
     open_export,
 )
 

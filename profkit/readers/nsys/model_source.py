@@ -48,6 +48,7 @@ import numpy as np
 
 from profkit.errors import ProfkitError
 from profkit.model import schema
+from profkit.model.cuda_labels import normalize_api_name
 from profkit.model.keys import FIRST, NULL_INT, encode_keys, encode_rows
 from profkit.model.sync_sites import PREFIX as SYNC_SITE_PREFIX
 from profkit.model.trace import DURATION, NSYS, Coded, Trace, TraceMeta, narrowed
@@ -57,7 +58,6 @@ from profkit.readers.nsys.reader import (
     GLOBAL_TID_ID_MASK,
     GLOBAL_TID_PID_SHIFT,
     NsysExport,
-    normalize_api_name,
     open_export,
     pid_sql,
     tid_sql,

@@ -31,7 +31,6 @@ from profkit.errors import ProfkitError
 from profkit.limits import VARIABLES, LimitExceeded
 from profkit.limits import current as current_limits
 from profkit.signals import STOP, raise_stop
-from profkit.model.cuda_labels import normalize_api_name  # noqa: F401 (the rule api_name_sql writes in SQL)
 from profkit.model.trace import DECIMAL_HALF_UP, SQLITE_LEGACY
 
 SQLITE_MAGIC = b"SQLite format 3\x00"

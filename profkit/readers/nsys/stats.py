@@ -20,7 +20,6 @@ from __future__ import annotations
 import itertools
 import os
 import re
-import sqlite3
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
