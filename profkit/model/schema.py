@@ -294,6 +294,17 @@ TABLES: dict[str, tuple[Column, ...]] = {
     "threads": THREADS,
 }
 
+# devices column -> its key in a GPU's limits as the occupancy calculator takes them
+# (``occupancy.trace.device_from_info``) and the nsys reader reads them (``launches.gpu_info``)
+DEVICE_LIMIT_KEYS = {
+    "name": "name", "sm_count": "sm_count", "cc_major": "cc_major", "cc_minor": "cc_minor",
+    "max_threads_per_sm": "max_threads_per_sm", "max_blocks_per_sm": "max_blocks_per_sm",
+    "max_registers_per_sm": "regs_per_sm", "max_shared_memory_per_sm": "smem_per_sm",
+    "max_shared_memory_per_block": "smem_per_block_optin", "warp_size": "warp_size",
+    "max_threads_per_block": "max_threads_per_block", "max_registers_per_block": "regs_per_block",
+    "default_shared_memory_per_block": "smem_per_block",
+    "reserved_shared_memory_per_block": "reserved_smem_per_block",
+}
 
 # Kernel columns that make a launch configuration (with the name and device): what
 # occupancy groups by, and what the report drops once occupancy is done.

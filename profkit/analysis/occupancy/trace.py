@@ -27,23 +27,13 @@ from profkit.errors import ProfkitError
 from profkit.model import Trace
 from profkit.model.keys import FIRST, encode_row_codes, first_rows
 from profkit.model.trace import DURATION, Coded
-from profkit.model.schema import LAUNCH_CONFIG_COLUMNS, MISSING_INT
+from profkit.model.schema import DEVICE_LIMIT_KEYS, LAUNCH_CONFIG_COLUMNS, MISSING_INT
 
 
 # Kernel columns that make a launch configuration (with the name and device).
 CONFIG_COLUMNS = LAUNCH_CONFIG_COLUMNS
 # model column -> the row key (launch rows keep the names the occupancy rows always had)
 _ROW_KEYS = {"device": "device_id", "local_memory_per_thread": "local_mem_per_thread"}
-# model devices column -> device_from_info key
-_DEVICE_INFO_KEYS = {
-    "name": "name", "sm_count": "sm_count", "cc_major": "cc_major", "cc_minor": "cc_minor",
-    "max_threads_per_sm": "max_threads_per_sm", "max_blocks_per_sm": "max_blocks_per_sm",
-    "max_registers_per_sm": "regs_per_sm", "max_shared_memory_per_sm": "smem_per_sm",
-    "max_shared_memory_per_block": "smem_per_block_optin", "warp_size": "warp_size",
-    "max_threads_per_block": "max_threads_per_block", "max_registers_per_block": "regs_per_block",
-    "default_shared_memory_per_block": "smem_per_block",
-    "reserved_shared_memory_per_block": "reserved_smem_per_block",
-}
 
 
 def launch_configs(trace: Trace) -> list[dict[str, Any]]:
@@ -145,7 +135,7 @@ def device_limits_of(trace: Trace) -> dict[int, DeviceLimits]:
         return {}
     out = {}
     for row in trace.devices.to_dict("records"):
-        info = {key: row[column] for column, key in _DEVICE_INFO_KEYS.items()
+        info = {key: row[column] for column, key in DEVICE_LIMIT_KEYS.items()
                 if row.get(column) is not None and row[column] != MISSING_INT and row[column] != ""}
         if info.get("cc_major") is not None and info.get("cc_minor") is not None:
             out[int(row["device"])] = device_from_info(info)

@@ -535,18 +535,6 @@ def _missing(table: str, column: str, n: int) -> Any:
 
 
 # -- devices -------------------------------------------------------------------------
-# model column -> key of launches.gpu_info (the occupancy limits) or of queries.gpus.
-_DEVICE_KEYS = {
-    "name": "name", "sm_count": "sm_count", "cc_major": "cc_major", "cc_minor": "cc_minor",
-    "max_threads_per_sm": "max_threads_per_sm", "max_blocks_per_sm": "max_blocks_per_sm",
-    "max_registers_per_sm": "regs_per_sm", "max_shared_memory_per_sm": "smem_per_sm",
-    "max_shared_memory_per_block": "smem_per_block_optin", "warp_size": "warp_size",
-    "max_threads_per_block": "max_threads_per_block", "max_registers_per_block": "regs_per_block",
-    "default_shared_memory_per_block": "smem_per_block",
-    "reserved_shared_memory_per_block": "reserved_smem_per_block",
-}
-
-
 def _devices(export: NsysExport) -> dict[str, Any]:
     limits = launches.gpu_info(export)
     described = {g.get("id"): g for g in queries.gpus(export)}
@@ -559,7 +547,7 @@ def _devices(export: NsysExport) -> dict[str, Any]:
         rows["device"].append(device)
         rows["memory_bandwidth_bps"].append(gpu.get("memory_bandwidth"))
         rows["memory_total_bytes"].append(gpu.get("total_memory"))
-        for column, key in _DEVICE_KEYS.items():
+        for column, key in schema.DEVICE_LIMIT_KEYS.items():
             value = info.get(key)
             rows[column].append(("" if value is None else str(value)) if column == "name" else value)
     data: dict[str, Any] = {}
