@@ -6,6 +6,7 @@ import json
 from datetime import datetime
 
 from profkit.capture import run
+from profkit.readers.run_folder import read_run_record
 
 WHEN = datetime(2026, 11, 22, 14, 30, 5)
 
@@ -40,7 +41,7 @@ def test_run_record_round_trip(tmp_path):
     record.finish("partial")
     path = record.write(tmp_path)
     data = json.loads(path.read_text())
-    assert data == run.read_run_record(tmp_path)
+    assert data == read_run_record(tmp_path)
     assert data["command"] == ["gelu.py", "--n", "4096"]
     assert data["status"] == "partial" and data["partial"] is True and data["exit_code"] == 3
     assert data["tools"]["nsys"]["version"] == "2025.3.1.90"
