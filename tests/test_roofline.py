@@ -208,3 +208,149 @@ def test_report_ncu_section_gets_the_roofline(report, page, figure):
     assert any("--ncu-top" in n for n in section.notes) is not figure
     if figure:
         assert section.figures[0].png.startswith(b"\x89PNG") and section.figures[0].data["points"]
+
+
+# -- the verdict joined with the kernel's machine code (issue 23) ---------------------------
+def _nvcc_ptx_loads(cu: str, kernel: str, tmp_path) -> dict[int, int]:
+    """Global loads per width of ``kernel`` in nvcc's own PTX for sm_90 (the oracle: no profkit
+    code reads it)."""
+    import subprocess
+
+    from profkit.ptx.tools import find_tool
+    from tests.test_kernel_code_report import ptx_widths
+
+    out = tmp_path / "k.ptx"
+    subprocess.run([str(find_tool("nvcc").path), "-ptx", "-arch=sm_90", "-o", str(out), cu], check=True)
+    entries = out.read_text().split(".entry ")[1:]
+    (body,) = [e for e in entries if e.split("(")[0].strip().startswith(f"_Z{len(kernel)}{kernel}")]
+    return ptx_widths(body)[0]
+
+
+def _have_nvcc() -> bool:
+    from profkit.ptx.tools import find_tool
+
+    return find_tool("nvcc", required=False) is not None
+
+
+requires_nvcc = pytest.mark.skipif(not _have_nvcc(), reason="nvcc not found: the CUDA C++ samples need it")
+SAMPLES = ROOF.parents[2] / "sample_kernels" / "csrc"
+
+
+@pytest.fixture(scope="module")
+def gelu_softmax_with_code():
+    """`profkit roofline --kernels` on the lecture's GELU and softmax captures, compiled now for
+    the capture's GPU (sm_90): JSON per report."""
+    out = {}
+    for report, targets in (("gelu", ["gelu_cuda", "gelu"]), ("softmax", ["softmax_cuda", "softmax"])):
+        args = ["roofline", str(_csv(report)), "--format", "json"]
+        for t in targets:
+            args += ["--kernels", t]
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 0, result.output
+        out[report] = json.loads(result.output)
+    return out
+
+
+@requires_nvcc
+@pytest.mark.parametrize(("report", "cu"), [("gelu", "gelu.cu"), ("softmax", "softmax.cu")])
+def test_memory_bound_cuda_kernel_with_scalar_loads_says_so(report, cu, gelu_softmax_with_code, tmp_path):
+    kernel = f"{report}_kernel"
+    loads = _nvcc_ptx_loads(str(SAMPLES / cu), kernel, tmp_path)
+    assert loads and max(loads) <= 32  # nvcc's PTX: every global load of the hand-written kernel is scalar
+    rows = gelu_softmax_with_code[report]["launches"]
+    (cuda,) = [r for r in rows if r["kernel"].startswith(f"{kernel}(")]
+    assert cuda["bound"] == "memory" and cuda["pct_of_roof"] < 80  # 58% and 54% of DRAM bandwidth
+    assert "scalar global loads" in cuda["verdict"] and "a lead" in cuda["verdict"]
+    assert f"({sum(loads.values())} of {sum(loads.values())}: 32-bit x{loads[32]})" in cuda["verdict"]
+    assert cuda["code_source"] == "compiled" and cuda["vector_grade"].startswith("none")
+    (per_name,) = [r for r in gelu_softmax_with_code[report]["kernels"] if r["kernel"] == cuda["kernel"]]
+    assert "scalar global loads" in per_name["verdict"]
+
+
+@requires_nvcc
+@pytest.mark.parametrize("report", ["gelu", "softmax"])
+def test_kernels_near_the_roof_or_without_code_get_no_lead(report, gelu_softmax_with_code):
+    rows = gelu_softmax_with_code[report]["launches"]
+    (triton,) = [r for r in rows if r["kernel"] == f"{report}_kernel"]  # the Triton sample: code known
+    assert triton["code_source"] == "compiled" and triton["pct_of_roof"] >= 80
+    assert "scalar" not in triton["verdict"] and "near the roof" in triton["verdict"]
+    others = [r for r in rows if not r["kernel"].startswith(f"{report}_kernel")]
+    assert others and all(r["code_source"] is None and "code" not in r["verdict"] for r in others)
+
+
+def test_without_code_the_verdict_is_unchanged():
+    out = CliRunner().invoke(cli, ["roofline", str(_csv("gelu")), "--format", "json"])
+    rows = json.loads(out.output)["launches"]
+    (cuda,) = [r for r in rows if r["kernel"].startswith("gelu_kernel(")]
+    assert cuda["verdict"] == "memory-bound at 58% of DRAM bandwidth: up to 1.7x from better access (vectorized loads, fewer passes)"
+    assert cuda["vector_grade"] is None
+
+
+@requires_nvcc
+def test_report_roofline_table_takes_the_code_of_the_kernel_table():
+    # the report's kernel section joins code first (caches, --inductor, --kernels); the roofline reuses it
+    from profkit.analysis.kernels.targets import KernelTargets
+    from profkit.analysis.roofline.code import code_for_launches
+    from profkit.report.model import Section
+    from profkit.report.sections import fill_ncu
+
+    launches = read_launches(_csv("gelu"))
+    code, _ = code_for_launches(launches, targets=KernelTargets(("gelu_cuda",)).check())
+    (cuda_launch,) = [x for x in launches if x.kernel_name.startswith("gelu_kernel(")]
+    kernel_rows = [dict(code["gelu_kernel()"], name=cuda_launch.kernel_name, code_variants=1,
+                        total_ns=cuda_launch.duration_ns)]
+    section = Section("ncu", "Nsight Compute (ncu)")
+    fill_ncu(section, _csv("gelu"), 20, {"kernels": kernel_rows})
+    (table,) = [t for t in section.tables if t.key == "roofline"]
+    (cuda,) = [r for r in table.rows if r["kernel"].startswith("gelu_kernel(")]
+    assert "scalar global loads" in cuda["verdict"]
+
+
+# -- the 2:4-sparse tensor peak of the details page (issue 23) ------------------------------
+def _details_metric(report: str, name: str) -> float:
+    (launch,) = read_launches(_csv(report, "details"))
+    (value,) = [v.value for k, v in launch.metrics.items() if k.split("/")[-1] == name]
+    return value
+
+
+def test_details_page_bf16_peak_is_the_sparse_rate_and_the_verdict_says_so():
+    # evidence: ncu's bf16 source peak equals fp8's dense (_sparsity_off) peak, which is twice
+    # the dense bf16 rate on Hopper; so the details page reads the GEMM at half its raw-page roof
+    bf16_peak = _details_metric("gemm_bf16", "sm__ops_path_tensor_src_bf16_dst_fp32.sum.peak_sustained")
+    fp8_dense = _details_metric("gemm_bf16", "sm__ops_path_tensor_src_fp8_sparsity_off.sum.peak_sustained")
+    fp8_sparse = _details_metric("gemm_bf16", "sm__ops_path_tensor_src_fp8_sparsity_on.sum.peak_sustained")
+    assert bf16_peak == fp8_dense == fp8_sparse / 2
+    (raw,) = roofline(read_launches(_csv("gemm_bf16"))).launches
+    (details,) = roofline(read_launches(_csv("gemm_bf16", "details"))).launches
+    (pipe_pct,) = _ncu_metric("gemm_bf16", "sm__pipe_tensor_cycles_active.sum.pct_of_peak_sustained_elapsed")
+    assert details.pct_of_roof == pytest.approx(raw.pct_of_roof / 2, rel=0.02)
+    assert 2 * details.pct_of_roof == pytest.approx(pipe_pct, abs=2.0)
+    assert raw.sparse_peak_roofs == [] and "sparsity" not in raw.verdict
+    assert details.sparse_peak_roofs == ["bf16 tensor"]
+    assert "counts 2:4 sparsity" in details.verdict and f"dense kernel is at {2 * details.pct_of_roof:.0f}%" in details.verdict
+    assert "below the roof" not in details.verdict  # no headroom claimed against the sparse peak
+
+
+@pytest.mark.parametrize("report", ["gemm_fp8", "gemm_fp32", "memory"])
+def test_no_sparse_caveat_where_the_peak_is_dense(report):
+    # fp8 has its own _sparsity_off peak on sm_90; fp32 and memory kernels use no tensor pipe
+    for page in ("raw", "details"):
+        rows = roofline(read_launches(_csv(report, page))).launches
+        assert all(not r.sparse_peak_roofs and "sparsity" not in r.verdict for r in rows)
+
+
+def test_no_sparse_caveat_before_ampere():
+    (launch,) = read_launches(_csv("gemm_bf16", "details"))
+    launch.cc = "7.5"  # Turing: no sparse tensor instructions, the source peak is the dense one
+    (row,) = roofline([launch]).launches
+    assert row.sparse_peak_roofs == [] and "sparsity" not in row.verdict
+
+
+def test_report_notes_the_sparse_peak_of_a_details_page():
+    from profkit.report.model import Section
+    from profkit.report.sections import fill_ncu
+
+    for page, noted in (("details", True), ("raw", False)):
+        section = Section("ncu", "Nsight Compute (ncu)")
+        fill_ncu(section, _csv("gemm_bf16", page), 20, {})
+        assert any("2:4" in n for n in section.notes) is noted

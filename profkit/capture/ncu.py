@@ -28,8 +28,13 @@ from profkit.errors import ProfkitError
 BASE_SECTIONS = ("SpeedOfLight", "Occupancy", "LaunchStats")
 # The roofline (profkit roofline, the report's roofline figure): ncu's FP roofline and the
 # hierarchical tensor chart, whose per-instruction tensor counters and dense peaks reach the
-# raw page (imported next to ncu.csv as ncu-<rank>-raw.csv).  Costs: tests/data/roofline/
-# capture_log.txt (17 replay passes per kernel; a few seconds per profiled kernel on an H100).
+# raw page (imported next to ncu.csv as ncu-<rank>-raw.csv).
+# What they cost (tests/data/roofline/*.stdout and capture_log.txt, H100, ncu 2025.3): ncu replays
+# each profiled kernel 17 times with them against 10 times with BASE_SECTIONS alone, i.e. 7 more
+# replays of that one launch (1.7x its replay time).  In wall time the difference does not show
+# at the logs' 1 s resolution: one ncu run costs 9-10 s per kernel with them (program start-up
+# included: gemm_fp32, gemm_bf16, gemm_fp8, 1 kernel each) and 10 s for two kernels (memory),
+# against 11 s for two kernels with BASE_SECTIONS (old_way); start-up, not replay, dominates.
 ROOFLINE_SECTIONS = ("SpeedOfLight_RooflineChart", "SpeedOfLight_HierarchicalTensorRooflineChart")
 SECTIONS = BASE_SECTIONS + ROOFLINE_SECTIONS
 # dram bytes / duration = achieved DRAM bandwidth, independent of the section set.

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
+from profkit.cli.kernel_code_options import kernel_target_options
 from profkit.output import Column, emit_rows, format_option, wide_option
 from profkit.terminal import echo
 
@@ -24,27 +26,43 @@ COLUMNS = [
     Column("verdict", "Verdict", fit="wrap", drop=-1),
 ]
 CSV_COLUMNS = [Column("level", "Level"), Column("id", "ID", "int")] + COLUMNS + [
-    Column("l1_bytes", "L1 bytes"), Column("l2_bytes", "L2 bytes"), Column("l1_intensity", "FLOP/L1 B")]
+    Column("l1_bytes", "L1 bytes"), Column("l2_bytes", "L2 bytes"), Column("l1_intensity", "FLOP/L1 B"),
+    Column("vector_grade", "Vectorized"), Column("code_source", "Code from")]
 
 
 @click.command()
 @click.argument("source", type=click.Path(exists=True, path_type=Path))
+@click.option("--inductor", "code_dirs", multiple=True, type=click.Path(file_okay=False, path_type=Path),
+              metavar="DIR", help="Inductor/Triton caches: join each kernel's machine code (scalar global loads "
+                                  "in a memory-bound kernel are a lead) (repeatable).")
+@kernel_target_options
 @wide_option()
 @format_option()
-def roofline(source: Path, wide: bool, fmt: str) -> None:
+def roofline(source: Path, code_dirs: tuple[Path, ...], kernel_targets: Any, wide: bool, fmt: str) -> None:
     """Which roof bounds each profiled kernel, and how far below it it runs.
 
     SOURCE is an ncu CSV (raw or details page) or a `profkit trace --ncu-top N`
     run folder.  Peaks come from the capture (peak_sustained x measured clock).
+    Where a kernel's code is known (a run folder's kernel caches, --inductor,
+    or --kernels compiled now), a memory-bound kernel below its roof whose
+    code has scalar global loads says so in its verdict.
 
     \b
       profkit roofline profkit-runs/train-*/
       profkit roofline ncu_raw.csv --format json
+      profkit roofline ncu_raw.csv --kernels sample_kernels/csrc/gelu.cu
     """
     from profkit.analysis.roofline import roofline as analyze
+    from profkit.analysis.roofline.code import code_for_launches, join_code
     from profkit.readers.ncu import read_launches
 
-    result = analyze(read_launches(source))
+    launches = read_launches(source)
+    result = analyze(launches)
+    dirs = list(code_dirs) + _run_folder_caches(source)
+    notes: list[str] = []
+    if dirs or kernel_targets:
+        code, notes = code_for_launches(launches, dirs, kernel_targets)
+        result = join_code(result, code)
     launches = [dict(r.as_dict(), level="launch") for r in result.launches]
     kernels = [dict(r.as_dict(), level="kernel") for r in result.kernels]
     if fmt == "json":
@@ -58,3 +76,16 @@ def roofline(source: Path, wide: bool, fmt: str) -> None:
     if result.hint:
         echo(f"note: {result.hint}", err=fmt == "csv") if fmt == "table" else click.echo(f"note: {result.hint}",
                                                                                           err=fmt == "csv")
+    if fmt in ("table", "md"):  # JSON and CSV stay rows only, for machines
+        for note in notes:
+            echo(note, err=True) if fmt == "table" else click.echo(note, err=True)
+
+
+def _run_folder_caches(source: Path) -> list[Path]:
+    """A `profkit trace` run folder's recorded Triton/inductor caches (none for a CSV)."""
+    from profkit.analysis.kernels.code import run_folder_caches
+    from profkit.readers.run_folder import RUN_JSON, read_run_record
+
+    if not (source.is_dir() and (source / RUN_JSON).is_file()):
+        return []
+    return run_folder_caches(read_run_record(source), source)

@@ -33,16 +33,31 @@ def roofline_inputs(csv_path: Path) -> Path:
     return csv_path
 
 
+def kernel_table_code(kernel_rows: Sequence[dict[str, Any]] | None) -> dict[str, dict[str, Any]]:
+    """code_key -> machine-code facts of the kernel table's rows that have their code (the
+    report's kernel section joins it first: caches, --inductor, --kernels)."""
+    from profkit.analysis.kernels.names import code_key
+
+    return {code_key(str(r["name"])): r for r in kernel_rows or () if r.get("code_variants")}
+
+
 def fill_roofline(section: Section, csv_path: Path, top: int, found: dict[str, Any]) -> None:
     from profkit.analysis.roofline import chart_data, roofline
+    from profkit.analysis.roofline.code import join_code
+    from profkit.analysis.roofline.roofs import SPARSE_PEAK_HINT
     from profkit.readers.ncu import read_launches
 
-    result = roofline(read_launches(roofline_inputs(csv_path)))
+    result = join_code(roofline(read_launches(roofline_inputs(csv_path))), kernel_table_code(found.get("kernels")))
     found["roofline"] = result
     if not result.launches:
         return
     rows = [dict(r.as_dict(), name=r.kernel) for r in result.kernels]
     section.tables.append(Table("roofline", "Roofline per kernel", ROOFLINE_COLUMNS, rows, top))
+    sparse = sorted({roof for r in result.kernels for roof in r.sparse_peak_roofs})
+    if sparse:
+        section.notes.append(f"The {', '.join(sparse)} peak of {csv_path.name} is ncu's per-source peak, which counts 2:4 "
+                             f"sparsity on Ampere and later: a dense kernel reaches half of it, and the figure draws "
+                             f"that roof twice too high; {SPARSE_PEAK_HINT}.")
     if not result.has_metrics:
         section.notes.append(f"No roofline figure: {result.hint}.")
         return

@@ -145,11 +145,37 @@ def launch_threads(trace: Trace) -> dict[str, list[int]]:
 def compile_for_trace(spec: KernelTargets, trace: Trace, names: Sequence[str]) -> CompiledCode:
     """Compile ``spec``'s targets for the trace's GPU and keep the kernels among ``names``
     (the trace's kernel names). Never raises for one kernel: its failure is a note."""
+    return compile_kernels(spec, names, trace_arch(trace), launch_threads(trace))
+
+
+def compile_for_launches(spec: KernelTargets, launches: Sequence[Any], names: Sequence[str]) -> CompiledCode:
+    """``compile_for_trace`` for an Nsight Compute capture: the GPU and block sizes come from
+    its profiled launches (``profkit.readers.ncu.NcuLaunch``: ``cc`` "9.0", ``block_size``)."""
+    capabilities = sorted({str(x.cc) for x in launches if getattr(x, "cc", "")})
+    arch = (f"sm_{capabilities[0].replace('.', '')}", None) if len(capabilities) == 1 else (None, None)
+    if len(capabilities) > 1:
+        arch = (f"sm_{capabilities[-1].replace('.', '')}",
+                f"The capture's GPUs differ ({', '.join(capabilities)}): --kernels compiled for the newest "
+                "(--arch picks another).")
+    counts: dict[str, dict[int, int]] = {}
+    for x in launches:
+        name = str(x.kernel_name)
+        if x.block_size and not has_parameter_list(name):
+            per = counts.setdefault(code_key(name), {})
+            per[int(x.block_size)] = per.get(int(x.block_size), 0) + 1
+    threads = {k: sorted(v, key=lambda t: -v[t]) for k, v in counts.items()}
+    return compile_kernels(spec, names, arch, threads)
+
+
+def compile_kernels(spec: KernelTargets, names: Sequence[str], gpu_arch: tuple[str | None, str | None],
+                    threads: dict[str, list[int]]) -> CompiledCode:
+    """The work of ``compile_for_trace``: ``gpu_arch`` is (the architecture the kernels ran on
+    or None, a note), ``threads`` each Triton kernel's block sizes, most launched first."""
     from profkit.ptx.cache import Cache
     from profkit.ptx.targets import DEFAULT_ARCH, CompileParams, parse_arch, parse_constexpr, resolve_target
 
     result = CompiledCode()
-    arch_text, arch_note = (spec.arch, None) if spec.arch else trace_arch(trace)
+    arch_text, arch_note = (spec.arch, None) if spec.arch else gpu_arch
     if arch_text is None:
         arch_text = DEFAULT_ARCH
         arch_note = f"The trace does not record its GPU's architecture: --kernels compiled for {DEFAULT_ARCH} (--arch picks another)."
@@ -160,7 +186,7 @@ def compile_for_trace(spec: KernelTargets, trace: Trace, names: Sequence[str]) -
     traced = {code_key(str(n)) for n in names}
     common_signature, own_signatures = spec.signature_for_all()
     params = CompileParams(arch=arch, nvcc_flags=spec.nvcc_flags)
-    context = _Context(Cache(), traced, launch_threads(trace), common_signature, own_signatures,
+    context = _Context(Cache(), traced, threads, common_signature, own_signatures,
                        [parse_constexpr(c) for c in spec.constexprs], spec.num_warps, result, bool(spec.arch))
     for text in dict.fromkeys(spec.targets):
         try:

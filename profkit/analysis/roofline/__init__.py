@@ -6,7 +6,9 @@ and per kernel name, FLOPs (CUDA-core FP counters, FMA = 2; tensor-core
 arithmetic intensity, achieved FLOP/s and bytes/s, the binding roof (the one
 with the highest % of its peak), memory- or compute-bound, and a verdict in
 plain words.  Peaks come from the same capture (``peak_sustained`` x the
-measured clock), as ncu computes them.
+measured clock), as ncu computes them.  Where the kernels' machine code is
+known, ``code.join_code`` adds it: a memory-bound kernel below its roof whose
+code has scalar global loads says so in its verdict.
 
     from profkit.analysis.roofline import roofline
     result = roofline(read_ncu_csv("ncu.csv"))

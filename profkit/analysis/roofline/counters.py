@@ -50,6 +50,9 @@ class TensorWork:
     peak_per_cycle: float | None
     peak_metric: str  # which metric gave the peak, or why it is approximate
     sparse: bool = False
+    # the peak is the source's own (``sm__ops_path_tensor_src_X.sum.peak_sustained``), which on
+    # GPUs with 2:4 sparsity is the sparse rate: twice what a dense kernel can reach
+    peak_may_be_sparse: bool = False
 
 
 @dataclass
@@ -177,5 +180,7 @@ def _tensor(v: dict[str, float]) -> dict[str, TensorWork]:
             peak, how = src_peak[source], "source peak (may count 2:4 sparsity; the raw page gives the dense one)"
         else:
             peak, how = None, "no peak in this CSV"
-        out[roof] = TensorWork(flops=flops, peak_per_cycle=peak, peak_metric=how, sparse=sparse)
+        suspect = peak is not None and how.startswith("source peak")
+        out[roof] = TensorWork(flops=flops, peak_per_cycle=peak, peak_metric=how, sparse=sparse,
+                               peak_may_be_sparse=suspect)
     return out

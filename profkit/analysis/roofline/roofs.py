@@ -48,6 +48,12 @@ class RooflineRow:
     peak_sources: dict[str, str] = field(default_factory=dict)  # roof -> how its peak was obtained
     flops_by_roof: dict[str, float] = field(default_factory=dict)
     device: int | None = None
+    # tensor roofs whose peak may be the 2:4-sparse rate (``counters.TensorWork.peak_may_be_sparse``)
+    sparse_peak_roofs: list[str] = field(default_factory=list)
+    # the kernel's machine code where it is known (``profkit.analysis.roofline.code``), else None
+    vector_grade: str | None = None
+    code_verdict: str | None = None
+    code_source: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -56,8 +62,18 @@ class RooflineRow:
 def launch_row(launch: Any) -> RooflineRow:
     """The roofline of one ``NcuLaunch``."""
     c = read_counters(launch.metrics, launch.duration_ns)
-    row = _row(launch.kernel_name, 1, launch.id, c.duration_ns, _work(c), _peaks(c), launch.device)
-    return row
+    return _row(launch.kernel_name, 1, launch.id, c.duration_ns, _work(c), _peaks(c), launch.device,
+                _sparse_peak_roofs(c, getattr(launch, "cc", "")))
+
+
+def _sparse_peak_roofs(c: Counters, cc: str) -> list[str]:
+    """The tensor roofs whose peak may count 2:4 sparsity: none before Ampere (sm_80), which
+    has no sparse tensor instructions; on Ampere and later (or an unknown GPU) those read
+    from the source's own peak."""
+    major = cc.split(".", 1)[0]
+    if major.isdigit() and int(major) < 8:
+        return []
+    return sorted(roof for roof, t in c.tensor.items() if t.peak_may_be_sparse)
 
 
 def _work(c: Counters) -> dict[str, float | None]:
@@ -94,7 +110,8 @@ def roof_fma(roof: str) -> str:
 
 
 def _row(kernel: str, launches: int, launch_id: int | None, duration_ns: float | None,
-         work: dict[str, float | None], peaks: dict[str, tuple[float | None, str]], device: int | None) -> RooflineRow:
+         work: dict[str, float | None], peaks: dict[str, tuple[float | None, str]], device: int | None,
+         sparse_peak_roofs: Sequence[str] = ()) -> RooflineRow:
     flop_roofs = [r for r in work if r not in ("DRAM", "L2", "L1")]
     flops_by_roof = {r: work[r] for r in flop_roofs if work[r] is not None}
     flops = sum(flops_by_roof.values()) if flop_roofs else None
@@ -121,7 +138,8 @@ def _row(kernel: str, launches: int, launch_id: int | None, duration_ns: float |
         achieved_dram_bytes_per_s=dram / seconds if dram is not None and seconds else None,
         roof=roof, bound=None if roof is None else "memory" if roof in MEMORY_ROOFS else "compute",
         pct_of_roof=pct.get(roof) if roof else None, verdict="",
-        pct_of_peak=pct, peaks=peak_values, peak_sources=peak_sources, flops_by_roof=flops_by_roof, device=device)
+        pct_of_peak=pct, peaks=peak_values, peak_sources=peak_sources, flops_by_roof=flops_by_roof, device=device,
+        sparse_peak_roofs=[r for r in sparse_peak_roofs if r in pct])
     row.verdict = verdict(row)
     return row
 
@@ -154,8 +172,9 @@ def aggregate(rows: Sequence[RooflineRow], key: Any = None) -> list[RooflineRow]
         if all(r.flops is None for r in group):
             work = {k: v for k, v in work.items() if k in ("DRAM", "L2", "L1")}
         devices = {r.device for r in group}
+        sparse = sorted({roof for r in group for roof in r.sparse_peak_roofs})
         out.append(_row(name, sum(r.launches for r in group), None, duration, work, peaks,
-                        devices.pop() if len(devices) == 1 else None))
+                        devices.pop() if len(devices) == 1 else None, sparse))
     out.sort(key=lambda r: (-(r.duration_ns or 0), r.kernel))
     return out
 
@@ -163,11 +182,44 @@ def aggregate(rows: Sequence[RooflineRow], key: Any = None) -> list[RooflineRow]
 def verdict(row: RooflineRow, code_note: str | None = None) -> str:
     """The row in plain words, e.g. "memory-bound at 47% of DRAM bandwidth: up to 2.1x from
     better access (vectorized loads, fewer passes)".  ``code_note``: what the kernel's
-    machine code says (scalar loads), joined where the kernel is memory-bound."""
+    machine code says (scalar loads), joined where the kernel is memory-bound.  A tensor
+    roof whose peak may be the 2:4-sparse rate gets the caveat (``sparse_caveat``)."""
     if row.roof is None or row.pct_of_roof is None:
         if row.flops is None:
             return "no roofline metrics in this capture"
         return "no peak for any roof in this capture"
+    text = _verdict(row, code_note)
+    caveat = sparse_caveat(row)
+    return f"{text}; {caveat}" if caveat else text
+
+
+# Why a details page alone can read a dense GEMM at half its tensor roof: ncu's per-source peak
+# (sm__ops_path_tensor_src_X.sum.peak_sustained) is the fastest instruction's, and on Ampere and
+# later that is the 2:4-sparse one.  On the H100 of tests/data/roofline, the bf16 source peak is
+# 1,081,344 ops/cycle: fp8's _sparsity_off peak, and twice the dense HGMMA peak of the
+# hierarchical tensor chart (raw page), so its bf16 GEMM reads 46% there against 93% on the
+# raw page and ncu's own 93% tensor-pipe activity (tests/test_roofline.py pins this).
+SPARSE_PEAK_HINT = "the raw page (ncu --page raw; profkit trace --ncu-top writes it) has the dense peak"
+
+
+def sparse_caveat(row: RooflineRow) -> str | None:
+    """"the bf16 tensor peak here counts 2:4 sparsity: a dense kernel is at 93% (...)" for the
+    tensor roofs the kernel used whose peak may be the sparse rate; None when there are none."""
+    parts = []
+    for roof in row.sparse_peak_roofs:
+        pct = row.pct_of_peak.get(roof)
+        if pct is None:
+            continue
+        dense = 2 * pct
+        near = "near the roof" if dense >= NEAR_ROOF_PCT else f"up to {100.0 / dense:.1f}x below it"
+        parts.append(f"the {roof} peak of this CSV is ncu's source peak, which counts 2:4 sparsity: "
+                     f"a dense kernel is at {dense:.0f}% of its roof ({near})")
+    if not parts:
+        return None
+    return "; ".join(parts) + f"; {SPARSE_PEAK_HINT}"
+
+
+def _verdict(row: RooflineRow, code_note: str | None) -> str:
     pct = row.pct_of_roof
     headroom = 100.0 / pct if pct > 0 else float("inf")
     near = pct >= NEAR_ROOF_PCT
@@ -183,6 +235,8 @@ def verdict(row: RooflineRow, code_note: str | None = None) -> str:
         return text
     pipe = f"tensor cores ({row.roof.replace(' tensor', '')})" if "tensor" in row.roof else f"{row.roof} CUDA cores"
     text = f"compute-bound on {pipe} at {pct:.0f}%"
+    if row.roof in row.sparse_peak_roofs:  # how far below is for sparse_caveat to say
+        return text + " of ncu's peak for them"
     return text + (": near the roof" if near else f": up to {headroom:.1f}x below the roof")
 
 
