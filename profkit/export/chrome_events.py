@@ -158,13 +158,15 @@ def memory_events(m: pd.DataFrame, pid: np.ndarray, what: str) -> Iterator[Lines
              for r in combos.itertuples(index=False)]
     tails = [f'"device":{r.device},"stream":{r.stream}' for r in combos.itertuples(index=False)]
     start, end = m["start"].to_numpy(), m["end"].to_numpy()
-    corr, nbytes = m["correlation"].to_numpy(), m["bytes"].to_numpy()
+    corr = m["correlation"].to_numpy()
+    # -1: the trace gave no size (ROCm's Kineto copies); null, never a size of -1 bytes
+    nbytes = ["null" if b < 0 else b for b in m["bytes"].to_numpy().tolist()]
     for part in _chunks(len(m)):
         ts, tsf = _us(start[part])
         du, duf = _us(end[part] - start[part])
         yield [f'{heads[g]}{a}.{b},"dur":{d}.{e},"args":{{{tails[g]},"correlation":{co},"bytes":{nb}}}}}'
                for g, a, b, d, e, co, nb in zip(group[part].tolist(), ts, tsf, du, duf, corr[part].tolist(),
-                                                nbytes[part].tolist())]
+                                                nbytes[part])]
 
 
 def api_events(a: pd.DataFrame) -> Iterator[Lines]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["KINETO", "NSYS", "TABLES", "Coded", "Trace", "TraceMeta", "TraceSource", "column_names", "empty_table",
+__all__ = ["CUDA", "HIP", "KINETO", "NSYS", "TABLES", "Coded", "Trace", "TraceMeta", "TraceSource", "column_names", "empty_table",
            "from_columns"]
 
 

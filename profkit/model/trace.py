@@ -49,6 +49,10 @@ if TYPE_CHECKING:  # pandas is imported only when a DataFrame is asked for (see 
 
 NSYS = "nsys"
 KINETO = "kineto"
+# The GPU programming platform a trace records (TraceMeta.gpu_platform), named in headings and
+# labels: ROCm's torch.profiler writes HIP calls (hipLaunchKernel) under Kineto's CUDA categories.
+CUDA = "CUDA"
+HIP = "HIP"
 
 # How nsys rounds avg/median/stddev/percent to one decimal depends on the
 # SQLite inside the nsys that runs the report:
@@ -89,6 +93,7 @@ class TraceMeta:
     # "no NVTX trace: re-run with -t nvtx".
     traced: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
+    gpu_platform: str = CUDA  # CUDA or HIP (AMD ROCm)
 
 
 class TraceSource(Protocol):

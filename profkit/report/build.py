@@ -85,15 +85,16 @@ def build_report(trace: Trace, *, ncu_csv: Path | None = None, partial: bool = F
     add(TIMELINE_ZOOM, "", lambda s: fill.fill_timeline_zoom(trace, bins, found))
     add("utilization", "GPU utilization", lambda s: fill.fill_utilization(s, trace, found))
     nsys = trace.meta.source == NSYS
-    add("kernels", "CUDA kernels", lambda s: kernel_table.fill_kernels(
+    gpu = trace.meta.gpu_platform  # "CUDA", or "HIP" on a ROCm trace: named in headings and labels
+    add("kernels", f"{gpu} kernels", lambda s: kernel_table.fill_kernels(
         s, trace, top, found,
         "Time per kernel name, as nsys stats --report cuda_gpu_kern_sum." if nsys else
         "Time per kernel name, from the trace's kernel events (the figures nsys stats would give).",
         code_dirs, ncu_csv, kernel_targets))
-    add("api", "CUDA API", lambda s: fill.fill_summary(
+    add("api", f"{gpu} API", lambda s: fill.fill_summary(
         s, summaries.api_summary(trace), API_COLUMNS, top, "api", found,
         "Time the CPU spent in each CUDA runtime/driver call, as nsys stats --report cuda_api_sum." if nsys else
-        "Time the CPU spent in each CUDA runtime/driver call, from the trace's cuda_runtime/cuda_driver events."))
+        f"Time the CPU spent in each {gpu} runtime/driver call, from the trace's cuda_runtime/cuda_driver events."))
     add("nvtx", "NVTX ranges" if nsys else "Annotated ranges", lambda s: fill.fill_summary(
         s, summaries.nvtx_summary(trace), NVTX_COLUMNS, top, "nvtx", found,
         "Push/pop and start/end ranges, as nsys stats --report nvtx_sum." if nsys else

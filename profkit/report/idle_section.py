@@ -80,7 +80,7 @@ def describe_idle_cpu(trace: Trace, found: dict[str, Any]) -> None:
 
     gaps = found.get("idle_gaps") or []
     for gap, cpu in zip(gaps, cpu_in_gaps(trace, [(g["start_ns"], g["end_ns"], g["device"]) for g in gaps])):
-        gap["cpu"] = cpu_activity(cpu)
+        gap["cpu"] = cpu_activity(cpu, platform=trace.meta.gpu_platform)
         gap.update(pid=cpu["pid"], tid=cpu["tid"], next_op=cpu["next_op"],
                    launched_ns_into_gap=cpu["launched_ns_into_gap"], **{k: cpu[k] for k in CPU_KINDS})
 

@@ -55,7 +55,7 @@ RANGE_KERNEL_COLUMNS = [
 MEMORY_COLUMNS = [
     Column("direction", "Direction"),
     Column("instances", "Count", "int"),
-    Column("total_bytes", "Bytes", "bytes"),
+    Column("total_bytes", "Bytes", "bytes", "unknown"),  # None: a copy the trace gave no size (ROCm)
     Column("total_ns", "Total (ns)", "ns"),
     Column("time_pct", "Time %", "pct"),
     Column("avg_ns", "Avg (ns)", "float"),
@@ -154,7 +154,7 @@ def fill_nvtx_kernels(section: Section, trace: Trace, top: int, found: dict[str,
     per_range = summaries.nvtx_range_gpu_time(rows, kernel_total)
     found["nvtx_ranges"] = per_range
     section.intro = (f"Which {_ranges_word(trace)} the GPU time went to: a kernel counts in every range that "
-                     "encloses the CUDA call that launched it, on the same thread (nested ranges included, so "
+                     f"encloses the {trace.meta.gpu_platform} call that launched it, on the same thread (nested ranges included, so "
                      "shares can add up to more than 100%), as nsys stats --report nvtx_kern_sum.")
     by_time = sorted(rows, key=lambda r: (-r["total_ns"], r["range"] is None, r["range"] or "", r["name"]))
     blank = {"range": NO_RANGE}
@@ -185,7 +185,7 @@ def fill_timeline(section: Section, trace: Trace, bins: int, found: dict[str, An
         return
     whole = timeline.make_bins(*window, bins, origin_ns=session_zero(trace))
     utilization = timeline.gpu_utilization(trace, whole)
-    section.intro = ("Each row is a CUDA stream: a light column marks a bin with any GPU work, the solid fill is "
+    section.intro = (f"Each row is a {trace.meta.gpu_platform} stream: a light column marks a bin with any GPU work, the solid fill is "
                      f"the share of the bin that was busy, white is idle. {_ranges_word(trace, capital=True)} are "
                      "drawn above, one row per nesting level and thread.")
     section.figures.append(_timeline_figure("timeline", "Whole capture", trace, whole))

@@ -23,6 +23,11 @@ def size(nbytes: float | None) -> str:
     return "" if nbytes is None else human_bytes(nbytes)
 
 
+def size_or_unknown(nbytes: float | None) -> str:
+    """``size``, or "size unknown" where the trace did not record it (a ROCm copy)."""
+    return "size unknown" if nbytes is None else human_bytes(nbytes)
+
+
 def short_kernel_name(name: str | None, limit: int = 80) -> str:
     """A kernel name cut for a sentence: the part before the argument list,
     then the template arguments shortened ("void f<...>")."""
@@ -46,14 +51,17 @@ def short_kernel_name(name: str | None, limit: int = 80) -> str:
 
 
 # What a thread did during a GPU idle gap (``analysis.breakdown.idle``): kind -> label.
+# The API calls' label is the trace's platform (TraceMeta.gpu_platform): "CUDA", or "HIP".
 CPU_ACTIVITY_LABELS = (("ranges", "ranges"), ("api", "CUDA"), ("cpu_ops", "ops"), ("osrt", "OS"))
 
 
-def cpu_activity(gap: dict, per_kind: int = 2) -> str:
+def cpu_activity(gap: dict, per_kind: int = 2, platform: str = "CUDA") -> str:
     """"ranges: train_step 4.2 ms; CUDA: cudaStreamSynchronize 4.1 ms; OS: pthread_cond_wait 4.1 ms, write 0.2 ms"
-    from a gap's lists of {name, overlap_ns} (the time each spent inside the gap)."""
+    from a gap's lists of {name, overlap_ns} (the time each spent inside the gap); ``platform``
+    labels the API calls ("HIP: hipLaunchKernel 6.5 ms" on a ROCm trace)."""
     parts = []
     for key, label in CPU_ACTIVITY_LABELS:
+        label = platform if key == "api" else label
         items = (gap.get(key) or [])[:per_kind]
         if items:
             parts.append(f"{label}: " + ", ".join(f"{i['name']} {duration(i['overlap_ns'])}" for i in items))

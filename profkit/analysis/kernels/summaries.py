@@ -83,16 +83,20 @@ def nvtx_summary(trace: Trace) -> list[Row]:
 
 
 def memory_summary(trace: Trace) -> list[Row]:
-    """memcpy/memset totals per operation ("[CUDA memcpy Host-to-Device]", "[CUDA memset]").
+    """memcpy/memset totals per operation ("[CUDA memcpy Host-to-Device]", "[CUDA memset]";
+    "[HIP memcpy ...]" on a ROCm trace: ``TraceMeta.gpu_platform``).
 
     Time columns equal cuda_gpu_mem_time_sum; byte columns (total_bytes,
     avg_bytes, med_bytes, min_bytes, max_bytes, stddev_bytes) equal
-    cuda_gpu_mem_size_sum, which does not round them.  ``direction`` is the
-    copy kind ("Host-to-Device", ...) or "memset".  Empty when the trace
-    has no memory operations.
+    cuda_gpu_mem_size_sum, which does not round them.  They are None for an
+    operation with a copy of unknown size (-1 in the model: ROCm's Kineto
+    writes no ``bytes``), never a sum of -1s.  ``direction`` is the copy kind
+    ("Host-to-Device", ...) or "memset".  Empty when the trace has no memory
+    operations.
     """
+    platform = trace.meta.gpu_platform
     by_time: list[GroupStats] = []
-    by_size: dict[str, GroupStats] = {}
+    by_size: dict[str, GroupStats | None] = {}
     for table, kind_column in (("memcpy", "copy_kind"), ("memset", None)):
         if not trace.has(table):
             continue
@@ -100,26 +104,31 @@ def memory_summary(trace: Trace) -> list[Row]:
         if kind_column:
             kinds = trace.codes(table, kind_column)
             codes = np.asarray(kinds.codes, dtype=np.int64)
-            names = [f"[CUDA memcpy {k}]" for k in kinds.categories]
+            names = [f"[{platform} memcpy {k}]" for k in kinds.categories]
         else:
-            codes, names = np.zeros(len(durations), dtype=np.int64), ["[CUDA memset]"]
+            codes, names = np.zeros(len(durations), dtype=np.int64), [f"[{platform} memset]"]
         for g in stats_from_columns([codes], durations, trace.meta.rounding_mode):
             by_time.append(GroupStats((names[g.key[0]],), g.count, g.total, g.avg, g.med, g.min, g.max, g.stddev))
+        unknown = set(np.unique(codes[sizes < 0]).tolist())
         for g in stats_from_columns([codes], sizes, None):
-            by_size[names[g.key[0]]] = g
+            by_size[names[g.key[0]]] = None if g.key[0] in unknown else g
     rows = _summary_rows(trace, by_time, lambda g: {"name": g.key[0], "direction": _direction(g.key[0])})
     for row in rows:
         size = by_size[row["name"]]
-        row.update(total_bytes=size.total, avg_bytes=size.avg, med_bytes=size.med, min_bytes=size.min,
-                   max_bytes=size.max, stddev_bytes=size.stddev)
+        if size is None:
+            row.update(dict.fromkeys(("total_bytes", "avg_bytes", "med_bytes", "min_bytes", "max_bytes",
+                                      "stddev_bytes")))
+        else:
+            row.update(total_bytes=size.total, avg_bytes=size.avg, med_bytes=size.med, min_bytes=size.min,
+                       max_bytes=size.max, stddev_bytes=size.stddev)
     rows.sort(key=lambda r: (-r["total_ns"], r["name"]))
     return rows
 
 
 def _direction(operation: str) -> str:
-    # "[CUDA memcpy Host-to-Device]" -> "Host-to-Device"; "[CUDA memset]" -> "memset"
-    inner = operation.strip("[]")
-    return inner[len("CUDA memcpy "):] if inner.startswith("CUDA memcpy ") else inner.replace("CUDA ", "")
+    # "[CUDA memcpy Host-to-Device]" -> "Host-to-Device"; "[HIP memset]" -> "memset"
+    rest = operation.strip("[]").partition(" ")[2]
+    return rest[len("memcpy "):] if rest.startswith("memcpy ") else rest
 
 
 def _named_rows(trace: Trace, names: Coded, values: np.ndarray) -> list[Row]:
@@ -165,8 +174,8 @@ def top_n(rows: Sequence[Row], n: int, label_key: str = "name") -> list[Row]:
     other[label_key] = f"(other {len(rest)})"
     for key in other:
         values = [r[key] for r in rest if r.get(key) is not None]
-        if not values:
-            continue
+        if not values or (key.endswith("_bytes") and len(values) < len(rest)):
+            continue  # a part of unknown size (None) leaves the sum, min and max unknown too
         if key in _SUMMED_KEYS:
             other[key] = sum(values)
         elif key.startswith("min_"):

@@ -78,12 +78,15 @@ class _Matches:
         return np.where(self.found & (codes >= 0), lookup[codes], -1)
 
     def total(self, column: str) -> np.ndarray:
-        """The sum of the column over each call's rows (-1 values count 0)."""
+        """The sum of the column over each call's rows; -1 (unknown) where one of them is -1
+        (a ROCm copy without a size): a part of unknown size leaves the sum unknown."""
         if not self.present:
             return np.zeros(len(self.lo), dtype=np.int64)
         values = self.index.in_key_order(self.trace.array(self.table, column))
-        sums = np.concatenate([[0], np.cumsum(np.where(values == -1, 0, values), dtype=np.int64)])
-        return sums[self.hi] - sums[self.lo]
+        unknown = values == -1
+        sums = np.concatenate([[0], np.cumsum(np.where(unknown, 0, values), dtype=np.int64)])
+        missing = np.concatenate([[0], np.cumsum(unknown, dtype=np.int64)])
+        return np.where(missing[self.hi] > missing[self.lo], -1, sums[self.hi] - sums[self.lo])
 
 
 def _by_process(trace: Trace, table: str) -> bool:

@@ -16,7 +16,7 @@ import numpy as np
 
 from profkit.errors import ProfkitError
 from profkit.model import schema
-from profkit.model.trace import KINETO, Coded, Trace, TraceMeta, empty_arrays
+from profkit.model.trace import CUDA, HIP, KINETO, Coded, Trace, TraceMeta, empty_arrays
 from profkit.readers.kineto.events import TraceBuilder, copy_kinds, range_kind, short_kernel_name
 from profkit.readers.kineto.parse import RECORD_SHAPES, read_events
 from profkit.readers.kineto.stacks import python_frames, python_sites
@@ -104,7 +104,19 @@ class KinetoSource:
             capture_end_ns=capture[1] if capture else None,
             traced=traced,
             extra=extra,
+            gpu_platform=self._gpu_platform(),
         )
+
+    def _gpu_platform(self) -> str:
+        """HIP where most distinct runtime calls are HIP's (ROCm's Kineto files hipLaunchKernel,
+        hipMemcpyWithStream ... under ``cuda_runtime``), or, without calls, where a device is
+        AMD's; else CUDA."""
+        names = [n for n in self.tables["api"].codes["name"].index if isinstance(n, str)]
+        if names:
+            return HIP if 2 * sum(n.startswith("hip") for n in names) > len(names) else CUDA
+        props = self.header.get("deviceProperties")
+        devices = [p.get("name") for p in props if isinstance(p, dict)] if isinstance(props, list) else []
+        return HIP if any(isinstance(n, str) and n.startswith("AMD") for n in devices) else CUDA
 
     # -- TraceSource ---------------------------------------------------------------
     def has(self, table: str) -> bool:
