@@ -14,6 +14,39 @@ NSYS_DATA = DATA / "nsys"
 NCU_DATA = DATA / "ncu"
 
 
+# The default run (`python -m pytest`) leaves out the tests marked slow: pyproject's addopts
+# holds -m "not slow", and `python -m pytest -m "slow or not slow"` runs everything.  A test
+# that runs over every committed capture keeps the small ones below in the default run
+# (``default_run``): both nsys versions, a bad export, NVTX, sync sites and sync APIs,
+# torch.profiler traces with and without schedule, stacks and annotations.  The big ones
+# (GPT, the MLP GPU captures, the DDP ranks) run with slow; each kind of record they hold is
+# in a small one too.
+FAST_NSYS = frozenset({"nsys2023_nvtx", "nsys2023_sync", "nsys2023_sync_apis", "nsys2023_sync_sites",
+                       "nsys2023_vector_add", "nsys2025_bad", "nsys2025_nvtx", "nsys2025_softmax", "nsys2025_sync",
+                       "nsys2025_sync_apis", "nsys2025_train_print"})
+FAST_KINETO = frozenset({"hist_run1.json.gz", "hist_run4.json.gz", "mlp_annotated.json.gz", "mlp_print.json.gz",
+                         "mlp_plain.json.gz"})
+
+
+def default_run(values, fast=FAST_NSYS | FAST_KINETO, key=lambda v: Path(str(v)).name) -> list:
+    """``values`` for ``parametrize``: those whose ``key`` is in ``fast`` as they are, the
+    others marked slow (same ids)."""
+    return [v if key(v) in fast else pytest.param(v, marks=pytest.mark.slow) for v in values]
+
+
+class Lazy(dict):
+    """A dict that makes a missing value on first use (``make(key)``) and keeps it: a module's
+    reports are written only for the parameters that run."""
+
+    def __init__(self, make) -> None:
+        super().__init__()
+        self.make = make
+
+    def __missing__(self, key):
+        value = self[key] = self.make(key)
+        return value
+
+
 def nsys_fixture(name: str) -> Path:
     """Path to the real export ``tests/data/nsys/<name>.sqlite``.
 

@@ -276,6 +276,7 @@ TINY_GPT = ["--steps", "8", "--dim", "64", "--layers", "2", "--heads", "2", "--s
             "--vocab", "256"]
 
 
+@pytest.mark.slow  # runs a GPT twice, bare and profiled (~20 s)
 def test_a_window_of_training_steps_stays_close_to_the_bare_run(tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """issue 22: 8 training steps on a CPU under `--backend torch --steps 4 --skip 2` finish

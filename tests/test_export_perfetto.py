@@ -26,7 +26,7 @@ from click.testing import CliRunner
 from profkit.cli import cli
 from profkit.export.perfetto import export_perfetto
 from profkit.readers import open_trace
-from tests.conftest import nsys_fixture, nsys_fixture_names
+from tests.conftest import default_run, nsys_fixture, nsys_fixture_names
 from tests.test_summaries import read_oracle
 
 FIXTURES = nsys_fixture_names()
@@ -113,7 +113,7 @@ def check_flows(events: list[dict], tracks: dict) -> int:
     return len(flows)
 
 
-@pytest.mark.parametrize("fixture", FIXTURES)
+@pytest.mark.parametrize("fixture", default_run(FIXTURES))
 def test_export_is_a_valid_trace_with_nsys_kernel_totals(fixture: str, tmp_path: Path) -> None:
     out = tmp_path / "trace.json.gz"
     with open_trace(nsys_fixture(fixture)) as trace:
@@ -140,7 +140,7 @@ def test_export_is_a_valid_trace_with_nsys_kernel_totals(fixture: str, tmp_path:
         assert any(e["ph"] == "C" for e in events)
 
 
-@pytest.mark.parametrize("fixture", FIXTURES)
+@pytest.mark.parametrize("fixture", default_run(FIXTURES))
 def test_export_reads_back_with_the_same_kernel_summary(fixture: str, tmp_path: Path) -> None:
     """nsys -> export -> Kineto reader: the same kernels; and that Kineto-read trace exports
     again (the export from a Kineto source) into a valid trace with the same kernels."""
@@ -279,7 +279,7 @@ def test_cli_steps_cut_and_steps_track(tmp_path: Path) -> None:
     assert not (tmp_path / "none.json").exists()
 
 
-@pytest.mark.parametrize("fixture", KINETO_FIXTURES)
+@pytest.mark.parametrize("fixture", default_run(KINETO_FIXTURES))
 def test_kineto_trace_exports_with_its_own_kernel_totals(fixture: str, tmp_path: Path) -> None:
     """A torch.profiler trace -> export: valid, paired, nested, and per kernel name the count
     and the sum of round(dur * 1000) of the source JSON's own 'kernel' events."""

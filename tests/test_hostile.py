@@ -310,7 +310,7 @@ def large_planted_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return big
 
 
-@pytest.mark.parametrize("delay", [0.5, 1.0, 2.0])
+@pytest.mark.parametrize("delay", [0.5, 1.0, pytest.param(2.0, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_a_signal_into_scrub_leaves_a_whole_file_or_nothing(large_planted_export: Path, tmp_path: Path,
                                                               delay: float, signum: int) -> None:
@@ -334,6 +334,7 @@ def test_a_signal_into_scrub_leaves_a_whole_file_or_nothing(large_planted_export
         assert SECRET.encode() not in (out_dir / "scrubbed.sqlite").read_bytes()
 
 
+@pytest.mark.slow  # two programs killed 2 s in; the scrub above runs the same sink by default
 def test_a_signal_into_report_and_export_leaves_nothing_half_written(large_planted_export: Path,
                                                                      tmp_path: Path) -> None:
     for args in (["report", str(large_planted_export), "-o", str(tmp_path / "r")],

@@ -134,6 +134,7 @@ def test_triton_load_and_store_widths_equal_the_ptx(bad_rows: dict[str, dict]) -
     assert bad_rows["gelu_register_heavy_kernel"]["vectorization"] == "full"
 
 
+@pytest.mark.slow  # compiles the Triton kernels for several warp counts (~11 s)
 def test_num_warps_follows_the_traced_block_size(tmp_path: Path) -> None:
     """A copy of the kernels' file is no sample: the signature and BLOCK_SIZE come from the
     command line, num_warps from the trace (32 threads per block: 1 warp). With Triton's

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from profkit.readers import open_trace
-from tests.conftest import DATA
+from tests.conftest import DATA, default_run
 
 KINETO_TRACES = sorted([*DATA.glob("kineto/**/*.json.gz"), *DATA.glob("kineto/**/*.json"),
                         *DATA.glob("ddp/**/*.json.gz"), *DATA.glob("ddp/**/*.json")])
@@ -45,7 +45,7 @@ def span(e: dict[str, Any]) -> tuple[int, int]:
     return start, start + ns(e["dur"])
 
 
-@pytest.fixture(scope="module", params=KINETO_TRACES, ids=lambda p: p.name)
+@pytest.fixture(scope="module", params=default_run(KINETO_TRACES), ids=lambda p: p.name)
 def pair(request: pytest.FixtureRequest) -> tuple[Any, dict[str, Any]]:
     return open_trace(request.param), raw(request.param)
 

@@ -25,6 +25,7 @@ import pytest
 from click.testing import CliRunner
 
 from profkit.cli import cli
+from tests.conftest import default_run
 from tests.test_kineto_reader import KINETO_TRACES, complete, raw
 
 pytestmark = pytest.mark.skipif(not KINETO_TRACES, reason="no Kineto fixture committed yet")
@@ -72,7 +73,7 @@ def durations(events: list[dict[str, Any]], label: Any = lambda e: e["name"]) ->
     return out
 
 
-@pytest.mark.parametrize("trace_file", KINETO_TRACES, ids=lambda p: p.name)
+@pytest.mark.parametrize("trace_file", default_run(KINETO_TRACES), ids=lambda p: p.name)
 def test_kernels_api_nvtx_equal_the_raw_json(trace_file: Path) -> None:
     doc = raw(trace_file)
     kernels = complete(doc, "kernel")

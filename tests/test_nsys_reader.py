@@ -20,7 +20,7 @@ from profkit.readers.nsys import NsysExport, decode_global_tid, normalize_api_na
 from profkit.readers.nsys.model_source import trace_of_export
 from profkit.readers.nsys.reader import api_name_sql, pid_sql, tid_sql
 from profkit.model.trace import DECIMAL_HALF_UP, SQLITE_LEGACY
-from tests.conftest import nsys_fixture, nsys_fixture_names, recorded_gpu_name
+from tests.conftest import default_run, nsys_fixture, nsys_fixture_names, recorded_gpu_name
 
 FIXTURES = nsys_fixture_names()
 
@@ -41,7 +41,7 @@ def test_versions_are_detected(name: str, nsys_year: str, schema: str, rounding:
         assert export.columns("NO_SUCH_TABLE") == set()
 
 
-@pytest.mark.parametrize("name", FIXTURES)
+@pytest.mark.parametrize("name", default_run(FIXTURES))
 def test_reading_never_touches_the_file(tmp_path: Path, name: str) -> None:
     src = nsys_fixture(name)
     path = tmp_path / "run.sqlite"

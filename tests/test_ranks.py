@@ -51,10 +51,11 @@ def _ranks_of(tmp_path: Path, fixture: str, n: int) -> list[Path]:
     return paths
 
 
-def _run(args: list[str]) -> subprocess.CompletedProcess:
+def _run(args: list[str], prelude: str | None = None) -> subprocess.CompletedProcess:
+    """``python -m profkit ARGS`` (or ``python -c PRELUDE ARGS``) in its own process."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    return subprocess.run([sys.executable, "-m", "profkit", *args], capture_output=True, text=True, env=env,
-                          timeout=300)
+    start = ["-c", prelude] if prelude else ["-m", "profkit"]
+    return subprocess.run([sys.executable, *start, *args], capture_output=True, text=True, env=env, timeout=300)
 
 
 def test_ranks_rows_and_partial_exit(tmp_path):
@@ -86,7 +87,9 @@ def test_different_programs_are_refused(tmp_path):
 
 def test_unreachable_scheduler_is_one_line(tmp_path):
     paths = _ranks_of(tmp_path, PROGRAM, 1)
-    result = _run(["ranks", str(paths[0]), "--scheduler", f"tcp://127.0.0.1:{_free_port()}"])
+    # the real command in its own process, with a 1 s connect timeout instead of 10 s
+    prelude = "import profkit.ranks.engine as e; e.CONNECT_TIMEOUT_S = 1; from profkit.cli import main; main()"
+    result = _run(["ranks", str(paths[0]), "--scheduler", f"tcp://127.0.0.1:{_free_port()}"], prelude=prelude)
     assert result.returncode == 2
     last = result.stderr.strip().splitlines()[-1]
     assert "cannot reach the Dask scheduler at tcp://127.0.0.1:" in last and "Traceback" not in result.stderr
@@ -98,6 +101,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow  # starts a Dask scheduler and two workers (~12 s)
 def test_real_dask_scheduler_gives_the_same_json(tmp_path):
     paths = [str(p) for p in _ranks_of(tmp_path, PROGRAM, 2)]
     default = _run(["ranks", *paths, "--format", "json"])

@@ -35,7 +35,7 @@ from profkit.readers import open_trace
 from profkit.readers.nsys import open_export
 from profkit.readers.nsys.model_source import trace_of_export
 from profkit.report import ReportPaths, write_report
-from tests.conftest import ncu_fixture, nsys_fixture, nsys_fixture_names, recorded_gpu_name
+from tests.conftest import Lazy, default_run, ncu_fixture, nsys_fixture, nsys_fixture_names, recorded_gpu_name
 
 FIXTURES = nsys_fixture_names()
 XSS = "<script>alert(1)</script>"
@@ -43,9 +43,9 @@ XSS = "<script>alert(1)</script>"
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ReportPaths]:
-    """One report per real fixture, written once for the module."""
+    """One report per real fixture, written once for the module when a test first asks."""
     root = tmp_path_factory.mktemp("reports")
-    return {name: write_report(nsys_fixture(name), root / name) for name in FIXTURES}
+    return Lazy(lambda name: write_report(nsys_fixture(name), root / name))
 
 
 def load(paths: ReportPaths) -> tuple[str, str, dict]:
@@ -129,7 +129,7 @@ def md_tables(md: str) -> dict[str, list[list[str]]]:
 
 
 # -- every fixture -------------------------------------------------------------------
-@pytest.mark.parametrize("name", FIXTURES)
+@pytest.mark.parametrize("name", default_run(FIXTURES))
 def test_report_files_hold_the_summaries(name: str, reports: dict[str, ReportPaths]) -> None:
     html, md, data = load(reports[name])
     with open_export(nsys_fixture(name)) as export:
@@ -167,7 +167,7 @@ def test_report_files_hold_the_summaries(name: str, reports: dict[str, ReportPat
         assert f">{section}</h2>" in html
 
 
-@pytest.mark.parametrize("name", FIXTURES)
+@pytest.mark.parametrize("name", default_run(FIXTURES))
 def test_capture_section_and_findings(name: str, reports: dict[str, ReportPaths]) -> None:
     html, md, data = load(reports[name])
     capture = data["capture"]
@@ -188,7 +188,7 @@ def test_capture_section_and_findings(name: str, reports: dict[str, ReportPaths]
     assert html.index('id="findings"') < html.index('id="capture"')
 
 
-@pytest.mark.parametrize("name", FIXTURES)
+@pytest.mark.parametrize("name", default_run(FIXTURES))
 def test_figures_are_inline_pngs_and_their_numbers_add_up(name: str, reports: dict[str, ReportPaths]) -> None:
     html, _, data = load(reports[name])
     images = parse_html(html).images

@@ -24,7 +24,7 @@ from profkit.readers.nsys.model_source import trace_of_export
 from profkit.report import write_report
 from profkit.scrub import scrub
 from tests import planted
-from tests.conftest import DATA, nsys_fixture, nsys_fixture_names
+from tests.conftest import DATA, default_run, nsys_fixture, nsys_fixture_names
 from tests.test_summaries import assert_rows_equal, read_oracle
 
 # The before-stop hook's test for an environment block (an independent oracle).
@@ -40,7 +40,7 @@ def _name_key(row: dict) -> object:
     return row["name"] if "name" in row else row["Name"]
 
 
-@pytest.mark.parametrize("name", FIXTURES)
+@pytest.mark.parametrize("name", default_run(FIXTURES))
 def test_scrubbed_copy_still_equals_nsys_stats(name: str, tmp_path: Path) -> None:
     source = nsys_fixture(name)
     before = sha256(source)
@@ -64,8 +64,10 @@ def test_scrubbed_copy_still_equals_nsys_stats(name: str, tmp_path: Path) -> Non
     assert [p.name for p in tmp_path.iterdir()] == ["shared.sqlite"], "temporary files left behind"
 
 
-@pytest.mark.parametrize("fixture", ["nsys2025_train_print", "nsys2023_sync_sites"])
-@pytest.mark.parametrize("anonymize", [False, True])
+@pytest.mark.parametrize(("fixture", "anonymize"), [
+    ("nsys2023_sync_sites", False), ("nsys2025_train_print", True),
+    pytest.param("nsys2023_sync_sites", True, marks=pytest.mark.slow),
+    pytest.param("nsys2025_train_print", False, marks=pytest.mark.slow)])
 def test_planted_secret_appears_nowhere_after_scrub(fixture: str, anonymize: bool, tmp_path: Path) -> None:
     source = planted.plant_secret(fixture, tmp_path)
     secret = planted.SECRET.encode()

@@ -135,6 +135,7 @@ def test_straggler_of_the_whole_job_export_is_rank_1(tmp_path):
 TOLERANCE = {"step_median_ns": 0.05, "compute_per_step_ns": 0.02, "comm_per_step_ns": 0.05}
 
 
+@pytest.mark.slow  # reads the whole job and both per-rank captures (~15 s)
 @needs_whole
 def test_whole_job_ranks_match_the_per_rank_capture(tmp_path):
     whole = _ranks_json(_whole())
@@ -203,6 +204,7 @@ def test_a_rank_view_holds_exactly_its_processes_rows():
             assert set(view.array("kernels", "device").tolist()) == set(view.meta.extra["rank_devices"])
 
 
+@pytest.mark.slow  # every single-trace command on the whole-job export (~8 s)
 @needs_whole
 def test_single_trace_commands_on_a_whole_job_export(tmp_path):
     whole = str(_whole())
