@@ -216,6 +216,7 @@ def annotations(path: Path) -> list[str]:
     return [e["name"] for e in raw_events(path) if e.get("cat") == "user_annotation"]
 
 
+@pytest.mark.slow  # a torch.profiler run (~8 s), the control of the planted-secret test below
 def test_torch_backend_keeps_the_trace_as_written_with_keep_env(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """The planting works: without scrubbing, the kept trace holds the secret in each place."""
@@ -256,6 +257,7 @@ def check_no_planted_secret(tmp_path: Path, run_dir: Path) -> dict:
     return record
 
 
+@pytest.mark.slow  # a torch.profiler run (~10 s); test_scrub and test_hostile scrub Kineto traces by default
 def test_torch_backend_leaves_no_planted_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """CPU: the real torch.profiler; the kept trace.json.gz is scrubbed, as the nsys export is."""
     check_no_planted_secret(tmp_path, trace_planted_program(tmp_path, monkeypatch, keep_env=False))
