@@ -183,7 +183,8 @@ def open_in_chromium(html: Path, tmp_path: Path) -> tuple[dict, list[str]]:
         tools.close()
 
 
-@pytest.mark.parametrize("fixture", ["nsys2025_nvtx", "nsys2023_nvtx", pytest.param('nsys2025_train_print', marks=pytest.mark.slow)])
+@pytest.mark.parametrize("fixture", ["nsys2025_nvtx", "nsys2023_nvtx",
+                                     pytest.param("nsys2025_train_print", marks=pytest.mark.slow)])
 def test_report_renders_in_chromium_without_errors(fixture: str, tmp_path: Path) -> None:
     export = nsys_fixture(fixture)
     paths = write_report(export, tmp_path / "out")

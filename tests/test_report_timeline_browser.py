@@ -100,7 +100,7 @@ def open_page(tools: DevTools, html: Path) -> Page:
     return page
 
 
-@pytest.mark.parametrize("fixture", ["nsys2025_train_print", pytest.param('nsys2023_nvtx', marks=pytest.mark.slow)])
+@pytest.mark.parametrize("fixture", ["nsys2025_train_print", pytest.param("nsys2023_nvtx", marks=pytest.mark.slow)])
 def test_timeline_hover_zoom_pan_without_errors(fixture: str, tmp_path: Path) -> None:
     assert BROWSER is not None
     paths = write_report(nsys_fixture(fixture), tmp_path / "out")

@@ -282,7 +282,8 @@ def test_without_code_the_verdict_is_unchanged():
     out = CliRunner().invoke(cli, ["roofline", str(_csv("gelu")), "--format", "json"])
     rows = json.loads(out.output)["launches"]
     (cuda,) = [r for r in rows if r["kernel"].startswith("gelu_kernel(")]
-    assert cuda["verdict"] == "memory-bound at 58% of DRAM bandwidth: up to 1.7x from better access (vectorized loads, fewer passes)"
+    assert cuda["verdict"] == ("memory-bound at 58% of DRAM bandwidth: up to 1.7x from better access "
+                               "(vectorized loads, fewer passes)")
     assert cuda["vector_grade"] is None
 
 
@@ -327,7 +328,8 @@ def test_details_page_bf16_peak_is_the_sparse_rate_and_the_verdict_says_so():
     assert 2 * details.pct_of_roof == pytest.approx(pipe_pct, abs=2.0)
     assert raw.sparse_peak_roofs == [] and "sparsity" not in raw.verdict
     assert details.sparse_peak_roofs == ["bf16 tensor"]
-    assert "counts 2:4 sparsity" in details.verdict and f"dense kernel is at {2 * details.pct_of_roof:.0f}%" in details.verdict
+    assert "counts 2:4 sparsity" in details.verdict
+    assert f"dense kernel is at {2 * details.pct_of_roof:.0f}%" in details.verdict
     assert "below the roof" not in details.verdict  # no headroom claimed against the sparse peak
 
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["CUDA", "HIP", "KINETO", "NSYS", "TABLES", "Coded", "Trace", "TraceMeta", "TraceSource", "column_names", "empty_table",
-           "from_columns"]
+__all__ = ["CUDA", "HIP", "KINETO", "NSYS", "TABLES", "Coded", "Trace", "TraceMeta", "TraceSource", "column_names",
+           "empty_table", "from_columns"]
 
 
 def __getattr__(name: str) -> Any:

@@ -13,7 +13,7 @@ from typing import Any
 
 from profkit.analysis.timeline.busy import Utilization
 from profkit.model.clock import SESSION_START, seconds_text
-from profkit.report.text import duration, short_kernel_name, size, size_or_unknown
+from profkit.report.text import duration, short_kernel_name, size_or_unknown
 
 Row = dict[str, Any]
 
@@ -147,8 +147,8 @@ def _memory(memory: Sequence[Row] | None, kernels: Sequence[Row] | None) -> list
     ratio = copy_ns / kernel_ns
     compared = f"{ratio:.0f} times the kernel time" if ratio >= 2 else f"{100.0 * ratio:.0f}% of the kernel time"
     return [(f"Memory copies and sets took {duration(copy_ns)} of GPU time, {compared}; the most in "
-             f"{biggest['direction']} ({biggest['instances']:,} operations, {size_or_unknown(biggest.get('total_bytes'))}, "
-             f"{duration(biggest['total_ns'])}).")]
+             f"{biggest['direction']} ({biggest['instances']:,} operations, "
+             f"{size_or_unknown(biggest.get('total_bytes'))}, {duration(biggest['total_ns'])}).")]
 
 
 def _nvtx(nvtx_ranges: Sequence[Row] | None) -> list[str]:

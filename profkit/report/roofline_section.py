@@ -55,9 +55,9 @@ def fill_roofline(section: Section, csv_path: Path, top: int, found: dict[str, A
     section.tables.append(Table("roofline", "Roofline per kernel", ROOFLINE_COLUMNS, rows, top))
     sparse = sorted({roof for r in result.kernels for roof in r.sparse_peak_roofs})
     if sparse:
-        section.notes.append(f"The {', '.join(sparse)} peak of {csv_path.name} is ncu's per-source peak, which counts 2:4 "
-                             f"sparsity on Ampere and later: a dense kernel reaches half of it, and the figure draws "
-                             f"that roof twice too high; {SPARSE_PEAK_HINT}.")
+        section.notes.append(f"The {', '.join(sparse)} peak of {csv_path.name} is ncu's per-source peak, which "
+                             f"counts 2:4 sparsity on Ampere and later: a dense kernel reaches half of it, and the "
+                             f"figure draws that roof twice too high; {SPARSE_PEAK_HINT}.")
     if not result.has_metrics:
         section.notes.append(f"No roofline figure: {result.hint}.")
         return

@@ -154,8 +154,8 @@ def fill_nvtx_kernels(section: Section, trace: Trace, top: int, found: dict[str,
     per_range = summaries.nvtx_range_gpu_time(rows, kernel_total)
     found["nvtx_ranges"] = per_range
     section.intro = (f"Which {_ranges_word(trace)} the GPU time went to: a kernel counts in every range that "
-                     f"encloses the {trace.meta.gpu_platform} call that launched it, on the same thread (nested ranges included, so "
-                     "shares can add up to more than 100%), as nsys stats --report nvtx_kern_sum.")
+                     f"encloses the {trace.meta.gpu_platform} call that launched it, on the same thread (nested "
+                     "ranges included, so shares can add up to more than 100%), as nsys stats --report nvtx_kern_sum.")
     by_time = sorted(rows, key=lambda r: (-r["total_ns"], r["range"] is None, r["range"] or "", r["name"]))
     blank = {"range": NO_RANGE}
     section.tables.append(Table("nvtx_range_gpu_time", "Kernel time per range", RANGE_GPU_COLUMNS, per_range, top,
@@ -185,9 +185,9 @@ def fill_timeline(section: Section, trace: Trace, bins: int, found: dict[str, An
         return
     whole = timeline.make_bins(*window, bins, origin_ns=session_zero(trace))
     utilization = timeline.gpu_utilization(trace, whole)
-    section.intro = (f"Each row is a {trace.meta.gpu_platform} stream: a light column marks a bin with any GPU work, the solid fill is "
-                     f"the share of the bin that was busy, white is idle. {_ranges_word(trace, capital=True)} are "
-                     "drawn above, one row per nesting level and thread.")
+    section.intro = (f"Each row is a {trace.meta.gpu_platform} stream: a light column marks a bin with any GPU work, "
+                     f"the solid fill is the share of the bin that was busy, white is idle. "
+                     f"{_ranges_word(trace, capital=True)} are drawn above, one row per nesting level and thread.")
     section.figures.append(_timeline_figure("timeline", "Whole capture", trace, whole))
     found["timeline_whole"] = (section, whole, utilization)
     found["utilization"], found["utilization_views"] = utilization, [(whole, utilization, "Whole capture")]
