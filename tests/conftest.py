@@ -17,15 +17,13 @@ NCU_DATA = DATA / "ncu"
 # The default run (`python -m pytest`) leaves out the tests marked slow: pyproject's addopts
 # holds -m "not slow", and `python -m pytest -m "slow or not slow"` runs everything.  A test
 # that runs over every committed capture keeps the small ones below in the default run
-# (``default_run``): both nsys versions, a bad export, NVTX, sync sites and sync APIs,
-# torch.profiler traces with and without schedule, stacks and annotations.  The big ones
-# (GPT, the MLP GPU captures, the DDP ranks) run with slow; each kind of record they hold is
-# in a small one too.
-FAST_NSYS = frozenset({"nsys2023_nvtx", "nsys2023_sync", "nsys2023_sync_apis", "nsys2023_sync_sites",
-                       "nsys2023_vector_add", "nsys2025_bad", "nsys2025_nvtx", "nsys2025_softmax", "nsys2025_sync",
-                       "nsys2025_sync_apis", "nsys2025_train_print"})
-FAST_KINETO = frozenset({"hist_run1.json.gz", "hist_run4.json.gz", "mlp_annotated.json.gz", "mlp_print.json.gz",
-                         "mlp_plain.json.gz"})
+# (``default_run``): both nsys versions (NVTX, sync APIs), a bad export, a training loop with
+# steps, syncs and NVTX; torch.profiler traces with a schedule, stacks and annotations.  The
+# others (GPT, the MLP GPU captures, the DDP ranks, the rest of the nsys exports) run with slow;
+# each kind of record they hold is in a small one too.
+FAST_NSYS = frozenset({"nsys2023_nvtx", "nsys2023_sync_apis", "nsys2025_bad", "nsys2025_nvtx", "nsys2025_sync",
+                       "nsys2025_train_print"})
+FAST_KINETO = frozenset({"hist_run1.json.gz", "mlp_annotated.json.gz", "mlp_print.json.gz"})
 
 
 def default_run(values, fast=FAST_NSYS | FAST_KINETO, key=lambda v: Path(str(v)).name) -> list:

@@ -123,6 +123,7 @@ def test_whole_job_export_gives_each_rank() -> None:
     assert records(breakdown) == cli_json("breakdown", str(whole))
 
 
+@pytest.mark.slow  # profkit ranks in a child process (~6 s)
 def test_open_ranks_equals_profkit_ranks() -> None:
     whole = _whole_job()
     frame = profkit.open_ranks([whole], scheduler="threads").summary()

@@ -204,9 +204,9 @@ def _compare_idle_totals(files: list[Path], hta: dict[int, dict]) -> None:
 # The 2-rank DDP run (communication, overlap) and single-GPU runs: eager, compiled
 # (Triton), a sync per step; HTA takes seconds per file, so not every fixture.
 SINGLE = [DATA / "kineto" / f"{name}.json.gz" for name in ("gpt_eager", "gpt_compiled", "mlp_print")]
-# HTA on the DDP ranks and on gpt_eager takes 4-11 s: slow; gpt_compiled and mlp_print stay in the default run
+# HTA takes 2-11 s per set: mlp_print stays in the default run, the others run with slow
 TRACE_SETS = ([pytest.param(DDP, id="ddp", marks=pytest.mark.slow)] if DDP else []) + \
-    [pytest.param([f], id=f.name, marks=[pytest.mark.slow] if f.name == "gpt_eager.json.gz" else [])
+    [pytest.param([f], id=f.name, marks=[] if f.name == "mlp_print.json.gz" else [pytest.mark.slow])
      for f in SINGLE if f.exists()]
 
 

@@ -215,6 +215,7 @@ def test_install_wraps_torch_and_uninstall_restores():
     assert (torch.Tensor.item, torch.cuda.synchronize) == original
 
 
+@pytest.mark.slow  # imports the real torch in a child process (~10 s); the hook's logic is tested without it
 def test_hook_is_installed_when_the_program_imports_torch(tmp_path):
     pytest.importorskip("torch")
     script = """

@@ -69,6 +69,7 @@ def test_auto_takes_nsys_where_found_else_torch(tmp_path: Path) -> None:
         choose_backend("perf", {}, root=tmp_path)
 
 
+@pytest.mark.slow  # torch.profiler in its own process (~10 s); test_trace_is_written_when_the_program_fails runs it
 def test_cpu_script_under_torch_profiler(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
@@ -338,6 +339,7 @@ print("iterations", iteration)
 """
 
 
+@pytest.mark.slow  # an inference loop under torch.profiler (~12 s)
 def test_a_window_of_seconds_records_only_that_part_of_an_inference_loop(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """issue 22: `--window 1:2` on a 6 s loop of forwards (no optimizer) records one second of
@@ -364,6 +366,7 @@ def test_a_window_of_seconds_records_only_that_part_of_an_inference_loop(tmp_pat
     assert read_run_record(run_dir)["status"] == "failed"
 
 
+@pytest.mark.slow  # a torch.profiler run (~5 s)
 def test_a_window_that_never_opens_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PYTHONPATH", str(ROOT))

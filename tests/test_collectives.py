@@ -74,7 +74,7 @@ def _summaries(paths: list[Path]) -> list[dict]:
 
 
 @needs_ddp
-@pytest.mark.parametrize("folder", ["kineto", "kineto_slow"])
+@pytest.mark.parametrize("folder", ["kineto", pytest.param("kineto_slow", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("rank", [0, 1])
 def test_kineto_reader_fills_the_collective_columns_as_the_json_says(folder, rank):
     path = DDP / folder / f"rank{rank}.json.gz"
@@ -156,6 +156,7 @@ def test_sizes_and_bandwidth_equal_the_raw_json(folder):
         assert got[size]["busbw_gbps"] == pytest.approx(total_bytes / total_ns * 2 * (n - 1) / n, rel=1e-12)
 
 
+@pytest.mark.slow  # profkit ranks in a child process (~5 s); test_sizes_and_bandwidth_equal_the_raw_json: the oracle
 @needs_ddp
 def test_per_rank_json_rows_carry_sizes(tmp_path):
     import os

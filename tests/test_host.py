@@ -216,6 +216,7 @@ def test_report_has_a_host_section_and_leads_with_the_verdict(tmp_path: Path) ->
     assert "## Host" in md and "| planted_host_work | hf_llama.py:43 |" in md
 
 
+@pytest.mark.slow  # scrubs the Llama export (~5-15 s)
 def test_a_scrubbed_export_still_gives_the_host_time(tmp_path: Path) -> None:
     """profkit trace scrubs its export with the program's environment: a recorded value found
     in the sampled file paths (the working folder) is redacted, so several file names become

@@ -310,7 +310,7 @@ def large_planted_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return big
 
 
-@pytest.mark.parametrize("delay", [0.5, 1.0, pytest.param(2.0, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("delay", [0.5, *(pytest.param(d, marks=pytest.mark.slow) for d in (1.0, 2.0))])
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_a_signal_into_scrub_leaves_a_whole_file_or_nothing(large_planted_export: Path, tmp_path: Path,
                                                               delay: float, signum: int) -> None:

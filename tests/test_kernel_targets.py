@@ -89,6 +89,7 @@ def bad_rows(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
         return kernels_json(nsys_fixture("nsys2025_bad"), "--kernels", str(SAMPLES / "bad_kernels.py"))
 
 
+@pytest.mark.slow  # compiles the Triton samples (~10 s, shared with the test below)
 def test_a_programs_file_brings_the_triton_kernels_it_imports(bad_rows: dict[str, dict]) -> None:
     """bad_kernels.py defines no kernel: it imports triton_kernels.py, whose kernels that the
     trace ran are compiled with the sample registry's parameters, for the trace's sm_90."""
@@ -115,6 +116,7 @@ def triton_ptx(kernel: str, runtime_types: dict[str, str], divisible: list[int],
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps}).asm["ptx"]
 
 
+@pytest.mark.slow  # compiles the Triton samples; tests/test_kernel_code_report.py checks widths against PTX by default
 def test_triton_load_and_store_widths_equal_the_ptx(bad_rows: dict[str, dict]) -> None:
     from sample_kernels import triton_kernels
 

@@ -43,6 +43,7 @@ from typing import Any
 import pytest
 
 from profkit.readers import open_trace
+from tests.conftest import default_run
 from tests.test_kineto_reader import KINETO_TRACES, complete, raw
 
 # HTA takes seconds per trace: a schedule'd eager run, a torch.compile run (Triton
@@ -102,7 +103,7 @@ def hta_rounded_totals(doc: dict[str, Any], kept: set[int]) -> dict[str, int]:
     return dict(totals)
 
 
-@pytest.mark.parametrize("trace_file", HTA_TRACES, ids=lambda p: p.name)
+@pytest.mark.parametrize("trace_file", default_run(HTA_TRACES), ids=lambda p: p.name)
 def test_kernel_totals_equal_hta_to_the_ns(trace_file: Path, tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HTA_DISABLE_NS_ROUNDING", "1")

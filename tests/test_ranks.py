@@ -186,7 +186,7 @@ def test_comm_kernel_ns_equals_nccl_kernels_in_nsys_stats():
 
 
 @needs_ddp
-@pytest.mark.parametrize("folder", ["kineto_slow", "nsys_slow"])
+@pytest.mark.parametrize("folder", ["kineto_slow", pytest.param("nsys_slow", marks=pytest.mark.slow)])
 def test_the_rank_slowed_on_purpose_is_the_straggler(folder, tmp_path):
     paths = _ddp_nsys(folder) if folder.startswith("nsys") else [DDP / folder / f"rank{r}.json.gz" for r in (0, 1)]
     result = _run(["report", *map(str, paths), "-o", str(tmp_path), "--scheduler", "threads"])

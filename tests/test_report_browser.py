@@ -183,7 +183,7 @@ def open_in_chromium(html: Path, tmp_path: Path) -> tuple[dict, list[str]]:
         tools.close()
 
 
-@pytest.mark.parametrize("fixture", ["nsys2025_nvtx", "nsys2023_nvtx",
+@pytest.mark.parametrize("fixture", ["nsys2025_nvtx", pytest.param("nsys2023_nvtx", marks=pytest.mark.slow),
                                      pytest.param("nsys2025_train_print", marks=pytest.mark.slow)])
 def test_report_renders_in_chromium_without_errors(fixture: str, tmp_path: Path) -> None:
     export = nsys_fixture(fixture)
@@ -213,6 +213,7 @@ def test_report_renders_in_chromium_without_errors(fixture: str, tmp_path: Path)
 KINETO = sorted((DATA / "kineto").rglob("*.json.gz")) if (DATA / "kineto").is_dir() else []
 
 
+@pytest.mark.slow  # a second Chromium run (~5 s); the nsys report renders by default
 @pytest.mark.skipif(not KINETO, reason="no Kineto fixtures in tests/data/kineto yet")
 def test_kineto_report_renders_in_chromium_without_errors(tmp_path: Path) -> None:
     """A PyTorch profiler trace's report: the same page, no console error, every figure drawn.

@@ -126,6 +126,7 @@ def test_trace_end_to_end(workdir):
     assert "PARTIAL" not in result.output
 
 
+@pytest.mark.slow  # another `profkit trace` run with its report (~2-3 s)
 def test_arguments_without_double_dash_and_output_folder(workdir):
     result = trace("-o", "myrun", "prog.py", "--n", "4096", "--top", "3")
     assert result.exit_code == 0, result.output
@@ -159,6 +160,7 @@ def test_missing_nsys_is_one_line_saying_how_to_get_it(workdir, monkeypatch):
     assert not (workdir / "profkit-runs").exists()
 
 
+@pytest.mark.slow  # another `profkit trace` run with its report (~2-3 s)
 def test_nsys_from_profkit_nsys_variable(workdir, monkeypatch):
     if tools.find_tool("nsys", env={"PATH": ""}) is not None:
         pytest.skip("this machine has nsys in an install folder, which comes first")
@@ -212,6 +214,7 @@ def test_options_reach_nsys(workdir):
     assert call["env"]["NSYS_NVTX_PROFILER_REGISTER_ONLY"] == "0"
 
 
+@pytest.mark.slow  # another `profkit trace` run with its report (~2-3 s)
 def test_module_target(workdir):
     pkg = workdir / "mypkg"
     pkg.mkdir()
