@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from profkit.analysis import summaries
+from profkit.analysis.kernels import summaries
 from profkit.readers import open_trace
 from profkit.report import write_report
 from tests.conftest import DATA, nsys_fixture
