@@ -9,6 +9,12 @@ from pathlib import Path
 
 import pytest
 
+# pytest-xdist's workers get COLUMNS=80 from their parent (execnet), where a plain run has no
+# COLUMNS: tables would be fitted to 80 columns instead of a pipe's (profkit.terminal).  Tests
+# that want a width set their own.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.pop("COLUMNS", None)
+
 DATA = Path(__file__).parent / "data"
 NSYS_DATA = DATA / "nsys"
 NCU_DATA = DATA / "ncu"
