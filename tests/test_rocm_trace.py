@@ -89,3 +89,16 @@ def test_top_n_keeps_an_unknown_size_unknown():
     assert other["total_ns"] == 30 and other["total_bytes"] is None and other["min_bytes"] is None
     (_, known) = summaries.top_n([rows[0], rows[2], dict(rows[2], name="d")], 1)
     assert known["total_bytes"] == 100 and known["min_bytes"] == 50
+
+
+def test_kernels_and_api_tables_name_hip():
+    from click.testing import CliRunner
+
+    from profkit.cli import cli
+
+    for command, title in (("kernels", "HIP kernels"), ("api", "HIP API")):
+        first = CliRunner().invoke(cli, [command, str(ROCM), "--top", "2"]).output.splitlines()[0]
+        assert title in first and "CUDA" not in first, first
+    # a CUDA trace keeps its name
+    first = CliRunner().invoke(cli, ["kernels", str(CUDA_KINETO), "--top", "1"]).output.splitlines()[0]
+    assert "CUDA kernels" in first, first

@@ -57,11 +57,13 @@ def _print_summary(summarize: Callable, columns: list[Column], title: str,
         _one_scan_then_exit(trace)
         rows = summarize(trace)
         said = note(trace) if note is not None else None
+        platform = trace.meta.gpu_platform
     if top is not None:
         rows = summaries.top_n(rows, top)
     if readable is not None and fmt in ("table", "md"):  # JSON and CSV keep the names nsys has
         rows = readable(rows)
-    emit_rows(rows, columns, fmt, title=title, wide=wide)
+    # "CUDA kernels" / "CUDA API" name the platform the trace records: "HIP kernels" on ROCm
+    emit_rows(rows, columns, fmt, title=title.replace("CUDA", platform), wide=wide)
     if said and fmt in ("table", "md"):  # JSON and CSV stay rows only, for machines
         echo(said, err=True)
 
@@ -136,6 +138,7 @@ def _print_kernels_with_code(export: Path, top: int | None, fmt: str, wide: bool
     launches = read_ncu_csv(ncu_csv) if ncu_csv is not None else None
     with open_trace(export) as trace:
         rows = kernels_json(trace)
+        platform = trace.meta.gpu_platform
         code, compiled = code_for_trace(trace, [r["name"] for r in rows], dirs, kernel_targets)
         rows = attach_code(rows, code, launch_shapes(trace) if code else None)
         peaks = peak_bandwidth(trace)
@@ -144,7 +147,7 @@ def _print_kernels_with_code(export: Path, top: int | None, fmt: str, wide: bool
     if top is not None:
         rows = summaries.top_n(rows, top)
     columns = kernel_columns_with(KERNEL_CODE_COLUMNS, KERNEL_BANDWIDTH_COLUMNS if launches else [])
-    emit_rows(rows, columns, fmt, title="CUDA kernels with their machine code", wide=wide)
+    emit_rows(rows, columns, fmt, title=f"{platform} kernels with their machine code", wide=wide)
     if fmt in ("table", "md"):  # JSON and CSV stay rows only, for machines
         for note in notes:
             echo(note, err=True)
