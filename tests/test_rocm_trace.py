@@ -102,3 +102,19 @@ def test_kernels_and_api_tables_name_hip():
     # a CUDA trace keeps its name
     first = CliRunner().invoke(cli, ["kernels", str(CUDA_KINETO), "--top", "1"]).output.splitlines()[0]
     assert "CUDA kernels" in first, first
+
+
+def test_hip_synchronizing_calls_are_found():
+    """HIP's calls mirror CUDA's: hipDeviceSynchronize synchronizes, hipMemcpyWithStream (from
+    host memory) blocks; the raw trace holds one of the first and two of the second."""
+    import json as json_module
+
+    from click.testing import CliRunner
+
+    from profkit.cli import cli
+
+    assert sum(e["name"] == "hipDeviceSynchronize" for e in _raw_events("cuda_runtime")) == 1
+    out = CliRunner().invoke(cli, ["stalls", str(ROCM), "--format", "json"]).output
+    rows = json_module.loads(out)["rows"]
+    assert sorted(r["api"] for r in rows) == ["hipMemcpyWithStream", "hipMemcpyWithStream + hipDeviceSynchronize"]
+    assert {r["copy"] for r in rows} == {"Host-to-Device"} and sum(r["count"] for r in rows) == 2

@@ -41,6 +41,9 @@ SYNC_APIS: dict[str, str] = {
     "cudaStreamSynchronize": "stream", "cuStreamSynchronize": "stream",
     "cudaEventSynchronize": "event", "cuEventSynchronize": "event",
     "cudaStreamWaitEvent": "stream wait", "cuStreamWaitEvent": "stream wait",
+    # AMD ROCm: HIP mirrors the CUDA runtime call for call
+    "hipDeviceSynchronize": "device", "hipStreamSynchronize": "stream", "hipEventSynchronize": "event",
+    "hipStreamWaitEvent": "stream wait",
 }
 
 PAGEABLE, PINNED, MANAGED = 0, 1, 4
@@ -67,9 +70,9 @@ def api_role(base: str) -> str | None:
     """"sync", "copy", "memset" for the calls that can block the CPU; None for the rest."""
     if base in SYNC_APIS:
         return "sync"
-    if base.startswith(("cudaMemcpy", "cuMemcpy")):
+    if base.startswith(("cudaMemcpy", "cuMemcpy", "hipMemcpy")):
         return "copy"
-    if base.startswith(("cudaMemset", "cuMemset")) and "Async" not in base:
+    if base.startswith(("cudaMemset", "cuMemset", "hipMemset")) and "Async" not in base:
         return "memset"
     return None
 
