@@ -118,3 +118,12 @@ def test_hip_synchronizing_calls_are_found():
     rows = json_module.loads(out)["rows"]
     assert sorted(r["api"] for r in rows) == ["hipMemcpyWithStream", "hipMemcpyWithStream + hipDeviceSynchronize"]
     assert {r["copy"] for r in rows} == {"Host-to-Device"} and sum(r["count"] for r in rows) == 2
+
+
+def test_breakdown_idle_stretches_name_hip_calls():
+    from click.testing import CliRunner
+
+    from profkit.cli import cli
+
+    out = CliRunner(env={"COLUMNS": "200"}).invoke(cli, ["breakdown", str(ROCM)]).output
+    assert "HIP: hipLaunchKernel" in out and "CUDA: hip" not in out

@@ -55,10 +55,14 @@ def short_kernel_name(name: str | None, limit: int = 80) -> str:
 CPU_ACTIVITY_LABELS = (("ranges", "ranges"), ("api", "CUDA"), ("cpu_ops", "ops"), ("osrt", "OS"))
 
 
-def cpu_activity(gap: dict, per_kind: int = 2, platform: str = "CUDA") -> str:
+def cpu_activity(gap: dict, per_kind: int = 2, platform: str | None = None) -> str:
     """"ranges: train_step 4.2 ms; CUDA: cudaStreamSynchronize 4.1 ms; OS: pthread_cond_wait 4.1 ms, write 0.2 ms"
     from a gap's lists of {name, overlap_ns} (the time each spent inside the gap); ``platform``
-    labels the API calls ("HIP: hipLaunchKernel 6.5 ms" on a ROCm trace)."""
+    labels the API calls ("HIP: hipLaunchKernel 6.5 ms" on a ROCm trace); without it, HIP
+    where every call is a hip* one, else CUDA."""
+    if platform is None:
+        calls = gap.get("api") or []
+        platform = "HIP" if calls and all(c["name"].startswith("hip") for c in calls) else "CUDA"
     parts = []
     for key, label in CPU_ACTIVITY_LABELS:
         label = platform if key == "api" else label
