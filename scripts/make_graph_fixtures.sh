@@ -25,14 +25,9 @@ PART=$1
 DEST=$(realpath -m "${2:-$PWD/fixtures-out}")
 ROOT=$PWD
 mkdir -p "$DEST"
-source .gpu-kit/setup.sh >/dev/null
-export PYTHONPATH=$ROOT:$PYTHONPATH
-export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor TORCHINDUCTOR_COMPILE_THREADS=1 PYTHONUNBUFFERED=1
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+source "$ROOT/scripts/fixture_lib.sh"  # fixture_workdir, kineto_capture, NSYS_FLAGS, stats, finish_nsys
 WORK=/tmp/fixtures/graphs_$PART
-rm -rf "$WORK" && mkdir -p "$WORK"
-cd "$WORK"
-source "$ROOT/scripts/fixture_lib.sh"  # NSYS_FLAGS, stats, finish_nsys
+fixture_workdir "$WORK"
 GPT=$ROOT/sample_kernels/gpt.py
 GPT_DDP=$ROOT/sample_kernels/gpt_ddp.py
 PROBE=$ROOT/scripts/graph_probe.py
@@ -68,10 +63,8 @@ if [ "$PART" = single ]; then
   tail -2 warm.stdout
   capture gpt_graphs_graph graph python3 "$GPT" "${MODEL[@]}" --compile-mode reduce-overhead --nvtx-steps
   capture gpt_graphs_node node python3 "$GPT" "${MODEL[@]}" --compile-mode reduce-overhead --nvtx-steps
-  echo "== torch.profiler: gpt_graphs_kineto"
-  timeout $LIMIT python3 "$GPT" "${MODEL[@]}" --compile-mode reduce-overhead --annotate-steps --profile torch \
-    --trace-out "$PWD/gpt_graphs_kineto.json" > gpt_graphs_kineto.stdout 2>&1 || echo "  exit $?"
-  gzip -9 -f gpt_graphs_kineto.json
+  kineto_capture "$PWD/gpt_graphs_kineto" python3 "$GPT" "${MODEL[@]}" --compile-mode reduce-overhead \
+    --annotate-steps --profile torch
   capture probe_graph graph python3 "$PROBE" --steps 20
   capture probe_node node python3 "$PROBE" --steps 20
   for db in *.sqlite; do

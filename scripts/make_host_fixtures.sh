@@ -92,12 +92,11 @@ nsys_py() {  # name, program arguments -> nsys/<name>.sqlite (+ .stdout, __pysam
   cat "${name}__pysamples.txt" 2>/dev/null; grep -E "planted:|steady_mean" "$name.stdout"
 }
 
-kineto() {  # name, program arguments -> kineto/<name>.json.gz
+kineto() {  # name, program arguments -> kineto/<name>.json.gz (with stacks)
   local name=$1; shift
-  echo "== kineto (with stacks): $name [$((SECONDS - T0)) s]"
-  timeout $LIMIT python3 "$LLAMA" "$@" "${EXTRA[@]}" --profile torch --with-stack --annotate-steps \
-    --trace-out "$WORK/host/kineto/$name.json" > "kineto/$name.stdout" 2>&1 || echo "  exit $? (see kineto/$name.stdout)"
-  [ -f "kineto/$name.json" ] && gzip -9 -f "kineto/$name.json"
+  echo "[$((SECONDS - T0)) s]"
+  kineto_capture "$WORK/host/kineto/$name" python3 "$LLAMA" "$@" "${EXTRA[@]}" --profile torch --with-stack \
+    --annotate-steps
   grep -E "steady_mean" "kineto/$name.stdout"
 }
 

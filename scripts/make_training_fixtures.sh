@@ -16,16 +16,9 @@ PART=$1
 DEST=$(realpath -m "${2:-$PWD/fixtures-out}")
 ROOT=$PWD
 mkdir -p "$DEST"
-source .gpu-kit/setup.sh >/dev/null
-export PYTHONPATH=$ROOT:$PYTHONPATH
-# one inductor cache for all runs; no compile-worker pool (nsys would follow every worker)
-export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor TORCHINDUCTOR_COMPILE_THREADS=1 PYTHONUNBUFFERED=1
-# NVLink multicast off: on a shared host it can take the GPUs out of service
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+source "$ROOT/scripts/fixture_lib.sh"  # fixture_workdir, kineto_capture, NSYS_FLAGS, nsys25, stats, finish_nsys
 WORK=/tmp/fixtures/$PART
-rm -rf "$WORK" && mkdir -p "$WORK"
-cd "$WORK"
-source "$ROOT/scripts/fixture_lib.sh"  # NSYS_FLAGS, nsys25, stats, finish_nsys
+fixture_workdir "$WORK"
 GPT=$ROOT/sample_kernels/gpt.py
 GPT_DDP=$ROOT/sample_kernels/gpt_ddp.py
 MLP=$ROOT/sample_kernels/train_mlp.py
@@ -33,10 +26,7 @@ LIMIT=180  # seconds per capture: a hang must not eat the device time
 
 kineto() {  # name, script and its arguments -> kineto/<name>.json.gz (torch.profiler)
   local name=$1; shift
-  echo "== kineto: $name"
-  timeout $LIMIT python3 "$@" --trace-out "$WORK/kineto/$name.json" > "kineto/$name.stdout" 2>&1 \
-    || echo "  exit $? (see kineto/$name.stdout)"
-  gzip -9 -f "kineto/$name.json"
+  kineto_capture "$WORK/kineto/$name" python3 "$@"
 }
 
 versions() {
