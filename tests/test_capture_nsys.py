@@ -196,7 +196,8 @@ def test_real_nsys_accepts_our_command_line_and_keeps_the_qdstrm_in_the_temp_fol
                                 log_path=tmp_path / "trace.log", reporter=rec)
     assert result.returncode == 3  # nsys passes the program's exit status through
     assert (temp / "trace.nsys-rep").is_file()
-    assert not nsys.exports_payloads(REAL_NSYS)  # 2023.4's export has no --include-blobs
+    assert not nsys.exports_blobs(REAL_NSYS)  # 2023.4's export has no --include-blobs
+    assert not nsys.samples_python(REAL_NSYS, blobs=False)
     nsys.run_export(REAL_NSYS, temp / "trace.nsys-rep", temp / "trace.sqlite", env=env,
                     log_path=tmp_path / "trace.log", reporter=rec)
     assert (temp / "trace.sqlite").is_file()

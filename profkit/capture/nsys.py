@@ -341,17 +341,23 @@ def supports_option(nsys: Path | str, command: str, option: str) -> bool:
     return option in done.stdout + done.stderr
 
 
-def exports_payloads(nsys: Path | str) -> bool:
-    """Whether this nsys samples Python and exports the samples' bytes: without ``--include-blobs``
-    the samples would cost the program time and reach no export."""
-    return supports_option(nsys, "export", "--include-blobs") and supports_option(nsys, "profile",
-                                                                                    "--python-sampling")
+def exports_blobs(nsys: Path | str) -> bool:
+    """Whether ``nsys export`` keeps NVTX payloads' bytes (``--include-blobs``; 2023.4's has none)."""
+    return supports_option(nsys, "export", "--include-blobs")
+
+
+def samples_python(nsys: Path | str, *, blobs: bool) -> bool:
+    """Whether to turn on Python sampling: this nsys samples, and (``blobs``) its export keeps the
+    samples' bytes; without them the samples would cost the program time and reach no export."""
+    return blobs and supports_option(nsys, "profile", "--python-sampling")
 
 
 def run_export(nsys: Path | str, report: Path, sqlite: Path, *, env: Mapping[str, str], log_path: Path,
-               reporter: Reporter) -> ProcessResult:
-    """``nsys export`` a report whose SQLite nsys did not write itself."""
+               reporter: Reporter, blobs: bool | None = None) -> ProcessResult:
+    """``nsys export`` a report whose SQLite nsys did not write itself; ``blobs``: what
+    ``exports_blobs`` said (asked of nsys when not given)."""
     reporter.stage("exporting")
-    blobs = supports_option(nsys, "export", "--include-blobs")
+    if blobs is None:
+        blobs = exports_blobs(nsys)
     return run_streaming(build_export_command(nsys, report, sqlite, blobs=blobs), env=env, cwd=None,
                          log_path=log_path, reporter=reporter, program_stderr=False)

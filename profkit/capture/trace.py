@@ -211,9 +211,10 @@ def _profile(options: TraceOptions, nsys: FoundTool, program: list[str], run_dir
              base_env: dict[str, str], record: RunRecord, clock: Stopwatch,
              reporter: Reporter) -> tuple[Path, int, bool]:
     """Run nsys, make sure there is an SQLite export, move the files into run_dir."""
+    blobs = nsys_mod.exports_blobs(nsys.path)  # asked once: for the sampling and for the export
     request = ProfileRequest(program=program, output_base=temp_dir / TRACE_BASENAME,
                              nvtx_range=options.nvtx_range, extra_args=list(options.nsys_args),
-                             python_sampling=nsys_mod.exports_payloads(nsys.path))
+                             python_sampling=nsys_mod.samples_python(nsys.path, blobs=blobs))
     cmd = nsys_mod.build_profile_command(nsys.path, request)
     record.nsys_command = shareable(cmd, options, base_env)
     record.write(run_dir)
@@ -229,7 +230,8 @@ def _profile(options: TraceOptions, nsys: FoundTool, program: list[str], run_dir
     sqlite = temp_dir / f"{TRACE_BASENAME}.sqlite"
     if report.exists() and not sqlite.exists():
         with clock("export"):
-            nsys_mod.run_export(nsys.path, report, sqlite, env=env, log_path=log_path, reporter=reporter)
+            nsys_mod.run_export(nsys.path, report, sqlite, env=env, log_path=log_path, reporter=reporter,
+                                blobs=blobs)
     if not sqlite.exists():
         record.exit_code = result.returncode
         record.finish("failed")
