@@ -102,8 +102,8 @@ def profile(options: TraceOptions, program: list[str], run_dir: Path, base_env: 
     try:
         distributed = is_distributed(options)
         raw = temp_dir / (RANK_TRACE if distributed else KINETO_JSON)
-        window = (options.skip_steps, options.steps) if options.steps else None
-        env = torch_environment(base_env, raw, sync_sites=options.sync_sites, steps=window,
+        steps = (options.skip_steps, options.steps) if options.steps else None
+        env = torch_environment(base_env, raw, sync_sites=options.sync_sites, steps=steps,
                                 window=options.window)
         log_path = run_dir / LOG
         reporter.stage("profiling", " ".join([options.target, *options.args]))
