@@ -122,10 +122,11 @@ def stall_report(path: PathLike, *, step_range: str | None = None, threshold_pct
 
     path = Path(path)
     with open_trace(resolve_run_folder(path)) as trace:
-        return _stalls_of(trace, path, step_range, threshold_pct)
+        return stalls_of_trace(trace, path, step_range, threshold_pct)
 
 
-def _stalls_of(trace: Trace, path: Path, step_range: str | None, threshold_pct: float) -> StallReport:
+def stalls_of_trace(trace: Trace, path: Path, step_range: str | None, threshold_pct: float) -> StallReport:
+    """``stall_report`` of a trace already open from ``path`` (its run folder's source roots)."""
     from profkit.analysis.sync.stalls import analyze_stalls
 
     return analyze_stalls(trace, step_range=step_range, threshold_pct=threshold_pct, source_roots=source_roots(path))
@@ -246,7 +247,7 @@ class Profile:
 
     def stalls(self, *, step_range: str | None = None, threshold_pct: float = 5.0) -> pd.DataFrame:
         """One row per sync site (``profkit stalls``); ``attrs``: findings, by_nvtx, step_stats."""
-        report = _stalls_of(self.trace, self.path, step_range, threshold_pct)
+        report = stalls_of_trace(self.trace, self.path, step_range, threshold_pct)
         return _frame(report.sites, findings=report.findings, by_nvtx=report.by_nvtx, step_stats=report.step_stats,
                       step_range=report.step_range)
 

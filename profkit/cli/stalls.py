@@ -111,15 +111,17 @@ def stalls(target: Path, step_range: str | None, other: Path | None, threshold: 
 def _analyze(target: Path, other: Path | None, step_range: str | None, threshold: float,
              force: bool) -> tuple[StallReport, StallReport | None]:
     """The stalls of TARGET, and of OTHER when given (refused when it looks like another program)."""
-    if other is not None:
-        from profkit.analysis.compare.same_program import check_traces
-        from profkit.readers import open_trace, resolve_run_folder
+    if other is None:
+        return stall_report(target, step_range=step_range, threshold_pct=threshold), None
+    from profkit.analysis.compare.same_program import check_traces
+    from profkit.api import stalls_of_trace
+    from profkit.readers import open_trace, resolve_run_folder
 
-        with open_trace(resolve_run_folder(target)) as a, open_trace(resolve_run_folder(other)) as b:
-            check_traces(a, b, force=force)
-    report = stall_report(target, step_range=step_range, threshold_pct=threshold)
-    return report, (stall_report(other, step_range=step_range, threshold_pct=threshold) if other is not None
-                    else None)
+    # each trace opened once: checked against the other, then analysed
+    with open_trace(resolve_run_folder(target)) as a, open_trace(resolve_run_folder(other)) as b:
+        check_traces(a, b, force=force)
+        return (stalls_of_trace(a, target, step_range, threshold),
+                stalls_of_trace(b, other, step_range, threshold))
 
 
 def _site_rows(report: StallReport) -> list[dict[str, Any]]:
