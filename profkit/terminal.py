@@ -36,7 +36,7 @@ class Column(Protocol):
     drop: int
 
 
-TEXT_KINDS = ("text", "kernel")  # = profkit.output.TEXT_KINDS: every other kind is a number
+TEXT_KINDS = ("text", "kernel")  # every other Column.kind is a number
 PIPE_WIDTH = 200  # nobody's window to fit: keep names whole, as before
 NAME_MIN = 12  # a name column is never made narrower than this (unless the name is shorter)
 KERNEL_MIN = 20  # ... a kernel name column
@@ -68,7 +68,9 @@ def shorten(text: str, width: int, keep_end: bool = False) -> str:
         return text
     if width <= 1:
         return "…"[:width]
-    if keep_end:
+    if text.isascii() and text.isprintable():  # one cell a character: cut once (C++ names run to 10k+)
+        return "…" + text[len(text) - (width - 1):] if keep_end else text[:width - 1].rstrip() + "…"
+    if keep_end:  # wide characters: cut one at a time
         kept = text
         while cell_len(kept) > width - 1:
             kept = kept[1:]
@@ -97,7 +99,7 @@ def _is_number(c: Column) -> bool:
     return c.kind not in TEXT_KINDS and c.fit != "wrap"
 
 
-def fit_table(cells: Sequence[Sequence[str]], columns: Sequence[Column], width: int, wide: bool = False) -> Fitted:
+def fit_table(cells: Sequence[Sequence[str]], columns: Sequence[Column], width: int) -> Fitted:
     """Which columns to show, and how wide, so that the table fits ``width`` cells."""
     n = len(columns)
     values = [max([cell_len(row[i]) for row in cells] + [0]) for i in range(n)]
@@ -188,7 +190,7 @@ def rich_table(cells: Sequence[Sequence[str]], columns: Sequence[Column], width:
     """A rich Table of ``cells`` fitted to ``width``, and the columns left out."""
     from rich.table import Table
 
-    fitted = fit_table(cells, columns, width, wide)
+    fitted = fit_table(cells, columns, width)
     table = Table(title=title, show_lines=False, header_style="bold")
     for c, w in zip(fitted.columns, fitted.widths):
         # titles wrap between words by hand: a number column's cells must not wrap, its title may
