@@ -225,24 +225,13 @@ def _describe_copy(call: ApiCall, copy_labels: dict[int, str], mem_labels: dict[
 
 # -- NVTX: Python sites, enclosing ranges, steps -------------------------------
 def decode_site(text: str | None) -> tuple[str, str, str] | None:
-    """(kind, "file:line", code) of a profkit.sync range text, else None.
-
-    The current sync_hook decodes first; texts it no longer accepts but that
-    follow the recorded format "profkit.sync|kind|file:line|code" (the
-    committed fixtures) still decode.
-    """
-    if not text:
-        return None
-    decoded = sync_sites.decode_site(text)
-    if not (isinstance(decoded, tuple) and len(decoded) == 3):
-        decoded = None
-    if decoded is None and text.startswith("profkit.sync|"):
-        parts = text[len("profkit.sync|"):].split("|", 2)
-        decoded = tuple(parts) if len(parts) == 3 else None  # type: ignore[assignment]
+    """(kind, "file:line", code) of a profkit.sync range text, else None; the code with the
+    "|" the hook escaped (``model.sync_sites.decode_site`` keeps it escaped) restored."""
+    decoded = sync_sites.decode_site(text) if text else None
     if decoded is None:
         return None
     kind, where, code = decoded
-    return kind, where, code.replace("¦", "|")  # the hook escapes "|" in code
+    return kind, where, code.replace("¦", "|")
 
 
 def group_text(text: str) -> str:
