@@ -12,38 +12,9 @@ of ``trace.kernels``; ``profkit.analysis.occupancy.launch_configs`` groups them.
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
-from profkit.errors import ProfkitError
-from profkit.readers.nsys.reader import SQLITE_ERRORS
-
-
-class _Db:
-    """The few NsysExport methods used here, over a plain sqlite3 connection."""
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self.conn = conn
-        self.tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-
-    def has_table(self, name: str) -> bool:
-        return name in self.tables
-
-    def columns(self, table: str) -> set[str]:
-        if table not in self.tables:
-            return set()
-        return {r[1] for r in self.conn.execute(f'PRAGMA table_info("{table}")')}
-
-    def rows(self, sql: str, params: Any = ()) -> list[tuple]:
-        try:
-            return self.conn.execute(sql, params).fetchall()
-        except SQLITE_ERRORS as exc:
-            raise ProfkitError(f"cannot read the export ({exc})") from None
-
-
-def _db(export: Any) -> Any:
-    return _Db(export) if isinstance(export, sqlite3.Connection) else export
-
+from profkit.readers.nsys.reader import NsysExport
 
 # Device properties: output key -> column names across schema versions and tables.
 GPU_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -69,13 +40,12 @@ GPU_COLUMNS: dict[str, tuple[str, ...]] = {
 GPU_TABLES = {"TARGET_INFO_GPU": ("id", "cuDevice")}
 
 
-def gpu_info(export: Any) -> dict[int, dict[str, Any]]:
+def gpu_info(export: NsysExport) -> dict[int, dict[str, Any]]:
     """Device limits per CUDA device id, merged from the TARGET_INFO tables
     (values missing from the export are absent from the dict)."""
-    db = _db(export)
     devices: dict[int, dict[str, Any]] = {}
     for table, id_columns in GPU_TABLES.items():
-        cols = db.columns(table)
+        cols = export.columns(table)
         id_column = next((c for c in id_columns if c in cols), None)
         if id_column is None:
             continue
@@ -85,7 +55,7 @@ def gpu_info(export: Any) -> dict[int, dict[str, Any]]:
             if found:
                 picked[key] = found
         select = ", ".join(f'"{c}"' for c in picked.values())
-        for values in db.rows(f'SELECT {select} FROM "{table}"'):
+        for values in export.rows(f'SELECT {select} FROM "{table}"'):
             row = {k: v for k, v in zip(picked, values) if v is not None and v != ""}
             try:
                 device_id = int(row["device_id"])
