@@ -293,6 +293,7 @@ class NsysSource:
         self._labels: dict[int, dict[int, str]] = {}
         self._frames: dict[str, Any] | None = None
         self._messages: dict[int, nccl_messages.NcclMessage] | None = None
+        self._nccl_ranks: list[nccl_payload.NcclRank] | None = None  # one scan of the NVTX payloads
 
     def background_source(self) -> NsysSource:
         """The same export on its own connection (``Trace.prefetch`` loads through it on
@@ -317,8 +318,10 @@ class NsysSource:
 
     def nccl_ranks(self) -> list[nccl_payload.NcclRank]:
         """Each process's NCCL rank, where NCCL's NVTX payloads were exported (``nccl_payload``);
-        ``profkit.model.rank_view`` splits a whole-job export by them."""
-        return nccl_payload.nccl_ranks(self.export)
+        ``profkit.model.rank_view`` splits a whole-job export by them, ``nccl_messages`` sizes groups."""
+        if self._nccl_ranks is None:
+            self._nccl_ranks = nccl_payload.nccl_ranks(self.export)
+        return self._nccl_ranks
 
     def require(self, table: str, what: str) -> None:
         if table == "python_frames" and not self.has(table):
@@ -401,7 +404,7 @@ class NsysSource:
         """collective, msg_bytes and group_size of the NCCL kernels, from NCCL's NVTX payloads
         (``nccl_messages``): decoded once per source, left unknown where the export has none."""
         if self._messages is None:
-            self._messages = nccl_messages.nccl_messages(self.export)
+            self._messages = nccl_messages.nccl_messages(self.export, self.nccl_ranks)
         if not self._messages:
             return
         # the scanned columns are in rowid order (collect_columns): each kernel's row is its rowid's rank

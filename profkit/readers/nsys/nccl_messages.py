@@ -23,6 +23,7 @@ finds nothing and the columns stay unknown.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from profkit.readers.nsys import nccl_payload, queries
@@ -87,13 +88,16 @@ def _calls(export: NsysExport) -> dict[int, list[_Call]]:
     return out
 
 
-def nccl_messages(export: NsysExport) -> dict[int, NcclMessage]:
+def nccl_messages(export: NsysExport,
+                  nccl_ranks: Callable[[], list[nccl_payload.NcclRank]] | None = None) -> dict[int, NcclMessage]:
     """Kernel rowid (CUPTI_ACTIVITY_KIND_KERNEL) -> its call, for NCCL kernels launched inside a sized
-    NCCL range; {} when the export holds no such payload (no NCCL, or exported without blobs)."""
+    NCCL range; {} when the export holds no such payload (no NCCL, or exported without blobs).
+    ``nccl_ranks``: the source's (cached) ``nccl_payload.nccl_ranks`` of this export."""
     calls = _calls(export)
     if not calls:
         return {}
-    ranks = {r.comm: r.nranks for r in nccl_payload.nccl_ranks(export)}
+    found_ranks = nccl_ranks() if nccl_ranks is not None else nccl_payload.nccl_ranks(export)
+    ranks = {r.comm: r.nranks for r in found_ranks}
     starts = {tid: [c.start for c in cs] for tid, cs in calls.items()}
     k, r = queries.KERNELS.table, queries.RUNTIME.table
     found: dict[int, NcclMessage] = {}
