@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import sys
 import textwrap
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -227,6 +227,14 @@ def echo(text: str, indent: str = "", subsequent: str | None = None, err: bool =
     import click
 
     click.echo(wrap(text, indent=indent, subsequent=subsequent), err=err)
+
+
+def echo_for(fmt: str) -> Callable[..., None]:
+    """How a command prints its sentences in ``fmt``: wrapped to the terminal beside a table
+    (``echo``), lines whole elsewhere (a wrapped line would break Markdown)."""
+    import click
+
+    return echo if fmt == "table" else click.echo
 
 
 # -- progress on stderr, only on a terminal -----------------------------------------------

@@ -10,7 +10,7 @@ import click
 from profkit.cli.ranks import job_rank_option
 from profkit.model.clock import SESSION_START
 from profkit.output import Column, emit_rows, format_option, rows_to_json, wide_option
-from profkit.terminal import echo
+from profkit.terminal import echo_for
 
 # Flat columns: the table shows them, CSV writes them, JSON rows carry them (and more).
 # A narrow terminal hides the file name first (the tables below name it), then the
@@ -102,7 +102,7 @@ def breakdown(traces: tuple[Path, ...], steady: bool, rank: int | None, wide: bo
         return
     title = "Where the GPU time goes" + (" (steady state)" if steady else "")
     emit_rows(rows, RANK_COLUMNS, fmt, title=title, wide=wide)
-    say = echo if fmt == "table" else click.echo  # Markdown keeps its lines whole
+    say = echo_for(fmt)
     if not steady:
         say("Whole trace, start-up included (HTA's window); --steady counts only the steady-state steps.")
     for row in rows:

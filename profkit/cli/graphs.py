@@ -15,7 +15,7 @@ from profkit.api import graphs_json
 from profkit.output import emit_rows, format_option, wide_option
 from profkit.readers import open_trace
 from profkit.report.graphs_section import GRAPH_COLUMNS, graphs_finding
-from profkit.terminal import echo
+from profkit.terminal import echo_for
 
 
 @click.command()
@@ -47,6 +47,7 @@ def graphs(trace_path: Path, wide: bool, fmt: str) -> None:
         click.echo(f"{trace_path.name}: no CUDA graph was replayed")
         return
     if fmt != "csv":
+        say = echo_for(fmt)
         for line in graphs_finding({"graphs": result}):
-            echo(line) if fmt == "table" else click.echo(line)
+            say(line)
     emit_rows(result["graphs"], GRAPH_COLUMNS, fmt, title="CUDA graphs", wide=wide)

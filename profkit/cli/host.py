@@ -14,7 +14,7 @@ from profkit.analysis.host import host_time
 from profkit.analysis.host.verdict import verdict
 from profkit.output import Column, emit_rows, format_option, top_option, wide_option
 from profkit.readers import open_trace
-from profkit.terminal import echo
+from profkit.terminal import echo_for
 
 TABLE = [Column("function", "Function"), Column("site", "File:line", fit="left"),
          Column("self_ns_per_step", "Self / step (ns)", "ns"),
@@ -54,7 +54,7 @@ def host(trace_path: Path, steady: bool, top: int, wide: bool, fmt: str) -> None
         emit_rows(rows, CSV, fmt)
         return
     s = result.summary
-    say = echo if fmt == "table" else click.echo  # Markdown keeps its lines whole
+    say = echo_for(fmt)
     say(f"{trace_path.name}: {said['sentence']}")
     say(f"{s['steady_steps']} {'steady-state ' if s['steady_only'] else ''}steps, median "
                f"{s['step_median_ns'] / 1e6:.2f} ms, GPU idle {s['gpu_idle_ns_per_step'] / 1e6:.2f} ms per step, "

@@ -10,7 +10,7 @@ import click
 
 from profkit.cli.kernel_code_options import kernel_target_options
 from profkit.output import Column, emit_rows, format_option, wide_option
-from profkit.terminal import echo
+from profkit.terminal import echo_for
 
 # A narrow terminal keeps which roof binds, how far below it and the verdict; the
 # figures behind them go first (Column.drop: the highest first).
@@ -73,12 +73,12 @@ def roofline(source: Path, code_dirs: tuple[Path, ...], kernel_targets: Any, wid
     else:
         emit_rows(launches, COLUMNS, fmt, title=f"Roofline per launch ({source.name})", wide=wide)
         emit_rows(kernels, COLUMNS, fmt, title="Roofline per kernel name", wide=wide)
+    say = echo_for(fmt)
     if result.hint:
-        echo(f"note: {result.hint}", err=fmt == "csv") if fmt == "table" else click.echo(f"note: {result.hint}",
-                                                                                          err=fmt == "csv")
+        say(f"note: {result.hint}", err=fmt == "csv")
     if fmt in ("table", "md"):  # JSON and CSV stay rows only, for machines
         for note in notes:
-            echo(note, err=True) if fmt == "table" else click.echo(note, err=True)
+            say(note, err=True)
 
 
 def _run_folder_caches(source: Path) -> list[Path]:

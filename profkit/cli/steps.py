@@ -19,7 +19,7 @@ from profkit.model.clock import SESSION_START, session_zero
 from profkit.model.rank_view import rank_label
 from profkit.output import Column, emit_rows, format_option, top_option, wide_option
 from profkit.readers import open_trace
-from profkit.terminal import echo
+from profkit.terminal import echo_for
 
 STEP_TABLE = [
     Column("index", "Step", "int"), Column("phase", "Phase"), Column("start", f"Start ({SESSION_START})", "s"),
@@ -85,7 +85,7 @@ def _emit(trace_path: Path, rank: int | None, label: str, result: StepResult, li
                 row["rank"] = rank
         emit_rows(rows, ([Column("rank", "rank")] if rank is not None else []) + STEP_CSV, fmt)
         return
-    say = echo if fmt == "table" else click.echo  # Markdown keeps its lines whole
+    say = echo_for(fmt)
     say(f"{trace_path.name}{', ' + label if label else ''}: {headline(result)}")
     if not rows:
         return
