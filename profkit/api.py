@@ -83,6 +83,13 @@ def graphs_json(trace: Trace) -> dict[str, Any] | None:
     return cuda_graphs(trace)
 
 
+def memory_json(trace: Trace, *, steady: bool = False) -> dict[str, Any]:
+    """``profkit memory --format json``: per-step peaks, what holds the peak, growth and leaks."""
+    from profkit.analysis.memory import memory_report
+
+    return memory_report(trace, steady=steady)
+
+
 def breakdown_json(paths: Sequence[PathLike], *, steady: bool = False, rank: int | None = None) -> list[Row]:
     """``profkit breakdown PATHS --format json``: one row per rank (each rank of a whole-job
     export), sorted by rank; a trace that records no rank is numbered by its place in ``paths``."""
@@ -259,6 +266,10 @@ class Profile:
             return _frame([], ("graph", "replays", "gpu_ns", "mean_replay_ns", "kernels_per_replay",
                                "replays_per_step"))
         return _frame(found["graphs"], **{k: v for k, v in found.items() if k != "graphs"})
+
+    def memory(self, *, steady: bool = False) -> dict[str, Any]:
+        """What holds the memory at each step's peak, growth and leaks (``profkit memory``), as plain data."""
+        return memory_json(self.trace, steady=steady)
 
     def close(self) -> None:
         self.trace.close()

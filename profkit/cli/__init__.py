@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "breakdown": "profkit.cli.breakdown:breakdown",
     "host": "profkit.cli.host:host",
     "graphs": "profkit.cli.graphs:graphs",
+    "memory": "profkit.cli.memory:memory",
     "ranks": "profkit.cli.ranks:ranks",
     "diff": "profkit.cli.diff:diff",
     "history": "profkit.cli.history:history",

@@ -263,6 +263,21 @@ OSRT = _cols(
     ("name", CATEGORY, "the libc / system call as nsys names it: 'pthread_cond_wait', 'nanosleep', 'open64'"),
 )
 
+# The allocator's events: one row per block handed out (bytes > 0) or taken back (bytes < 0), as
+# the profiler saw them (Kineto's '[memory]' instant events, torch.profiler(profile_memory=True)).
+# Times are on the host thread that allocated or freed: the caching allocator answers on the CPU,
+# so a block's life is measured against the steps' CPU ranges (steps' cpu_start_ns/cpu_end_ns).
+MEMORY = _cols(
+    ("start", INT, "ns: when the block was handed out or taken back"),
+    ("pid", INT, ""), ("tid", INT, "the thread that allocated or freed"),
+    ("device", INT, "CUDA device id; -1 the host (CPU) allocator"),
+    ("addr", INT, "the block's address: pairs an allocation with its free (-1 unknown)"),
+    ("bytes", INT, "+size for an allocation, -size for a free"),
+    ("total_allocated", INT, "bytes allocated on that device right after the event (-1 unknown)"),
+    ("total_reserved", INT, "bytes the caching allocator held from the driver right after it "
+                            "(-1 unknown; 0 for the host allocator, which reserves nothing)"),
+)
+
 PROCESSES = _cols(
     ("pid", INT, ""),
     ("name", CATEGORY, "process name ('' unknown)"),
@@ -290,6 +305,7 @@ TABLES: dict[str, tuple[Column, ...]] = {
     "python_frames": PYTHON_FRAMES,
     "syncs": SYNCS,
     "osrt": OSRT,
+    "memory": MEMORY,
     "processes": PROCESSES,
     "threads": THREADS,
 }

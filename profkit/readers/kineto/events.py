@@ -16,6 +16,9 @@ Which events go where (``cat`` is the event's category, times are
   'profiler_step' range, every other ``cpu_op`` -> cpu_ops;
 - ``cuda_sync`` -> syncs; ``python_function`` -> Python frames, for the
   python_sites table (``profkit.readers.kineto.stacks``);
+- ``cpu_instant_event`` named ``[memory]`` (``profile_memory=True``) -> memory: the allocator's
+  block handed out or taken back (args Bytes, Addr, Total Allocated, Total Reserved, Device Type
+  and Id: type 1 is CUDA, also on ROCm builds; 0 the host, device -1 in the model);
 - ``ph: M`` process_name / thread_name -> processes / threads;
 - ``Trace`` (the profiler's own span) -> the capture window.
 
@@ -61,7 +64,10 @@ SYNC_TYPES = {"Event Sync": "Event sync", "Stream Wait Event": "Stream wait sync
 # graph-level export's replays (torch.profiler itself records graph kernels one by one)
 GPU_TABLES = {"kernel": "kernels", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "cuda_graph": "graphs"}
 CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_graph", "cuda_runtime", "cuda_driver", "user_annotation",
-              "gpu_user_annotation", "cpu_op", "cuda_sync", "python_function", "Trace")
+              "gpu_user_annotation", "cpu_op", "cuda_sync", "python_function", "cpu_instant_event", "Trace")
+MEMORY_EVENT = "[memory]"
+# c10::DeviceType of an allocator event: CUDA (HIP builds report their GPUs as CUDA too)
+CUDA_DEVICE_TYPE = 1
 NO_ARGS = Args()
 
 
@@ -138,8 +144,8 @@ class TraceBuilder:
 
     def __init__(self) -> None:
         self.tables = {name: Table(name) for name in
-                       ("kernels", "memcpy", "memset", "graphs", "api", "ranges", "cpu_ops", "syncs", "processes",
-                        "threads")}
+                       ("kernels", "memcpy", "memset", "graphs", "api", "ranges", "cpu_ops", "syncs", "memory",
+                        "processes", "threads")}
         for name in ("memcpy", "memset"):  # the event name, kept to derive the copy kinds from
             self.tables[name] = Table(name, {**self.tables[name].kinds, "name": schema.CATEGORY})
         # NCCL kernels' External ids, to find their record_param_comms op (comms.py)
@@ -178,6 +184,8 @@ class TraceBuilder:
             self._syncs(buckets.pop("cuda_sync"))
         if buckets["python_function"]:
             self._frames(buckets.pop("python_function"))
+        if buckets["cpu_instant_event"]:
+            self._memory(buckets.pop("cpu_instant_event"))
         for e in buckets["Trace"]:
             self._capture(e)
         if metadata:
@@ -296,6 +304,26 @@ class TraceBuilder:
         names, start, end, keep = self._core("python_function", evs, self.frames)
         pid, tid = self._thread_ids(evs)
         self.frames.append(len(evs), {"start": start, "end": end, "pid": pid, "tid": tid, "name": names}, keep)
+
+    def _memory(self, evs: list[Event]) -> None:
+        """Allocator events; an event without a numeric time or size is skipped and counted."""
+        evs = [e for e in evs if e.name == MEMORY_EVENT]
+        if not evs:
+            return
+        args = [e.args or NO_ARGS for e in evs]
+        ts, size = floats([e.ts for e in evs]), floats([a.mem_bytes for a in args])
+        keep = np.isfinite(ts) & np.isfinite(size)
+        dropped = len(evs) - int(np.count_nonzero(keep))
+        if dropped:
+            self.skipped["[memory]"] += dropped
+            ts = np.where(keep, ts, 0.0)
+        pid, tid = self._thread_ids(evs)
+        on_gpu = ints([a.device_type for a in args]) == CUDA_DEVICE_TYPE
+        device = np.where(on_gpu, ints([a.device_id for a in args]), schema.MISSING_INT)
+        self.tables["memory"].append(len(evs), {
+            "start": nanoseconds(ts), "pid": pid, "tid": tid, "device": device, "addr": ints([a.addr for a in args]),
+            "bytes": ints([a.mem_bytes for a in args]), "total_allocated": ints([a.total_allocated for a in args]),
+            "total_reserved": ints([a.total_reserved for a in args])}, keep)
 
     def _capture(self, e: Event) -> None:
         ts, dur = floats([e.ts, e.dur])

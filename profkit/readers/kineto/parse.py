@@ -86,6 +86,13 @@ class Args(msgspec.Struct, gc=False):
     dtype: Any = None
     group_name: Any = msgspec.field(default=None, name="Process Group Name")
     group_desc: Any = msgspec.field(default=None, name="Process Group Description")
+    # An allocator event ('[memory]', profile_memory=True: Kineto's MemoryEvent, output_json.cpp):
+    mem_bytes: Any = msgspec.field(default=None, name="Bytes")
+    total_allocated: Any = msgspec.field(default=None, name="Total Allocated")
+    total_reserved: Any = msgspec.field(default=None, name="Total Reserved")
+    device_type: Any = msgspec.field(default=None, name="Device Type")
+    device_id: Any = msgspec.field(default=None, name="Device Id")
+    addr: Any = msgspec.field(default=None, name="Addr")
 
 
 class Event(msgspec.Struct, gc=False):

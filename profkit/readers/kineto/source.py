@@ -76,7 +76,7 @@ class KinetoSource:
         header = self.header
         dist = header.get("distributedInfo") if isinstance(header.get("distributedInfo"), dict) else {}
         capture = self.builder.capture
-        traced = tuple(name for name in ("kernels", "memcpy", "memset", "api", "ranges", "cpu_ops", "syncs")
+        traced = tuple(name for name in ("kernels", "memcpy", "memset", "api", "ranges", "cpu_ops", "syncs", "memory")
                        if self.tables[name].rows) + (("python_stacks",) if self.builder.frames.rows else ()) \
             + (("shapes",) if header.get(RECORD_SHAPES) else ())
         extra: dict[str, Any] = {

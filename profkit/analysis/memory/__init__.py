@@ -1,0 +1,366 @@
+"""Memory: what holds the memory at each step's peak, what grows from step to step, and how close
+the run came to the device's memory.
+
+``memory_report(trace, steady=False) -> dict`` reads the trace model's ``memory`` table (the
+allocator's events: torch.profiler with ``profile_memory=True``) and returns plain data, one entry
+per device (the host's allocator is device -1):
+
+- **per step**: the peak of allocated and reserved bytes inside the step's CPU range (the
+  allocator answers on the host, so its events are placed against the steps' CPU ranges), the
+  bytes allocated when the step began and ended, and the growth (end - start);
+- **the peak** over the trace (over the steady steps with ``steady``), the step it fell in, and
+  what held it: the blocks alive at that instant grouped by where they were allocated (the
+  innermost Python frame and framework operator on the allocating thread), and by the phase of
+  the step that allocated them (forward, backward, optimizer step, other); bytes allocated before
+  the profiler started recording are a part of their own, so the parts add up to the peak;
+- **fragmentation** at the peak: reserved - allocated (the caching allocator's cached blocks);
+- **headroom**: the peak reserved bytes against the device's memory, where the trace records it;
+- **growth and leaks**: the bytes allocated at the end of each steady step.  A run whose steady
+  steps end higher every time (all but at most one step) is leaking; the leaking sites are the
+  sites whose blocks, allocated in the steady steps, are never freed before the trace ends, in
+  (nearly) every steady step -- blocks of the last step that outlive the recording are no leak.
+
+Sizes are bytes.  A trace without allocator events gives a ``ProfkitError`` naming the option
+that records them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from profkit.analysis.steps import STEADY, find_steps
+from profkit.errors import ProfkitError
+from profkit.model import Trace
+
+HOST = -1
+# Phases of a step an allocation can fall in, told by the framework ranges around it
+# (torch.profiler records Optimizer.step#..., autograd's backward ops, module forwards).
+OPTIMIZER, BACKWARD, FORWARD, OTHER = "optimizer step", "backward", "forward", "other"
+BEFORE_TRACE = "allocated before the trace began"
+# A steady run leaks when its end-of-step bytes grow at every step but this many.
+LEAK_TOLERATED_FLAT_STEPS = 1
+TOP_SITES = 10
+
+HOW = "record with torch.profiler.profile(profile_memory=True, ...) (profkit trace --backend torch --memory)"
+
+
+@dataclass(frozen=True)
+class _Events:
+    """One device's allocator events in time order."""
+
+    start: np.ndarray
+    tid: np.ndarray
+    addr: np.ndarray
+    size: np.ndarray         # + allocation, - free
+    allocated: np.ndarray    # total allocated after the event
+    reserved: np.ndarray     # total reserved after the event (-1 unknown)
+
+    def level_before(self, t: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """``values`` as they stood just before each time in ``t`` (the first event's
+        value before it, minus its own change, before the first event)."""
+        at = np.searchsorted(self.start, t, side="left") - 1
+        before_first = values[0] - (self.size[0] if values is self.allocated else 0)
+        return np.where(at >= 0, values[np.maximum(at, 0)], before_first)
+
+
+def memory_report(trace: Trace, steady: bool = False) -> dict[str, Any]:
+    """Per-step peaks, what holds the peak, fragmentation, headroom and leaks (module docstring)."""
+    if not trace.has("memory") or not trace.count("memory"):
+        raise ProfkitError(f"{trace.name} has no allocator events: the trace did not record memory", hint=HOW)
+    table = trace.table("memory").sort_values("start", kind="stable")
+    steps = find_steps(trace)
+    if not steps.found:
+        raise ProfkitError(f"{trace.name}: no steps to measure memory over ({steps.message})",
+                           hint="see profkit steps")
+    windows = _step_windows(steps.steps)
+    devices = []
+    for device, rows in table.groupby("device", sort=True):
+        columns = [rows[c].to_numpy(np.int64) for c in
+                   ("start", "tid", "addr", "bytes", "total_allocated", "total_reserved")]
+        if device == HOST:  # the host allocator reserves nothing: its 0 is "no such figure", not 0 bytes
+            columns[-1] = np.full(len(rows), -1, dtype=np.int64)
+        events = _Events(*columns)
+        devices.append(_device_report(trace, int(device), events, windows, steady))
+    return {"trace": trace.name, "steps_from": steps.source, "devices": devices}
+
+
+def _step_windows(steps: pd.DataFrame) -> pd.DataFrame:
+    """Each step's CPU range (its GPU range where the CPU's is unknown)."""
+    cpu_known = (steps["cpu_start_ns"] >= 0) & (steps["cpu_end_ns"] > steps["cpu_start_ns"])
+    return pd.DataFrame({
+        "index": steps["index"].to_numpy(), "phase": steps["phase"].to_numpy(),
+        "start": np.where(cpu_known, steps["cpu_start_ns"], steps["start_ns"]).astype(np.int64),
+        "end": np.where(cpu_known, steps["cpu_end_ns"], steps["end_ns"]).astype(np.int64)})
+
+
+def _device_report(trace: Trace, device: int, ev: _Events, windows: pd.DataFrame, steady: bool) -> dict[str, Any]:
+    per_step = _per_step(ev, windows)
+    chosen = [s for s in per_step if s["phase"] == STEADY] if steady else per_step
+    in_scope = _in_windows(ev.start, windows[windows["phase"] == STEADY]) if steady else np.ones(len(ev.start), bool)
+    if steady and not chosen:
+        raise ProfkitError(f"{trace.name}: no steady-state steps (see profkit steps)")
+    peak_at = _peak_event(ev, in_scope)
+    peak = {"allocated_bytes": int(ev.allocated[peak_at]), "reserved_bytes": _known(ev.reserved[peak_at]),
+            "time_ns": int(ev.start[peak_at]), "step": _step_of(ev.start[peak_at], windows)}
+    reserved_peak = int(ev.reserved[in_scope].max()) if (ev.reserved[in_scope] >= 0).any() else None
+    live = _live_at(ev, peak_at)
+    sites = _sites(trace, ev, live, windows)
+    holders = _by_site(sites, ev.size[live])
+    before = peak["allocated_bytes"] - int(ev.size[live].sum())
+    by_phase = _by_phase(sites, ev.size[live], before)
+    fragmentation = None if peak["reserved_bytes"] in (None, 0) else peak["reserved_bytes"] - peak["allocated_bytes"]
+    return {
+        "device": device,
+        "label": "host" if device == HOST else f"GPU {device}",
+        "steps": per_step,
+        "peak": peak,
+        "peak_reserved_bytes": reserved_peak,
+        "held_by_site": holders[:TOP_SITES],
+        "held_by_phase": by_phase,
+        "fragmentation_bytes": fragmentation,
+        "headroom": _headroom(trace, device, reserved_peak),
+        "growth": _growth(trace, ev, per_step, windows),
+    }
+
+
+def _known(value: int) -> int | None:
+    return None if value < 0 else int(value)
+
+
+def _per_step(ev: _Events, windows: pd.DataFrame) -> list[dict[str, Any]]:
+    start, end = windows["start"].to_numpy(), windows["end"].to_numpy()
+    begin_alloc = ev.level_before(start, ev.allocated)
+    end_alloc = ev.level_before(end, ev.allocated)
+    begin_res = ev.level_before(start, ev.reserved)
+    lo, hi = np.searchsorted(ev.start, start, "left"), np.searchsorted(ev.start, end, "left")
+    out = []
+    for i in range(len(windows)):
+        inside_alloc = ev.allocated[lo[i]:hi[i]]
+        inside_res = ev.reserved[lo[i]:hi[i]]
+        peak_res = max(int(begin_res[i]), int(inside_res.max()) if len(inside_res) else -1)
+        out.append({
+            "index": int(windows["index"].iat[i]), "phase": str(windows["phase"].iat[i]),
+            "peak_allocated_bytes": max(int(begin_alloc[i]), int(inside_alloc.max()) if len(inside_alloc) else 0),
+            "peak_reserved_bytes": _known(peak_res),
+            "start_allocated_bytes": int(begin_alloc[i]), "end_allocated_bytes": int(end_alloc[i]),
+            "growth_bytes": int(end_alloc[i] - begin_alloc[i]),
+        })
+    return out
+
+
+def _in_windows(t: np.ndarray, windows: pd.DataFrame) -> np.ndarray:
+    inside = np.zeros(len(t), dtype=bool)
+    for s, e in zip(windows["start"].to_numpy(), windows["end"].to_numpy()):
+        inside |= (t >= s) & (t < e)
+    return inside
+
+
+def _peak_event(ev: _Events, in_scope: np.ndarray) -> int:
+    """The first event at which allocated bytes reached their highest in scope."""
+    candidates = np.flatnonzero(in_scope)
+    if not len(candidates):
+        candidates = np.arange(len(ev.start))
+    return int(candidates[np.argmax(ev.allocated[candidates])])
+
+
+def _step_of(t: int, windows: pd.DataFrame) -> int | None:
+    hit = windows[(windows["start"] <= t) & (windows["end"] > t)]
+    return None if hit.empty else int(hit["index"].iat[0])
+
+
+def _live_at(ev: _Events, at: int) -> np.ndarray:
+    """Indices of the allocations made up to event ``at`` (inclusive) whose block was not freed
+    by then: an allocation is live until the next free of its address."""
+    return _unfreed(ev, np.arange(at + 1))
+
+
+def _unfreed(ev: _Events, upto: np.ndarray) -> np.ndarray:
+    """Allocations among events ``upto`` that no later event in ``upto`` frees."""
+    size, addr = ev.size[upto], ev.addr[upto]
+    alloc = np.flatnonzero(size > 0)
+    frees = np.flatnonzero(size < 0)
+    if not len(alloc):
+        return upto[:0]
+    # for each allocation, is there a free of the same address after it?  Sort frees by
+    # (addr, position) and look up the first free of that address after the allocation.
+    order = np.lexsort((frees, addr[frees]))
+    free_addr, free_pos = addr[frees][order], frees[order]
+    key = np.searchsorted(free_addr, addr[alloc], side="left")
+    freed = np.zeros(len(alloc), dtype=bool)
+    # walk forward over the frees of each address until one comes after the allocation
+    # (an address is reused: alloc, free, alloc, free ... -- at most a few frees per address here)
+    pending = np.flatnonzero(key < len(free_addr))
+    while len(pending):
+        k = key[pending]
+        same = free_addr[k] == addr[alloc[pending]]
+        after = same & (free_pos[k] > alloc[pending])
+        freed[pending[after]] = True
+        advance = same & ~after
+        key[pending[advance]] += 1
+        pending = pending[advance][key[pending[advance]] < len(free_addr)]
+    return upto[alloc[~freed]]
+
+
+def _sites(trace: Trace, ev: _Events, index: np.ndarray, windows: pd.DataFrame) -> pd.DataFrame:
+    """Where each allocation in ``index`` was made: the innermost Python frame and framework
+    operator open on its thread at that instant, and the phase of the step it fell in."""
+    t, tid = ev.start[index], ev.tid[index]
+    frames = trace.table("python_frames", ["start", "end", "tid", "depth", "function", "file", "line"]) \
+        if trace.has("python_frames") else None
+    ops = trace.table("cpu_ops", ["start", "end", "tid", "name"]) if trace.has("cpu_ops") else None
+    ranges = trace.table("ranges", ["start", "end", "name"]) if trace.has("ranges") else None
+    frame = _innermost(frames, t, tid, by="depth")
+    op = _innermost(ops, t, tid, by="span")
+    rows = []
+    for i in range(len(index)):
+        f = frame[i]
+        where = f"{f['function']} ({f['file']})" if f is not None else None
+        operator = str(op[i]["name"]) if op[i] is not None else None
+        site = " in ".join(x for x in (operator, where) if x) or "unknown"
+        rows.append({"site": site, "function": None if f is None else str(f["function"]),
+                     "file": None if f is None else str(f["file"]),
+                     "operator": operator, "phase": _phase(ranges, ops, t[i], tid[i], operator)})
+    return pd.DataFrame(rows, columns=["site", "function", "file", "operator", "phase"])
+
+
+def _innermost(table: pd.DataFrame | None, t: np.ndarray, tid: np.ndarray, by: str) -> list[Any]:
+    """The innermost row of ``table`` open at each (time, thread): the deepest (``by='depth'``) or
+    the shortest (``by='span'``) that contains it; None where nothing does."""
+    out: list[Any] = [None] * len(t)
+    if table is None or table.empty:
+        return out
+    for thread in np.unique(tid):
+        rows = table[table["tid"] == thread]
+        if rows.empty:
+            continue
+        start, end = rows["start"].to_numpy(), rows["end"].to_numpy()
+        rank = rows["depth"].to_numpy() if by == "depth" else -(end - start)
+        for i in np.flatnonzero(tid == thread):
+            hit = np.flatnonzero((start <= t[i]) & (end > t[i]))
+            if len(hit):
+                out[i] = rows.iloc[hit[np.argmax(rank[hit])]]
+    return out
+
+
+def _phase(ranges: pd.DataFrame | None, ops: pd.DataFrame | None, t: int, tid: int, operator: str | None) -> str:
+    """forward / backward / optimizer step / other, from the framework's own records around it."""
+    if ranges is not None and not ranges.empty:
+        inside = ranges[(ranges["start"] <= t) & (ranges["end"] > t)]["name"].astype(str)
+        if inside.str.startswith("Optimizer.step").any():
+            return OPTIMIZER
+    if ops is not None and not ops.empty:
+        around = ops[(ops["tid"] == tid) & (ops["start"] <= t) & (ops["end"] > t)]["name"].astype(str)
+        if around.str.contains("Optimizer.step", regex=False).any():
+            return OPTIMIZER
+        # autograd runs backward ops as "autograd::engine::evaluate_function: XBackward0"
+        if around.str.contains("Backward", regex=False).any() or around.str.startswith("autograd::").any():
+            return BACKWARD
+        if around.str.startswith("nn.Module:").any() or around.str.startswith("aten::").any():
+            return FORWARD
+    return OTHER
+
+
+def _by_site(sites: pd.DataFrame, size: np.ndarray) -> list[dict[str, Any]]:
+    if sites.empty:
+        return []
+    frame = sites.assign(bytes=size)
+    grouped = frame.groupby("site", sort=False).agg(bytes=("bytes", "sum"), count=("bytes", "size"),
+                                                     function=("function", "first"), file=("file", "first"),
+                                                     operator=("operator", "first"))
+    grouped = grouped.sort_values(["bytes", "count"], ascending=False).reset_index()
+    return [{"site": r["site"], "bytes": int(r["bytes"]), "count": int(r["count"]), "function": r["function"],
+             "file": r["file"], "operator": r["operator"]} for r in grouped.to_dict("records")]
+
+
+def _by_phase(sites: pd.DataFrame, size: np.ndarray, before: int) -> list[dict[str, Any]]:
+    parts = {BEFORE_TRACE: before}
+    if not sites.empty:
+        for phase, total in sites.assign(bytes=size).groupby("phase", sort=False)["bytes"].sum().items():
+            parts[str(phase)] = parts.get(str(phase), 0) + int(total)
+    return [{"part": k, "bytes": v} for k, v in sorted(parts.items(), key=lambda kv: -kv[1]) if v]
+
+
+def _headroom(trace: Trace, device: int, reserved_peak: int | None) -> dict[str, Any] | None:
+    if device == HOST or reserved_peak is None:
+        return None
+    devices = trace.table("devices", ["device", "memory_total_bytes"])
+    total = devices.loc[devices["device"] == device, "memory_total_bytes"]
+    if total.empty or int(total.iat[0]) <= 0:
+        return None
+    capacity = int(total.iat[0])
+    return {"device_bytes": capacity, "peak_reserved_bytes": reserved_peak,
+            "free_at_peak_bytes": capacity - reserved_peak, "used_pct": 100.0 * reserved_peak / capacity}
+
+
+def _growth(trace: Trace, ev: _Events, per_step: list[dict[str, Any]], windows: pd.DataFrame) -> dict[str, Any]:
+    steady = [s for s in per_step if s["phase"] == STEADY]
+    ends = np.array([s["end_allocated_bytes"] for s in steady], dtype=np.int64)
+    deltas = np.diff(ends)
+    grows = int(np.count_nonzero(deltas > 0))
+    leaking = len(deltas) >= 2 and grows >= len(deltas) - LEAK_TOLERATED_FLAT_STEPS and int(ends[-1] - ends[0]) > 0
+    out: dict[str, Any] = {"steady_steps": len(steady), "end_allocated_bytes": ends.tolist(),
+                           "growth_per_step_bytes": int(np.median(deltas)) if len(deltas) else 0,
+                           "leaking": bool(leaking), "sites": []}
+    if not steady:
+        return out
+    steady_windows = windows[windows["phase"] == STEADY]
+    kept = _unfreed(ev, np.arange(len(ev.start)))
+    kept = kept[_in_windows(ev.start[kept], steady_windows)]
+    if not len(kept):
+        out["leaking"] = False
+        return out
+    step_of = np.array([_step_of(int(t), steady_windows) for t in ev.start[kept]])
+    sites = _sites(trace, ev, kept, windows).assign(bytes=ev.size[kept], step=step_of)
+    needed = max(len(steady) - LEAK_TOLERATED_FLAT_STEPS, 2)
+    leaks = []
+    for site, rows in sites.groupby("site", sort=False):
+        per_step_bytes = rows.groupby("step")["bytes"].sum()
+        if len(per_step_bytes) >= needed:
+            leaks.append({"site": site, "function": rows["function"].iat[0], "file": rows["file"].iat[0],
+                          "operator": rows["operator"].iat[0], "steps": int(len(per_step_bytes)),
+                          "bytes_per_step": int(per_step_bytes.median()), "bytes": int(rows["bytes"].sum())})
+    leaks.sort(key=lambda r: -r["bytes"])
+    out["sites"] = leaks if leaking else []
+    out["leaking"] = bool(leaking and leaks)
+    return out
+
+
+def findings(report: dict[str, Any]) -> list[str]:
+    """The report in plain sentences, one per device and fact."""
+    lines = []
+    for d in report["devices"]:
+        peak = d["peak"]
+        where = f" in step {peak['step']}" if peak["step"] is not None else ""
+        held = d["held_by_site"][0] if d["held_by_site"] else None
+        top = f"; the most by {held['site']} ({size(held['bytes'])} in {held['count']} blocks)" if held else ""
+        lines.append(f"{d['label']}: peak {size(peak['allocated_bytes'])} allocated{where}{top}.")
+        if d["fragmentation_bytes"]:
+            lines.append(f"{d['label']}: {size(d['fragmentation_bytes'])} reserved but not allocated at the peak "
+                         "(the caching allocator's cached blocks).")
+        if d["headroom"]:
+            h = d["headroom"]
+            lines.append(f"{d['label']}: the peak reserved {size(h['peak_reserved_bytes'])} is "
+                         f"{h['used_pct']:.0f}% of the device's {size(h['device_bytes'])}.")
+        growth = d["growth"]
+        if growth["leaking"]:
+            site = growth["sites"][0]
+            lines.append(f"{d['label']}: leaking: every steady step ends {size(growth['growth_per_step_bytes'])} "
+                         f"higher; {site['site']} keeps {size(site['bytes_per_step'])} per step that is never freed.")
+    return lines
+
+
+def size(n: int) -> str:
+    """Bytes in binary units, as PyTorch's memory tools print them."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"
+
+
+__all__ = ["BEFORE_TRACE", "HOST", "findings", "memory_report", "size"]

@@ -1,0 +1,68 @@
+"""`profkit memory TRACE`: what holds the memory at each step's peak, what grows, what leaks
+(profkit.analysis.memory).
+
+Thin command: open the trace, take ``memory_report`` through ``profkit.api.memory_json`` (as the
+Python API does), render with profkit.output.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from profkit.analysis.memory import findings
+from profkit.api import memory_json
+from profkit.output import Column, emit_rows, format_option, wide_option
+from profkit.readers import open_trace
+from profkit.terminal import echo_for
+
+STEP_COLUMNS = [
+    Column("index", "Step", "int"), Column("phase", "Phase"),
+    Column("peak_allocated_bytes", "Peak allocated", "bytes"), Column("peak_reserved_bytes", "Peak reserved", "bytes"),
+    Column("end_allocated_bytes", "Allocated at end", "bytes"), Column("growth_bytes", "Growth", "bytes"),
+]
+SITE_COLUMNS = [Column("site", "Allocated at"), Column("bytes", "Live at the peak", "bytes"),
+                Column("count", "Blocks", "int")]
+LEAK_COLUMNS = [Column("site", "Allocated at"), Column("bytes_per_step", "Never freed, per step", "bytes"),
+                Column("steps", "Steps", "int"), Column("bytes", "Total", "bytes")]
+
+
+@click.command()
+@click.argument("trace_path", metavar="TRACE", type=click.Path(path_type=Path))
+@click.option("--steady", is_flag=True, help="The peak over the steady-state steps only.")
+@wide_option()
+@format_option()
+def memory(trace_path: Path, steady: bool, wide: bool, fmt: str) -> None:
+    """Memory: each step's peak of allocated and reserved bytes, what holds the peak (allocation
+    sites, and the forward / backward / optimizer step that allocated it), fragmentation, headroom,
+    and the growth from step to step that makes a leak, with the sites that never free.
+
+    \b
+    Examples:
+      profkit memory trace.json.gz              # torch.profiler(profile_memory=True)
+      profkit memory trace.json.gz --steady --format json
+
+    JSON: devices (one per allocator: "host" is device -1), each with steps, peak, held_by_site
+    (site, bytes, count), held_by_phase (part, bytes: they add up to the peak), fragmentation_bytes,
+    headroom and growth (leaking, growth_per_step_bytes, sites).  Sizes in bytes.
+    Definitions: profkit.analysis.memory.
+    """
+    with open_trace(trace_path) as trace:
+        report = memory_json(trace, steady=steady)
+    if fmt == "json":
+        click.echo(json.dumps(report, indent=2))
+        return
+    say = echo_for(fmt)
+    if fmt != "csv":
+        for line in findings(report):
+            say(line)
+    for device in report["devices"]:
+        label = device["label"]
+        emit_rows(device["steps"], STEP_COLUMNS, fmt, title=f"Memory per step ({label})", wide=wide)
+        if fmt == "csv":
+            continue
+        emit_rows(device["held_by_site"], SITE_COLUMNS, fmt, title=f"What holds the peak ({label})", wide=wide)
+        if device["growth"]["sites"]:
+            emit_rows(device["growth"]["sites"], LEAK_COLUMNS, fmt, title=f"Leaking sites ({label})", wide=wide)

@@ -1,0 +1,133 @@
+"""`profkit memory` on real torch.profiler(profile_memory=True) captures of a GPT training loop
+(tests/data/memory, made by scripts/make_memory_fixtures.sh on the CPU: the host allocator).
+
+Truths come from the trace's own JSON ('[memory]' events: Total Allocated after each event) and
+from what the program planted and printed (MEM_TRUTH: the leaked tensor's bytes, the function
+that keeps it, the parameters' bytes from the model itself), never from profkit's code.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from profkit.analysis.memory import BEFORE_TRACE, memory_report
+from profkit.readers import open_trace
+
+DATA = Path(__file__).parent / "data" / "memory"
+PLAIN = DATA / "gpt_memory.json.gz"
+LEAK = DATA / "gpt_memory_leak.json.gz"
+
+
+def planted(trace: Path) -> dict:
+    line = next(x for x in trace.with_name(trace.name.replace(".json.gz", ".stdout")).read_text().splitlines()
+                if x.startswith("MEM_TRUTH "))
+    return json.loads(line.split(" ", 1)[1])
+
+
+def raw_memory(trace: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(time ns, bytes, total allocated) of the host allocator's events, straight from the JSON."""
+    events = json.load(gzip.open(trace))["traceEvents"]
+    rows = sorted((round(e["ts"] * 1000), e["args"]["Bytes"], e["args"]["Total Allocated"]) for e in events
+                  if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0)
+    return tuple(np.array(c, dtype=np.int64) for c in zip(*rows))
+
+
+def raw_ranges(trace: Path, name: str) -> list[tuple[int, int]]:
+    events = json.load(gzip.open(trace))["traceEvents"]
+    return sorted((round(e["ts"] * 1000), round(e["ts"] * 1000) + round(e["dur"] * 1000)) for e in events
+                  if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith(name))
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "profkit", *map(str, args)], capture_output=True, text=True,
+                          timeout=120)
+
+
+@pytest.fixture(scope="module")
+def reports() -> dict[Path, dict]:
+    out = {}
+    for path in (PLAIN, LEAK):
+        with open_trace(path) as trace:
+            out[path] = memory_report(trace)
+    return out
+
+
+@pytest.mark.parametrize("path", [PLAIN, LEAK], ids=["plain", "leak"])
+def test_each_steps_peak_is_the_highest_total_allocated_the_json_records_in_it(reports, path) -> None:
+    (host,) = reports[path]["devices"]
+    assert host["device"] == -1
+    t, size, total = raw_memory(path)
+    # the steps are the trace's own step ranges: their CPU times, to the nanosecond
+    windows = {(s["index"], s["phase"]) for s in host["steps"]}
+    assert len(windows) == len(raw_ranges(path, "ProfilerStep#"))
+    steps_json = json.loads(cli("steps", path, "--format", "json").stdout)
+    cpu = {s["index"]: (s["cpu_start_ns"], s["cpu_end_ns"]) for s in steps_json["steps"]}
+    assert sorted(cpu.values()) in (raw_ranges(path, "ProfilerStep#"), raw_ranges(path, "train_step"))
+    for step in host["steps"]:
+        lo, hi = cpu[step["index"]]
+        before = total[t < lo]
+        level = int(before[-1]) if len(before) else int(total[0] - size[0])
+        inside = total[(t >= lo) & (t < hi)]
+        assert step["start_allocated_bytes"] == level
+        assert step["peak_allocated_bytes"] == max([level, *inside.tolist()])
+        after = total[t < hi]
+        assert step["end_allocated_bytes"] == int(after[-1])
+
+
+@pytest.mark.parametrize("path", [PLAIN, LEAK], ids=["plain", "leak"])
+def test_what_holds_the_peak_adds_up_to_it(reports, path) -> None:
+    (host,) = reports[path]["devices"]
+    peak = host["peak"]["allocated_bytes"]
+    assert peak == max(s["peak_allocated_bytes"] for s in host["steps"])
+    assert sum(p["bytes"] for p in host["held_by_phase"]) == peak
+    before = sum(p["bytes"] for p in host["held_by_phase"] if p["part"] == BEFORE_TRACE)
+    # torch's host allocator counts only the blocks it saw while recording (the first event's
+    # Total Allocated is its own Bytes), so on the CPU nothing is "allocated before the trace":
+    # the parameters (MEM_TRUTH) made earlier are not in its totals at all
+    t, size, total = raw_memory(path)
+    assert total[0] == size[0] and before == 0
+    assert {p["part"] for p in host["held_by_phase"]} <= {"forward", "backward", "optimizer step", "other"}
+    assert sum(s["bytes"] for s in host["held_by_site"]) <= peak
+
+
+def test_the_planted_leak_is_named_with_its_function_and_size(reports) -> None:
+    (host,) = reports[LEAK]["devices"]
+    truth = planted(LEAK)
+    growth = host["growth"]
+    assert growth["leaking"]
+    assert growth["growth_per_step_bytes"] == truth["leak_bytes_per_step"]
+    top = growth["sites"][0]
+    assert top["bytes_per_step"] == truth["leak_bytes_per_step"]
+    assert top["function"] == truth["leak_function"]
+    assert top["file"] == truth["leak_site"].split(":")[0]
+    # the step-end levels from the raw JSON grow by exactly the planted tensor per steady step
+    ends = np.array(growth["end_allocated_bytes"])
+    assert set(np.diff(ends).tolist()) == {truth["leak_bytes_per_step"]}
+
+
+def test_the_same_loop_without_the_leak_is_not_called_leaking(reports) -> None:
+    (host,) = reports[PLAIN]["devices"]
+    assert not host["growth"]["leaking"]
+    assert host["growth"]["sites"] == []
+    assert set(np.diff(host["growth"]["end_allocated_bytes"]).tolist()) == {0}
+
+
+def test_cli_says_it_in_words_and_json_equals_the_api(reports) -> None:
+    out = cli("memory", LEAK)
+    assert out.returncode == 0, out.stderr
+    assert "leaking" in out.stdout and "main (gpt_memory.py)" in out.stdout
+    as_json = json.loads(cli("memory", LEAK, "--format", "json").stdout)
+    assert as_json == json.loads(json.dumps(reports[LEAK]))
+
+
+def test_a_trace_without_allocator_events_gets_one_line_and_exit_2() -> None:
+    out = cli("memory", Path(__file__).parent / "data" / "kineto" / "mlp_print.json.gz")
+    assert out.returncode == 2
+    assert len(out.stderr.strip().splitlines()) == 1 and "profile_memory=True" in out.stderr
