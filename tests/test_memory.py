@@ -131,3 +131,12 @@ def test_a_trace_without_allocator_events_gets_one_line_and_exit_2() -> None:
     out = cli("memory", Path(__file__).parent / "data" / "kineto" / "mlp_print.json.gz")
     assert out.returncode == 2
     assert len(out.stderr.strip().splitlines()) == 1 and "profile_memory=True" in out.stderr
+
+
+def test_the_report_has_a_memory_section_and_its_findings(tmp_path) -> None:
+    out = cli("report", LEAK, "-o", tmp_path / "r")
+    assert out.returncode == 0, out.stderr
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    text = json.dumps(report)
+    assert "Memory (host allocator): leaking" in text
+    assert "Memory" in (tmp_path / "r" / "report.md").read_text()

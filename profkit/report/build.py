@@ -37,7 +37,8 @@ from profkit.model.schema import LAUNCH_CONFIG_COLUMNS
 from profkit.model.trace import DURATION
 from profkit.output import API_COLUMNS, NVTX_COLUMNS
 from profkit.report import sections as fill
-from profkit.report import columns, graphs_section, host_section, idle_section, kernel_table, steps_section
+from profkit.report import columns, graphs_section, host_section, idle_section, kernel_table, memory_section
+from profkit.report import steps_section
 from profkit.report.findings import findings as make_findings
 from profkit.report.findings import longest_gap
 from profkit.report.model import Figure, Report, Section, Table
@@ -106,6 +107,8 @@ def build_report(trace: Trace, *, ncu_csv: Path | None = None, partial: bool = F
     add("stalls", "Synchronization stalls", lambda s: fill.stalls_section(trace, top, found, baseline))
     if trace.has("python_frames"):
         add("host", "Host", lambda s: host_section.fill_host(s, trace, top, found))
+    if trace.has("memory"):
+        add("allocator_memory", "Memory", lambda s: memory_section.fill_memory(s, trace, top, found))
     if ncu_csv is not None:
         add("ncu", "Nsight Compute (ncu)", lambda s: fill.fill_ncu(s, Path(ncu_csv), top, found))
     add(INTERACTIVE, "", lambda s: found.update(interactive_timeline=_interactive_timeline(trace)))
@@ -119,6 +122,7 @@ def build_report(trace: Trace, *, ncu_csv: Path | None = None, partial: bool = F
     items[1:1] = graphs_section.graphs_finding(found)  # what the steady state runs in, first
     items[0:0] = host_section.host_finding(found)  # the verdict: what bounds the step, in plain words
     items += list(found.get("stall_findings", []))
+    items += memory_section.memory_findings(found)
     gap = longest_gap(found.get("utilization"))
     gap_ranges = enclosing_ranges(trace, gap[0], gap[1]) if gap else []
     items += make_findings(capture=capture or None, kernels=found.get("kernels"), api=found.get("api"),

@@ -115,7 +115,7 @@ def _device_report(trace: Trace, device: int, ev: _Events, windows: pd.DataFrame
     fragmentation = None if peak["reserved_bytes"] in (None, 0) else peak["reserved_bytes"] - peak["allocated_bytes"]
     return {
         "device": device,
-        "label": "host" if device == HOST else f"GPU {device}",
+        "label": "host allocator" if device == HOST else f"GPU {device}",
         "steps": per_step,
         "peak": peak,
         "peak_reserved_bytes": reserved_peak,
@@ -337,18 +337,18 @@ def findings(report: dict[str, Any]) -> list[str]:
         where = f" in step {peak['step']}" if peak["step"] is not None else ""
         held = d["held_by_site"][0] if d["held_by_site"] else None
         top = f"; the most by {held['site']} ({size(held['bytes'])} in {held['count']} blocks)" if held else ""
-        lines.append(f"{d['label']}: peak {size(peak['allocated_bytes'])} allocated{where}{top}.")
+        lines.append(f"Memory ({d['label']}): peak {size(peak['allocated_bytes'])} allocated{where}{top}.")
         if d["fragmentation_bytes"]:
-            lines.append(f"{d['label']}: {size(d['fragmentation_bytes'])} reserved but not allocated at the peak "
+            lines.append(f"Memory ({d['label']}): {size(d['fragmentation_bytes'])} reserved but not allocated at the peak "
                          "(the caching allocator's cached blocks).")
         if d["headroom"]:
             h = d["headroom"]
-            lines.append(f"{d['label']}: the peak reserved {size(h['peak_reserved_bytes'])} is "
+            lines.append(f"Memory ({d['label']}): the peak reserved {size(h['peak_reserved_bytes'])} is "
                          f"{h['used_pct']:.0f}% of the device's {size(h['device_bytes'])}.")
         growth = d["growth"]
         if growth["leaking"]:
             site = growth["sites"][0]
-            lines.append(f"{d['label']}: leaking: every steady step ends {size(growth['growth_per_step_bytes'])} "
+            lines.append(f"Memory ({d['label']}): leaking: every steady step ends {size(growth['growth_per_step_bytes'])} "
                          f"higher; {site['site']} keeps {size(site['bytes_per_step'])} per step that is never freed.")
     return lines
 
