@@ -140,3 +140,109 @@ def test_the_report_has_a_memory_section_and_its_findings(tmp_path) -> None:
     text = json.dumps(report)
     assert "Memory (host allocator): leaking" in text
     assert "Memory" in (tmp_path / "r" / "report.md").read_text()
+
+
+# -- PyTorch memory snapshots (tests/data/memory/cs336_snapshots: a CS336 student's program) -----
+SNAPSHOTS = DATA / "cs336_snapshots"
+
+
+def snapshot(name: str) -> Path:
+    from tests.conftest import _decompressed
+
+    return _decompressed(SNAPSHOTS / f"{name}.pickle.xz")
+
+
+def raw_snapshot(path: Path) -> dict:
+    import pickle
+
+    return pickle.loads(path.read_bytes())  # the test's own reading of a committed, trusted file
+
+
+def allocated_series(snap: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(time ns, bytes allocated after each alloc / free_completed), ending at the dump's state:
+    the active blocks of the segments."""
+    events = [e for e in snap["device_traces"][0] if e["action"] in ("alloc", "free_completed")]
+    change = np.array([e["size"] if e["action"] == "alloc" else -e["size"] for e in events], dtype=np.int64)
+    at_dump = sum(b["size"] for s in snap["segments"] for b in s["blocks"]
+                  if b["state"] in ("active_allocated", "active_pending_free"))
+    return (np.array([e["time_us"] * 1000 for e in events], dtype=np.int64),
+            at_dump - int(change.sum()) + np.cumsum(change))
+
+
+@pytest.mark.parametrize("name", ["medium_128_training", "medium_128_inference"])
+def test_a_snapshots_peak_and_segments_are_its_own(name) -> None:
+    path = snapshot(name)
+    snap = raw_snapshot(path)
+    t, allocated = allocated_series(snap)
+    report = json.loads(cli("memory", path, "--format", "json").stdout)
+    (gpu,) = report["devices"]
+    assert gpu["peak"]["allocated_bytes"] == int(allocated.max())  # to the byte
+    assert gpu["peak"]["time_ns"] == int(t[np.argmax(allocated)])
+    assert gpu["at_dump"]["reserved_bytes"] == sum(s["total_size"] for s in snap["segments"])
+    assert gpu["largest_free_block_bytes"] == max(b["size"] for s in snap["segments"] for b in s["blocks"]
+                                                  if b["state"] == "inactive")
+    assert sum(p["bytes"] for p in gpu["held_by_phase"]) == gpu["peak"]["allocated_bytes"]
+    assert gpu["steps"] == [] and report["oom"] == []
+
+
+def test_a_snapshots_sites_are_its_own_file_and_line_and_the_optimizer_step_is_named() -> None:
+    path = snapshot("medium_128_training")
+    snap = raw_snapshot(path)
+    (gpu,) = json.loads(cli("memory", path, "--format", "json").stdout)["devices"]
+    peak_ns = gpu["peak"]["time_ns"]
+    # the blocks alive at the peak, from the raw history: allocated at or before it, not freed by then
+    live: dict[int, dict] = {}
+    for e in snap["device_traces"][0]:
+        if e["time_us"] * 1000 > peak_ns:
+            break
+        if e["action"] == "alloc":
+            live[e["addr"]] = e
+        elif e["action"] == "free_completed":
+            live.pop(e["addr"], None)
+    site = gpu["held_by_site"][0] if not gpu["held_by_site"][0]["site"].startswith("no Python") \
+        else gpu["held_by_site"][1]
+    file, line = site["file"], int(site["site"].rsplit(":", 1)[1].rstrip(")"))
+
+    def innermost_user_frame(frames):
+        python = [f for f in frames if f["filename"].endswith(".py") and f["line"] > 0]
+        user = [f for f in python if "site-packages/" not in f["filename"]]
+        return (user or python or [None])[0]
+
+    raw = sum(e["size"] for e in live.values()
+              if (f := innermost_user_frame(e["frames"])) and (f["filename"], f["line"]) == (file, line))
+    assert site["bytes"] == raw
+    (start,) = [a["time_us"] for a in snap["external_annotations"] if a["stage"] == "START"]
+    (end,) = [a["time_us"] for a in snap["external_annotations"] if a["stage"] == "END"]
+    in_step = sum(e["size"] for e in live.values() if start <= e["time_us"] < end)
+    assert {p["part"]: p["bytes"] for p in gpu["held_by_phase"]}["optimizer step"] == in_step > 0
+
+
+def test_a_pickle_that_would_run_code_is_refused_before_anything_runs(tmp_path) -> None:
+    """A hand-built hostile pickle (bad input): unpickling it with pickle.load would create a file."""
+    import os
+    import pickle
+
+    marker = tmp_path / "ran"
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    hostile = tmp_path / "snapshot.pickle"
+    hostile.write_bytes(pickle.dumps({"segments": [], "device_traces": [[Payload()]]}))
+    out = cli("memory", hostile)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert "refused" in out.stderr and not marker.exists()
+
+
+@pytest.mark.parametrize("content", [b"\x80\x04\x95", pytest.param(None, id="truncated"),
+                                     __import__("pickle").dumps([1, 2, 3])], ids=["stub", "truncated", "a-list"])
+def test_a_damaged_or_foreign_pickle_gets_one_line(tmp_path, content) -> None:
+    """Hand-built bad inputs: a pickle header alone, a real snapshot cut in half, a pickled list."""
+    if content is None:
+        content = snapshot("medium_128_inference").read_bytes()[:500_000]
+    bad = tmp_path / "bad.pickle"
+    bad.write_bytes(content)
+    out = cli("memory", bad)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert "Traceback" not in out.stderr

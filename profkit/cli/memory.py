@@ -60,7 +60,8 @@ def memory(trace_path: Path, steady: bool, wide: bool, fmt: str) -> None:
             say(line)
     for device in report["devices"]:
         label = device["label"]
-        emit_rows(device["steps"], STEP_COLUMNS, fmt, title=f"Memory per step ({label})", wide=wide)
+        if device["steps"] or fmt == "csv":
+            emit_rows(device["steps"], STEP_COLUMNS, fmt, title=f"Memory per step ({label})", wide=wide)
         if fmt == "csv":
             continue
         emit_rows(device["held_by_site"], SITE_COLUMNS, fmt, title=f"What holds the peak ({label})", wide=wide)

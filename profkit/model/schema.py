@@ -276,6 +276,11 @@ MEMORY = _cols(
     ("total_allocated", INT, "bytes allocated on that device right after the event (-1 unknown)"),
     ("total_reserved", INT, "bytes the caching allocator held from the driver right after it "
                             "(-1 unknown; 0 for the host allocator, which reserves nothing)"),
+    # Where the source records each event's own stack (memory snapshots), its innermost Python
+    # frame; '' / -1 where the site is found from python_frames instead (Kineto).
+    ("function", CATEGORY, "the allocating Python function ('' not recorded with the event)"),
+    ("file", CATEGORY, "its file ('' not recorded with the event)"),
+    ("line", INT, "the line that allocated (-1 not recorded with the event)"),
 )
 
 PROCESSES = _cols(

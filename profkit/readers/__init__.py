@@ -15,6 +15,7 @@ from profkit.errors import ProfkitError
 from profkit.model import Trace
 from profkit.model.rank_view import RankLayout, job_layout
 from profkit.readers.run_folder import run_folder_trace
+from profkit.readers.snapshot import PICKLE_MAGIC
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 GZIP_MAGIC = b"\x1f\x8b"
@@ -47,7 +48,7 @@ def resolve_run_folder(path: Path) -> Path:
 
 
 def detect_source(path: str | Path) -> str:
-    """``"nsys"`` or ``"kineto"``, from the file's first bytes, never its name.
+    """``"nsys"``, ``"kineto"`` or ``"snapshot"``, from the file's first bytes, never its name.
 
     A folder is a ``profkit trace`` run folder (it has a run.json naming its
     trace) or else a Kineto folder (``tensorboard_trace_handler`` output).
@@ -68,6 +69,8 @@ def detect_source(path: str | Path) -> str:
         return "nsys"  # open_export names the problem (not a regular file, path through a file, ...)
     if head.startswith(GZIP_MAGIC) or head.lstrip()[:1] in (b"{", b"["):
         return "kineto"
+    if head.startswith(PICKLE_MAGIC):  # a pickle: a PyTorch memory snapshot, read without running it
+        return "snapshot"
     return "nsys"
 
 
@@ -80,6 +83,9 @@ def open_trace(path: str | Path) -> Trace:
     if source == "nsys":
         from profkit.readers.nsys.model_source import open_nsys_trace
         return open_nsys_trace(path)
+    if source == "snapshot":
+        from profkit.readers.snapshot import open_snapshot
+        return open_snapshot(path)
     from profkit.readers.kineto import open_kineto_trace
     return open_kineto_trace(path)
 

@@ -27,6 +27,7 @@ that records them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,10 +38,13 @@ from profkit.errors import ProfkitError
 from profkit.model import Trace
 
 HOST = -1
+SNAPSHOT_SOURCE = "snapshot"  # profkit.readers.snapshot's TraceMeta.source (analyses never import readers)
 # Phases of a step an allocation can fall in, told by the framework ranges around it
 # (torch.profiler records Optimizer.step#..., autograd's backward ops, module forwards).
 OPTIMIZER, BACKWARD, FORWARD, OTHER = "optimizer step", "backward", "forward", "other"
 BEFORE_TRACE = "allocated before the trace began"
+# An allocation whose stack holds no Python frame: autograd's backward thread, C++ code
+NO_PYTHON_FRAME = "no Python frame (C++: autograd's backward thread, a library)"
 # A steady run leaks when its end-of-step bytes grow at every step but this many.
 LEAK_TOLERATED_FLAT_STEPS = 1
 TOP_SITES = 10
@@ -72,11 +76,13 @@ def memory_report(trace: Trace, steady: bool = False) -> dict[str, Any]:
     if not trace.has("memory") or not trace.count("memory"):
         raise ProfkitError(f"{trace.name} has no allocator events: the trace did not record memory", hint=HOW)
     table = trace.table("memory").sort_values("start", kind="stable")
-    steps = find_steps(trace)
-    if not steps.found:
-        raise ProfkitError(f"{trace.name}: no steps to measure memory over ({steps.message})",
+    # A snapshot records the allocator alone (no steps): its figures are over the whole history.
+    steps = None if trace.meta.source == SNAPSHOT_SOURCE else find_steps(trace)
+    if steps is not None and not steps.found and steady:
+        raise ProfkitError(f"{trace.name}: no steps to take the steady state from ({steps.message})",
                            hint="see profkit steps")
-    windows = _step_windows(steps.steps)
+    windows = _step_windows(steps.steps) if steps is not None and steps.found else \
+        pd.DataFrame({"index": [], "phase": [], "start": [], "end": []})
     devices = []
     for device, rows in table.groupby("device", sort=True):
         columns = [rows[c].to_numpy(np.int64) for c in
@@ -84,8 +90,17 @@ def memory_report(trace: Trace, steady: bool = False) -> dict[str, Any]:
         if device == HOST:  # the host allocator reserves nothing: its 0 is "no such figure", not 0 bytes
             columns[-1] = np.full(len(rows), -1, dtype=np.int64)
         events = _Events(*columns)
-        devices.append(_device_report(trace, int(device), events, windows, steady))
-    return {"trace": trace.name, "steps_from": steps.source, "devices": devices}
+        recorded = rows[["function", "file", "line"]].reset_index(drop=True) \
+            if (rows["file"].astype(str) != "").any() else None
+        devices.append(_device_report(trace, int(device), events, windows, steady, recorded))
+    snapshot = trace.meta.extra.get("segments") if trace.meta.source == SNAPSHOT_SOURCE else None
+    for d in devices:
+        facts = next((f for f in snapshot or () if f["device"] == d["device"]), None)
+        d["at_dump"] = facts  # a snapshot: the segments' state when it was written
+        if facts and d["fragmentation_bytes"] is not None:
+            d["largest_free_block_bytes"] = facts["largest_free_block_bytes"]
+    return {"trace": trace.name, "steps_from": steps.source if steps is not None and steps.found else None,
+            "devices": devices, "oom": _ooms(trace, table)}
 
 
 def _step_windows(steps: pd.DataFrame) -> pd.DataFrame:
@@ -97,7 +112,8 @@ def _step_windows(steps: pd.DataFrame) -> pd.DataFrame:
         "end": np.where(cpu_known, steps["cpu_end_ns"], steps["end_ns"]).astype(np.int64)})
 
 
-def _device_report(trace: Trace, device: int, ev: _Events, windows: pd.DataFrame, steady: bool) -> dict[str, Any]:
+def _device_report(trace: Trace, device: int, ev: _Events, windows: pd.DataFrame, steady: bool,
+                   recorded: pd.DataFrame | None) -> dict[str, Any]:
     per_step = _per_step(ev, windows)
     chosen = [s for s in per_step if s["phase"] == STEADY] if steady else per_step
     in_scope = _in_windows(ev.start, windows[windows["phase"] == STEADY]) if steady else np.ones(len(ev.start), bool)
@@ -108,7 +124,7 @@ def _device_report(trace: Trace, device: int, ev: _Events, windows: pd.DataFrame
             "time_ns": int(ev.start[peak_at]), "step": _step_of(ev.start[peak_at], windows)}
     reserved_peak = int(ev.reserved[in_scope].max()) if (ev.reserved[in_scope] >= 0).any() else None
     live = _live_at(ev, peak_at)
-    sites = _sites(trace, ev, live, windows)
+    sites = _sites(trace, ev, live, recorded)
     holders = _by_site(sites, ev.size[live])
     before = peak["allocated_bytes"] - int(ev.size[live].sum())
     by_phase = _by_phase(sites, ev.size[live], before)
@@ -123,7 +139,8 @@ def _device_report(trace: Trace, device: int, ev: _Events, windows: pd.DataFrame
         "held_by_phase": by_phase,
         "fragmentation_bytes": fragmentation,
         "headroom": _headroom(trace, device, reserved_peak),
-        "growth": _growth(trace, ev, per_step, windows),
+        "largest_free_block_bytes": None,
+        "growth": _growth(trace, ev, per_step, windows, recorded),
     }
 
 
@@ -205,9 +222,20 @@ def _unfreed(ev: _Events, upto: np.ndarray) -> np.ndarray:
     return upto[alloc[~freed]]
 
 
-def _sites(trace: Trace, ev: _Events, index: np.ndarray, windows: pd.DataFrame) -> pd.DataFrame:
-    """Where each allocation in ``index`` was made: the innermost Python frame and framework
-    operator open on its thread at that instant, and the phase of the step it fell in."""
+def _sites(trace: Trace, ev: _Events, index: np.ndarray, recorded: pd.DataFrame | None) -> pd.DataFrame:
+    """Where each allocation in ``index`` was made: the Python frame the event recorded itself
+    (snapshots: function, file:line), else the innermost Python frame and framework operator open
+    on its thread at that instant; and the phase of the step it fell in."""
+    if recorded is not None:
+        frame = recorded.iloc[index]
+        functions, files = frame["function"].astype(str).to_numpy(), frame["file"].astype(str).to_numpy()
+        lines = frame["line"].to_numpy()
+        ranges = trace.table("ranges", ["start", "end", "name"]) if trace.has("ranges") else None
+        rows = [{"site": f"{fn} ({Path(fl).name}:{ln})" if fl else NO_PYTHON_FRAME, "function": fn or None,
+                 "file": fl or None, "line": int(ln) if fl else None, "operator": None,
+                 "phase": _phase(ranges, None, int(t), -1, None)}
+                for fn, fl, ln, t in zip(functions, files, lines, ev.start[index])]
+        return pd.DataFrame(rows, columns=["site", "function", "file", "line", "operator", "phase"])
     t, tid = ev.start[index], ev.tid[index]
     frames = trace.table("python_frames", ["start", "end", "tid", "depth", "function", "file", "line"]) \
         if trace.has("python_frames") else None
@@ -296,7 +324,8 @@ def _headroom(trace: Trace, device: int, reserved_peak: int | None) -> dict[str,
             "free_at_peak_bytes": capacity - reserved_peak, "used_pct": 100.0 * reserved_peak / capacity}
 
 
-def _growth(trace: Trace, ev: _Events, per_step: list[dict[str, Any]], windows: pd.DataFrame) -> dict[str, Any]:
+def _growth(trace: Trace, ev: _Events, per_step: list[dict[str, Any]], windows: pd.DataFrame,
+            recorded: pd.DataFrame | None) -> dict[str, Any]:
     steady = [s for s in per_step if s["phase"] == STEADY]
     ends = np.array([s["end_allocated_bytes"] for s in steady], dtype=np.int64)
     deltas = np.diff(ends)
@@ -314,7 +343,7 @@ def _growth(trace: Trace, ev: _Events, per_step: list[dict[str, Any]], windows: 
         out["leaking"] = False
         return out
     step_of = np.array([_step_of(int(t), steady_windows) for t in ev.start[kept]])
-    sites = _sites(trace, ev, kept, windows).assign(bytes=ev.size[kept], step=step_of)
+    sites = _sites(trace, ev, kept, recorded).assign(bytes=ev.size[kept], step=step_of)
     needed = max(len(steady) - LEAK_TOLERATED_FLAT_STEPS, 2)
     leaks = []
     for site, rows in sites.groupby("site", sort=False):
@@ -329,6 +358,25 @@ def _growth(trace: Trace, ev: _Events, per_step: list[dict[str, Any]], windows: 
     return out
 
 
+def _ooms(trace: Trace, table: pd.DataFrame) -> list[dict[str, Any]]:
+    """Each out-of-memory the history recorded: the request, what was allocated and reserved, and
+    whether the allocator's free cached bytes could have held the request (fragmentation) or not
+    (real use); the line that asked and the top site alive at that moment."""
+    out = []
+    for oom in trace.meta.extra.get("oom") or ():
+        rows = table[(table["device"] == oom["device"]) & (table["start"] <= oom["time_ns"])]
+        ev = _Events(*(rows[c].to_numpy(np.int64) for c in
+                       ("start", "tid", "addr", "bytes", "total_allocated", "total_reserved")))
+        live = _unfreed(ev, np.arange(len(rows))) if len(rows) else np.empty(0, dtype=np.int64)
+        recorded = rows[["function", "file", "line"]].reset_index(drop=True)
+        top = _by_site(_sites(trace, ev, live, recorded), ev.size[live])[:TOP_SITES] if len(live) else []
+        cached_free = oom["reserved_bytes"] - oom["allocated_bytes"]
+        cause = "fragmentation" if cached_free >= oom["requested_bytes"] else "real use"
+        out.append({**oom, "cached_free_bytes": cached_free, "cause": cause, "held_by_site": top,
+                    "site": f"{oom['function']} ({Path(oom['file']).name}:{oom['line']})" if oom["file"] else None})
+    return out
+
+
 def findings(report: dict[str, Any]) -> list[str]:
     """The report in plain sentences, one per device and fact."""
     lines = []
@@ -337,7 +385,9 @@ def findings(report: dict[str, Any]) -> list[str]:
         where = f" in step {peak['step']}" if peak["step"] is not None else ""
         held = d["held_by_site"][0] if d["held_by_site"] else None
         top = f"; the most by {held['site']} ({size(held['bytes'])} in {held['count']} blocks)" if held else ""
-        lines.append(f"Memory ({d['label']}): peak {size(peak['allocated_bytes'])} allocated{where}{top}.")
+        before = sum(p["bytes"] for p in d["held_by_phase"] if p["part"] == BEFORE_TRACE)
+        earlier = f" ({size(before)} of it allocated before the trace began)" if before else ""
+        lines.append(f"Memory ({d['label']}): peak {size(peak['allocated_bytes'])} allocated{where}{earlier}{top}.")
         if d["fragmentation_bytes"]:
             lines.append(f"Memory ({d['label']}): {size(d['fragmentation_bytes'])} reserved but not allocated at the peak "
                          "(the caching allocator's cached blocks).")
@@ -345,11 +395,24 @@ def findings(report: dict[str, Any]) -> list[str]:
             h = d["headroom"]
             lines.append(f"Memory ({d['label']}): the peak reserved {size(h['peak_reserved_bytes'])} is "
                          f"{h['used_pct']:.0f}% of the device's {size(h['device_bytes'])}.")
+        if d.get("largest_free_block_bytes"):
+            lines.append(f"Memory ({d['label']}): the largest free block the allocator held at the dump was "
+                         f"{size(d['largest_free_block_bytes'])}.")
         growth = d["growth"]
         if growth["leaking"]:
             site = growth["sites"][0]
             lines.append(f"Memory ({d['label']}): leaking: every steady step ends {size(growth['growth_per_step_bytes'])} "
                          f"higher; {site['site']} keeps {size(site['bytes_per_step'])} per step that is never freed.")
+    for oom in report.get("oom") or ():
+        why = (f"fragmentation: the allocator held {size(oom['cached_free_bytes'])} free in its segments, "
+               "enough for the request, but in no block big enough" if oom["cause"] == "fragmentation" else
+               f"real use: only {size(oom['cached_free_bytes'])} of the reserved memory was free")
+        where = f" at {oom['site']}" if oom["site"] else ""
+        top = oom["held_by_site"][0] if oom["held_by_site"] else None
+        held = f"; the most was held by {top['site']} ({size(top['bytes'])})" if top else ""
+        lines.append(f"Out of memory on GPU {oom['device']}{where}: a request of {size(oom['requested_bytes'])} "
+                     f"failed with {size(oom['allocated_bytes'])} allocated and {size(oom['reserved_bytes'])} "
+                     f"reserved ({why}){held}.")
     return lines
 
 
