@@ -246,3 +246,17 @@ def test_a_damaged_or_foreign_pickle_gets_one_line(tmp_path, content) -> None:
     out = cli("memory", bad)
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_past_the_attribution_cap_the_smaller_blocks_are_one_row_and_the_parts_still_add_up(monkeypatch) -> None:
+    import profkit.analysis.memory as memory
+
+    with open_trace(snapshot("medium_128_training")) as trace:
+        whole = memory_report(trace)["devices"][0]
+        monkeypatch.setattr(memory, "MAX_ATTRIBUTED", 5)
+        capped = memory_report(trace)["devices"][0]
+    assert capped["peak"] == whole["peak"]
+    assert sum(p["bytes"] for p in capped["held_by_phase"]) == capped["peak"]["allocated_bytes"]
+    sites = {s["site"]: s for s in capped["held_by_site"]}
+    assert memory.SMALLER_BLOCKS in sites
+    assert sites[memory.SMALLER_BLOCKS]["count"] > 0

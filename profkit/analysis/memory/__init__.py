@@ -222,10 +222,30 @@ def _unfreed(ev: _Events, upto: np.ndarray) -> np.ndarray:
     return upto[alloc[~freed]]
 
 
+SITE_COLUMNS = ["site", "function", "file", "line", "operator", "phase"]
+# Blocks attributed one by one (the largest ones); a trace of a big model can hold a million blocks
+# alive at its peak, and the rest, each smaller than these, are summed as one row.
+MAX_ATTRIBUTED = 2000
+SMALLER_BLOCKS = "smaller blocks (not attributed one by one)"
+
+
 def _sites(trace: Trace, ev: _Events, index: np.ndarray, recorded: pd.DataFrame | None) -> pd.DataFrame:
-    """Where each allocation in ``index`` was made: the Python frame the event recorded itself
-    (snapshots: function, file:line), else the innermost Python frame and framework operator open
-    on its thread at that instant; and the phase of the step it fell in."""
+    """Where each allocation in ``index`` was made (one row each, in ``index``'s order): the
+    Python frame the event recorded itself (snapshots: function, file:line), else the innermost
+    Python frame and framework operator open on its thread at that instant; and the phase of the
+    step it fell in.  Past ``MAX_ATTRIBUTED`` blocks only the largest are attributed."""
+    if len(index) <= MAX_ATTRIBUTED:
+        return _attributed_sites(trace, ev, index, recorded)
+    order = np.argsort(-ev.size[index], kind="stable")
+    big = np.sort(order[:MAX_ATTRIBUTED])
+    rows = pd.DataFrame({c: [None] * len(index) for c in SITE_COLUMNS})
+    rows["site"], rows["phase"] = SMALLER_BLOCKS, OTHER
+    attributed = _attributed_sites(trace, ev, index[big], recorded)
+    rows.iloc[big] = attributed[SITE_COLUMNS].to_numpy(object)
+    return rows
+
+
+def _attributed_sites(trace: Trace, ev: _Events, index: np.ndarray, recorded: pd.DataFrame | None) -> pd.DataFrame:
     if recorded is not None:
         frame = recorded.iloc[index]
         functions, files = frame["function"].astype(str).to_numpy(), frame["file"].astype(str).to_numpy()
@@ -235,7 +255,7 @@ def _sites(trace: Trace, ev: _Events, index: np.ndarray, recorded: pd.DataFrame 
                  "file": fl or None, "line": int(ln) if fl else None, "operator": None,
                  "phase": _phase(ranges, None, int(t), -1, None)}
                 for fn, fl, ln, t in zip(functions, files, lines, ev.start[index])]
-        return pd.DataFrame(rows, columns=["site", "function", "file", "line", "operator", "phase"])
+        return pd.DataFrame(rows, columns=SITE_COLUMNS)
     t, tid = ev.start[index], ev.tid[index]
     frames = trace.table("python_frames", ["start", "end", "tid", "depth", "function", "file", "line"]) \
         if trace.has("python_frames") else None
@@ -250,9 +270,9 @@ def _sites(trace: Trace, ev: _Events, index: np.ndarray, recorded: pd.DataFrame 
         operator = str(op[i]["name"]) if op[i] is not None else None
         site = " in ".join(x for x in (operator, where) if x) or "unknown"
         rows.append({"site": site, "function": None if f is None else str(f["function"]),
-                     "file": None if f is None else str(f["file"]),
+                     "file": None if f is None else str(f["file"]), "line": None,
                      "operator": operator, "phase": _phase(ranges, ops, t[i], tid[i], operator)})
-    return pd.DataFrame(rows, columns=["site", "function", "file", "operator", "phase"])
+    return pd.DataFrame(rows, columns=SITE_COLUMNS)
 
 
 def _innermost(table: pd.DataFrame | None, t: np.ndarray, tid: np.ndarray, by: str) -> list[Any]:
