@@ -21,8 +21,6 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat
-import time
-import urllib.parse
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,10 +28,9 @@ from typing import Any
 from profkit.errors import ProfkitError
 from profkit.limits import VARIABLES, LimitExceeded
 from profkit.limits import current as current_limits
-from profkit.signals import STOP, raise_stop
+from profkit.readers.sqlite_input import (PROGRESS_STEPS, SQLITE_MAGIC, GuardedConnection, connect,  # noqa: F401
+                                          guard_connection, is_interrupted, restart_budget, stopped_query)
 from profkit.model.trace import DECIMAL_HALF_UP, SQLITE_LEGACY
-
-SQLITE_MAGIC = b"SQLite format 3\x00"
 
 # globalTid layout used by every nsys report script (e.g. nvtx_kern_sum.py:
 # "(r.globalTid >> 24) & 0x00FFFFFF AS pid, r.globalTid & 0x00FFFFFF AS tid",
@@ -362,61 +359,8 @@ def _check_string_lengths(export: NsysExport) -> None:
                             f"more than the {limit:,} allowed", VARIABLES["max_string"])
 
 
-# -- stopping a query: a time budget, and SIGINT / SIGTERM -----------------------------
-# SQLite runs a query inside C, where Python's signal handlers wait; the progress
-# handler is called every PROGRESS_STEPS virtual-machine steps (~1 ms) and ends the
-# query when the budget is spent or profkit.signals.STOP is set.
-PROGRESS_STEPS = 100_000
-
-
-class _Budget:
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.started = time.monotonic()
-        self.expired = False
-
-    def __call__(self) -> int:
-        if STOP.is_set():
-            return 1
-        if time.monotonic() - self.started > self.seconds:
-            self.expired = True
-            return 1
-        return 0
-
-
-class GuardedConnection(sqlite3.Connection):
-    """A connection that carries its query budget (``sqlite3.connect(..., factory=GuardedConnection)``)."""
-
-    budget: _Budget | None = None
-
-
-def guard_connection(conn: sqlite3.Connection) -> None:
-    """Give ``conn`` the progress handler: a time budget per query, and a stop on signals."""
-    budget = _Budget(current_limits().sql_seconds)
-    if isinstance(conn, GuardedConnection):
-        conn.budget = budget
-    conn.set_progress_handler(budget, PROGRESS_STEPS)
-
-
-def restart_budget(conn: sqlite3.Connection) -> None:
-    budget = getattr(conn, "budget", None)
-    if budget is not None:
-        budget.started = time.monotonic()
-        budget.expired = False
-
-
-def is_interrupted(exc: BaseException) -> bool:
-    return isinstance(exc, sqlite3.OperationalError) and str(exc) == "interrupted"
-
-
-def stopped_query(conn: sqlite3.Connection, path: Path) -> ProfkitError:
-    """The error for a query the progress handler ended; a signal is raised again."""
-    budget = getattr(conn, "budget", None)
-    if budget is not None and budget.expired:
-        return LimitExceeded(f"{path.name}: a query ran longer than {budget.seconds:g} s",
-                             VARIABLES["sql_seconds"])
-    raise_stop()
-    raise AssertionError("unreachable")
+# -- stopping a query: the time budget and the stop on signals live in profkit.readers.sqlite_input,
+# the guard of every SQLite file profkit opens; imported here for the callers that name them from here.
 
 
 def _check_file(p: Path) -> None:
@@ -482,12 +426,10 @@ def _connect_read_only(p: Path) -> sqlite3.Connection:
     # immutable=1: SQLite neither locks the file nor looks for a journal/WAL,
     # so nothing is ever created next to the input.  nsys's own report
     # framework opens exports the same way (nsysstats.py).
-    uri = "file:" + urllib.parse.quote(str(p.resolve())) + "?mode=ro&immutable=1"
     try:
-        conn = sqlite3.connect(uri, uri=True, check_same_thread=False, factory=GuardedConnection)
+        conn = connect(p, read_only=True)
     except SQLITE_ERRORS as exc:
         raise ProfkitError(f"{p} cannot be opened as SQLite ({_message(exc)})", hint=_EXPORT_HINT) from None
-    guard_connection(conn)
     try:
         # A 16 MiB page cache: summaries scan tables once, so a bigger cache
         # only adds resident memory (the OS caches the file anyway); temp
