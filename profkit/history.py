@@ -10,13 +10,21 @@ must not become the baseline that hides the next one), compared with the
 same noise model as `profkit diff` (``profkit.analysis.compare.noise``).
 
 The database is written through sqlite-utils (tables ``runs`` and
-``kernels``), so it is also easy to query by hand.
+``kernels``), so it is also easy to query by hand.  It is input like a
+trace (a history may come from CI or a colleague): it is opened through
+``profkit.readers.sqlite_input`` (no view or trigger runs, a time budget, a
+stop on signals), a file profkit did not write is refused (its
+``application_id``), and every value read back is checked (types, and sample
+lists: flat, finite, at most ``PROFKIT_MAX_SAMPLES``).
 """
 
 from __future__ import annotations
 
 import json
+import re
+import sqlite3
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -26,6 +34,8 @@ import numpy as np
 
 from profkit.analysis.compare import noise
 from profkit.errors import ProfkitError
+from profkit.limits import VARIABLES, LimitExceeded
+from profkit.limits import current as current_limits
 from profkit.model import Trace
 
 SAMPLED_KERNELS = 50
@@ -54,15 +64,165 @@ class TrendPoint:
     regression: bool
 
 
-def _db(path: Path):
-    import sqlite_utils
+# -- the database: opened like a trace, and checked as it is read ----------------------------------------
+# PRAGMA application_id of a history profkit wrote ("pkHi"); a file with another one, or with a view
+# or trigger, is not one, and is refused before any of its rows is read.
+APPLICATION_ID = 0x706B4869
+# Tables of a history; sqlite_sequence is SQLite's own.  A history written before the mark (id 0)
+# is taken when it holds nothing else.
+HISTORY_TABLES = {"runs", "kernels"}
+_NOT_HISTORY_HINT = "give --db a file that `profkit history add` made"
+
+
+class HistoryDb:
+    """An open history database: a guarded connection (``profkit.readers.sqlite_input``) and
+    ``query``/``write``, which turn any SQLite failure into one line."""
+
+    def __init__(self, path: Path, conn: Any) -> None:
+        self.path = path
+        self.conn = conn
+
+    def tables(self) -> set[str]:
+        return {str(r[0]) for r in self.query("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+    def columns(self, table: str) -> set[str]:
+        return {str(r[1]) for r in self.query(f"PRAGMA table_info({table})")}
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        from profkit.readers.sqlite_input import restart_budget
+
+        restart_budget(self.conn)
+        try:
+            return self.conn.execute(sql, params).fetchall()
+        except (sqlite3.Error, UnicodeDecodeError) as exc:
+            raise self.failure(exc) from None
+
+    def failure(self, exc: BaseException) -> ProfkitError:
+        from profkit.readers.sqlite_input import is_interrupted, stopped_query
+
+        if is_interrupted(exc):
+            return stopped_query(self.conn, self.path)
+        if isinstance(exc, UnicodeDecodeError):
+            return ProfkitError(f"{self.path}: text that is not UTF-8 in the history")
+        if "not authorized" in str(exc):  # the guard denied a view or trigger the check did not see
+            return ProfkitError(f"{self.path}: not a profkit history database (it runs its own SQL)",
+                                hint=_NOT_HISTORY_HINT)
+        return ProfkitError(f"{self.path}: damaged or not a profkit history database ({exc})",
+                            hint=_NOT_HISTORY_HINT)
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def _db(path: Path, *, write: bool = False) -> HistoryDb:
+    """Open the history at ``path`` (``write``: created when missing) and check that profkit wrote it."""
+    from profkit.readers.sqlite_input import SQLITE_MAGIC, code_objects, connect
 
     try:
-        db = sqlite_utils.Database(path)
-        db.execute("PRAGMA user_version").fetchall()
-    except Exception as exc:  # sqlite3.DatabaseError for a file that is not SQLite
-        raise ProfkitError(f"{path}: not a profkit history database ({exc})") from None
+        with open(path, "rb") as fh:
+            header = fh.read(len(SQLITE_MAGIC))
+    except FileNotFoundError:
+        header = None
+    except IsADirectoryError:
+        raise ProfkitError(f"{path} is a directory, not a history database") from None
+    except OSError as exc:
+        raise ProfkitError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if header is None and not write:
+        raise ProfkitError(f"{path}: no history yet", hint="add runs with: profkit history add RUN")
+    if header and header != SQLITE_MAGIC:
+        raise ProfkitError(f"{path} is not an SQLite database", hint=_NOT_HISTORY_HINT)
+    try:
+        db = HistoryDb(path, connect(path, read_only=not write))
+    except sqlite3.Error as exc:
+        raise ProfkitError(f"{path}: cannot open ({exc})") from None
+    try:
+        code = code_objects(db.conn)
+        (app_id,) = db.query("PRAGMA application_id")[0]
+    except (sqlite3.Error, ProfkitError) as exc:
+        db.close()
+        raise exc if isinstance(exc, ProfkitError) else db.failure(exc) from None
+    if code:
+        db.close()
+        kinds = ", ".join(f"{kind} {name!r}" for kind, name in code[:3])
+        raise ProfkitError(f"{path}: not a profkit history database (it holds {kinds}; profkit writes "
+                           "tables only)", hint=_NOT_HISTORY_HINT)
+    tables = db.tables() - {"sqlite_sequence"}
+    legacy = app_id == 0 and tables <= HISTORY_TABLES and (not tables or "runs" in tables)
+    if app_id != APPLICATION_ID and not legacy:
+        db.close()
+        raise ProfkitError(f"{path}: not a profkit history database (application_id {app_id}, tables "
+                           f"{', '.join(sorted(tables)) or 'none'})", hint=_NOT_HISTORY_HINT)
     return db
+
+
+def _sqlite_utils(db: HistoryDb) -> Any:
+    import sqlite_utils
+
+    return sqlite_utils.Database(db.conn)
+
+
+# What one run row holds, column by column: the types a value read back may have.
+_TEXT, _REAL = (str, type(None)), (float, type(None))
+RUN_COLUMNS = {"id": (int,), "label": _TEXT, "commit": _TEXT, "added_utc": _TEXT, "trace": _TEXT,
+               "source": _TEXT, "step_source": _TEXT, "steps": (int, type(None)), "step_median_ns": _REAL,
+               "step_mean_ns": _REAL, "step_samples": _TEXT, "gpu_samples": _TEXT}
+# A stored list of samples is a flat JSON list of numbers, as add_run writes it: checked with this
+# pattern before it is parsed, so no nesting or object reaches the JSON parser.
+_FLAT_NUMBERS = re.compile(r"\s*\[[-+0-9.eE,\s]*\]\s*")
+# Characters of one sample as json.dumps writes a float ("-1.2345678901234567e-300, ").
+SAMPLE_CHARS = 32
+
+
+def _checked_run(db: HistoryDb, row: tuple, names: Sequence[str]) -> dict[str, Any]:
+    from profkit.readers.sqlite_input import typed
+
+    out: dict[str, Any] = {}
+    limit = current_limits().max_string
+    for name, value in zip(names, row):
+        kinds = RUN_COLUMNS.get(name)
+        if kinds is None:
+            continue
+        out[name] = value = typed(value, kinds, f"{db.path.name}: runs.{name}")
+        if isinstance(value, str) and name not in ("step_samples", "gpu_samples") and len(value) > limit:
+            raise LimitExceeded(f"{db.path.name}: runs.{name} holds {len(value):,} characters, more than "
+                                f"the {limit:,} allowed", VARIABLES["max_string"])
+    for name in RUN_COLUMNS:
+        out.setdefault(name, None)
+    return out
+
+
+def sample_values(text: Any, what: str) -> np.ndarray:
+    """A stored list of samples (JSON text) as an array, checked: text, a flat list of finite
+    numbers, at most ``PROFKIT_MAX_SAMPLES`` of them; else one line naming ``what``."""
+    from profkit.readers.sqlite_input import typed
+
+    if text is None:
+        return np.zeros(0)
+    text = typed(text, (str,), what)
+    limit = current_limits().max_samples
+    if len(text) > SAMPLE_CHARS * limit + 2:  # refused before parsing: parsing is what would cost
+        raise LimitExceeded(f"{what} holds {len(text):,} characters of samples, more than {limit:,} "
+                            "samples take", VARIABLES["max_samples"])
+    if not _FLAT_NUMBERS.fullmatch(text):
+        raise ProfkitError(f"{what} is not a list of numbers (it starts {text[:40]!r})", hint=_NOT_HISTORY_HINT)
+    try:
+        values = json.loads(text, parse_constant=_no_constant)
+    except (ValueError, RecursionError):
+        raise ProfkitError(f"{what} is not a list of numbers (broken JSON)", hint=_NOT_HISTORY_HINT) from None
+    if len(values) > limit:
+        raise LimitExceeded(f"{what} holds {len(values):,} samples, more than the {limit:,} allowed",
+                            VARIABLES["max_samples"])
+    try:
+        array = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError):
+        raise ProfkitError(f"{what} is not a list of numbers", hint=_NOT_HISTORY_HINT) from None
+    if array.ndim != 1 or not np.isfinite(array).all():
+        raise ProfkitError(f"{what} is not a list of finite numbers", hint=_NOT_HISTORY_HINT)
+    return array
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(name)
 
 
 def run_summary(trace: Trace) -> dict[str, Any]:
@@ -111,58 +271,87 @@ def add_run(db_path: Path, summary: dict[str, Any], *, label: str | None = None,
             commit: str | None = None, force: bool = False) -> int:
     """Store a run; refused when it looks like another program than the history's last run
     (``profkit.analysis.compare.same_program``) unless ``force``."""
-    db = _db(db_path)
-    check_against_last(db, summary, force=force)
-    row = {"label": label, "commit": commit, "added_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "trace": summary["trace"], "source": summary["source"], "step_source": summary["step_source"],
-           "steps": summary["steps"], "step_median_ns": summary["step_median_ns"],
-           "step_mean_ns": summary["step_mean_ns"], "step_samples": json.dumps(summary["step_samples"]),
-           "gpu_samples": json.dumps(summary["gpu_samples"])}
-    runs = db["runs"]
-    runs.insert(row, pk="id", alter=True)
-    run_id = int(runs.last_pk)
-    db["kernels"].insert_all(
-        ({"run_id": run_id, "name": k["name"], "key": k["key"], "ns_per_step": k["ns_per_step"],
-          "samples": json.dumps(k["samples"]) if k["samples"] is not None else None} for k in summary["kernels"]),
-        alter=True, foreign_keys=[("run_id", "runs", "id")])
-    db["kernels"].create_index(["run_id", "name"], if_not_exists=True)
+    db = _db(db_path, write=True)
+    try:
+        check_against_last(db, summary, force=force)
+        row = {"label": label, "commit": commit,
+               "added_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+               "trace": summary["trace"], "source": summary["source"], "step_source": summary["step_source"],
+               "steps": summary["steps"], "step_median_ns": summary["step_median_ns"],
+               "step_mean_ns": summary["step_mean_ns"], "step_samples": json.dumps(summary["step_samples"]),
+               "gpu_samples": json.dumps(summary["gpu_samples"])}
+        with db.conn:  # one transaction: the run and its kernels, or nothing
+            tables = _sqlite_utils(db)
+            runs = tables["runs"]
+            runs.insert(row, pk="id", alter=True)
+            run_id = int(runs.last_pk)
+            tables["kernels"].insert_all(
+                ({"run_id": run_id, "name": k["name"], "key": k["key"], "ns_per_step": k["ns_per_step"],
+                  "samples": json.dumps(k["samples"]) if k["samples"] is not None else None}
+                 for k in summary["kernels"]),
+                alter=True, foreign_keys=[("run_id", "runs", "id")])
+            tables["kernels"].create_index(["run_id", "name"], if_not_exists=True)
+            db.conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    except (sqlite3.Error, UnicodeDecodeError) as exc:
+        raise db.failure(exc) from None
+    finally:
+        db.close()
     return run_id
 
 
-def check_against_last(db: Any, summary: dict[str, Any], *, force: bool = False) -> None:
+def check_against_last(db: HistoryDb, summary: dict[str, Any], *, force: bool = False) -> None:
     """Refuse a run whose kernels look like another program than the last run's."""
     from profkit.analysis.compare.same_program import check_same_program
+    from profkit.readers.sqlite_input import typed
 
-    if "runs" not in db.table_names() or "kernels" not in db.table_names():
+    if not HISTORY_TABLES <= db.tables():
         return
-    last = list(db.query("SELECT id, trace FROM runs ORDER BY id DESC LIMIT 1"))
+    last = db.query("SELECT id, trace FROM runs ORDER BY id DESC LIMIT 1")
     if not last:
         return
-    keys = _run_keys(db, last[0]["id"])
+    run_id = typed(last[0][0], (int,), f"{db.path.name}: runs.id")
+    trace = typed(last[0][1], _TEXT, f"{db.path.name}: runs.trace")
+    keys = _run_keys(db, run_id)
     if keys:
         check_same_program(summary["trace"], {k["key"] for k in summary["kernels"]},
-                           f"the history's last run ({last[0]['trace']})", keys, force=force)
+                           f"the history's last run ({trace})", keys, force=force)
 
 
-def _run_keys(db: Any, run_id: int) -> set[str]:
+def _kernel_names(db: HistoryDb, sql: str, params: Sequence[Any] = ()) -> list[tuple[str, str | None]]:
+    """``(name, key)`` rows of the kernels table, typed (key None in a history written before keys)."""
+    from profkit.readers.sqlite_input import typed
+
+    has_key = "key" in db.columns("kernels")
+    rows = db.query(sql.format(columns="name, key" if has_key else "name, NULL"), params)
+    what = f"{db.path.name}: kernels"
+    return [(typed(name, (str,), f"{what}.name"), typed(key, _TEXT, f"{what}.key")) for name, key in rows]
+
+
+def _run_keys(db: HistoryDb, run_id: int) -> set[str]:
     """A stored run's canonical kernel names (worked out from the names in a history
     written before keys were stored)."""
     from profkit.analysis.kernels.names import canonical_kernel_name
 
-    has_key = "key" in db["kernels"].columns_dict
-    rows = db.query(f"SELECT name{', key' if has_key else ''} FROM kernels WHERE run_id = ?", [run_id])
-    return {r.get("key") or canonical_kernel_name(r["name"]) for r in rows}
+    rows = _kernel_names(db, "SELECT {columns} FROM kernels WHERE run_id = ?", [run_id])
+    return {key or canonical_kernel_name(name) for name, key in rows}
 
 
 def trend(db_path: Path, metric: str = GPU_TIME, window: int = DEFAULT_WINDOW,
           min_effect_pct: float = noise.MIN_EFFECT_PCT) -> list[TrendPoint]:
     """The metric over all runs, oldest first, each flagged against its rolling baseline."""
-    if not db_path.exists():
-        raise ProfkitError(f"{db_path}: no history yet", hint="add runs with: profkit history add RUN")
     db = _db(db_path)
-    if "runs" not in db.table_names():
-        raise ProfkitError(f"{db_path}: no runs in this history", hint="add runs with: profkit history add RUN")
-    runs = list(db.query("SELECT * FROM runs ORDER BY id"))
+    try:
+        return _trend(db, metric, window, min_effect_pct)
+    finally:
+        db.close()
+
+
+def _trend(db: HistoryDb, metric: str, window: int, min_effect_pct: float) -> list[TrendPoint]:
+    if "runs" not in db.tables():
+        raise ProfkitError(f"{db.path}: no runs in this history", hint="add runs with: profkit history add RUN")
+    stored = [c for c in RUN_COLUMNS if c in db.columns("runs")]
+    quoted = ", ".join(f'"{c}"' for c in stored)
+    runs = [_checked_run(db, row, stored) for row in db.query(f"SELECT {quoted} FROM runs ORDER BY id")]
     if metric.startswith("kernel:"):
         metric = "kernel:" + resolve_kernel(db, metric[len("kernel:"):])
     samples = [_samples(db, run, metric) for run in runs]
@@ -202,11 +391,10 @@ def resolve_kernel(db: Any, name: str) -> str:
     from profkit.analysis.kernels.names import canonical_kernel_name
     from profkit.output import kernel_base_name, short_kernel_names
 
-    if "kernels" not in db.table_names():
+    if "kernels" not in db.tables():
         return name
-    has_key = "key" in db["kernels"].columns_dict
-    stored = list(db.query(f"SELECT DISTINCT name{', key' if has_key else ''} FROM kernels ORDER BY name"))
-    key_of = {r["name"]: r.get("key") or canonical_kernel_name(r["name"]) for r in stored}
+    stored = _kernel_names(db, "SELECT DISTINCT {columns} FROM kernels ORDER BY name")
+    key_of = {n: key or canonical_kernel_name(n) for n, key in stored}
     if name in key_of or canonical_kernel_name(name) in key_of.values():
         return name
     names = list(key_of)
@@ -226,32 +414,48 @@ def resolve_kernel(db: Any, name: str) -> str:
                        hint="kernel:NAME takes a name as `profkit kernels` shows it, or its start")
 
 
-def _samples(db: Any, run: dict[str, Any], metric: str) -> np.ndarray | None:
+def _samples(db: HistoryDb, run: dict[str, Any], metric: str) -> np.ndarray | None:
+    where = f"{db.path.name}: run {run['id']}"
     if metric == STEP_MEDIAN:
-        return np.asarray(json.loads(run["step_samples"] or "[]"), dtype=np.float64)
+        return sample_values(run["step_samples"], f"{where}'s step_samples")
     if metric == GPU_TIME:
-        return np.asarray(json.loads(run.get("gpu_samples") or "[]"), dtype=np.float64)
+        return sample_values(run["gpu_samples"], f"{where}'s gpu_samples")
     if metric.startswith("kernel:"):
         from profkit.analysis.kernels.names import canonical_kernel_name
+        from profkit.readers.sqlite_input import typed
 
         # by canonical name: a kernel is found whichever profiler's spelling NAME and each run use
         name = metric[len("kernel:"):]
-        if "key" in db["kernels"].columns_dict:  # rows of an older profkit have no key: their name
-            rows = list(db.query("SELECT ns_per_step, samples FROM kernels WHERE run_id = ? AND "
-                                 "(key = ? OR (key IS NULL AND name = ?))",
-                                 [run["id"], canonical_kernel_name(name), name]))
+        if "kernels" not in db.tables():
+            return None
+        if "key" in db.columns("kernels"):  # rows of an older profkit have no key: their name
+            rows = db.query("SELECT ns_per_step, samples FROM kernels WHERE run_id = ? AND "
+                            "(key = ? OR (key IS NULL AND name = ?)) LIMIT 1",
+                            [run["id"], canonical_kernel_name(name), name])
         else:
-            rows = list(db.query("SELECT ns_per_step, samples FROM kernels WHERE run_id = ? AND name = ?",
-                                 [run["id"], name]))
+            rows = db.query("SELECT ns_per_step, samples FROM kernels WHERE run_id = ? AND name = ? LIMIT 1",
+                            [run["id"], name])
         if not rows:
             return None
-        if rows[0]["samples"]:
-            return np.asarray(json.loads(rows[0]["samples"]), dtype=np.float64)
-        return np.asarray([rows[0]["ns_per_step"]], dtype=np.float64)
+        ns_per_step, samples = rows[0]
+        if samples is not None:
+            return sample_values(samples, f"{where}'s samples of {name}")
+        value = typed(ns_per_step, (float,), f"{where}: kernels.ns_per_step")
+        if not np.isfinite(value):
+            raise ProfkitError(f"{where}: kernels.ns_per_step is {value}, not a finite number")
+        return np.asarray([value], dtype=np.float64)
     raise ProfkitError(f"unknown metric {metric!r}: use {METRICS}")
 
 
 def trend_png(points: list[TrendPoint], metric: str) -> bytes:
+    """The trend plot; labels and commits are drawn as plain text (a "$" in them is a character)."""
+    from profkit.report.figures import plain_text
+
+    with plain_text():
+        return _trend_png(points, metric)
+
+
+def _trend_png(points: list[TrendPoint], metric: str) -> bytes:
     from profkit.report.figures import plt, png_bytes
 
     xs = list(range(1, len(points) + 1))

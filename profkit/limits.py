@@ -18,7 +18,14 @@ are set from real traces with room to spare:
   traces are a few kB;
 - ``PROFKIT_SQL_SECONDS`` (600): one SQLite query of an nsys export;
 - ``PROFKIT_MAX_CACHE_FILES`` (200,000): files walked in a run folder's
-  kernel caches.
+  kernel caches;
+- ``PROFKIT_MAX_CSV_COLUMNS`` (20,000), ``PROFKIT_MAX_CSV_ROWS`` (2,000,000)
+  and ``PROFKIT_MAX_CSV_CELLS`` (4,000,000 rows x columns) of an ncu CSV; a
+  cell is a name or text (``PROFKIT_MAX_STRING``).  The widest real raw page
+  (tests/data/roofline, every roofline section) has 1,700 columns; a details
+  page has one row per launch and metric;
+- ``PROFKIT_MAX_SAMPLES`` (1,000,000): samples in one list of a history
+  database (a run's step times; real runs have hundreds).
 
 Nesting depth has no variable: a JSON document nested deeper than the
 interpreter's recursion limit (about 1,000) is refused by the reader, and
@@ -48,6 +55,10 @@ class Limits:
     max_string: int = 256 << 10
     sql_seconds: float = 600.0
     max_cache_files: int = 200_000
+    max_csv_columns: int = 20_000
+    max_csv_rows: int = 2_000_000
+    max_csv_cells: int = 4_000_000
+    max_samples: int = 1_000_000
 
     def max_events_for(self, decompressed_bytes: int) -> int:
         if self.max_events is not None:
@@ -65,6 +76,10 @@ VARIABLES = {
     "max_string": "PROFKIT_MAX_STRING",
     "sql_seconds": "PROFKIT_SQL_SECONDS",
     "max_cache_files": "PROFKIT_MAX_CACHE_FILES",
+    "max_csv_columns": "PROFKIT_MAX_CSV_COLUMNS",
+    "max_csv_rows": "PROFKIT_MAX_CSV_ROWS",
+    "max_csv_cells": "PROFKIT_MAX_CSV_CELLS",
+    "max_samples": "PROFKIT_MAX_SAMPLES",
 }
 
 

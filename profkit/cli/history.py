@@ -47,7 +47,7 @@ def add(run: Path, label: str | None, commit: str | None, force: bool, db_path: 
     trace_path, run_info = _resolve_run(run)
     with open_trace(trace_path) as trace:
         summary = run_summary(trace)
-    commit = commit or (run_info or {}).get("commit") or git_head(Path.cwd())
+    commit = commit or _recorded_commit(run_info) or git_head(Path.cwd())
     run_id = add_run(db_path, summary, label=label or (commit[:12] if commit else trace_path.name), commit=commit,
                      force=force)
     click.echo(f"run {run_id}: {summary['steps']} steps, median "
@@ -86,6 +86,22 @@ def show(metric: str, last: int, plot_path: Path | None, fmt: str, wide: bool, d
     flagged = [p for p in points if p.regression]
     echo(f"{len(flagged)} regression(s)" + (": " + ", ".join(f"run {p.run_id} ({p.label})" for p in flagged)
                                             if flagged else "") + f"; plot: {plot_path}", err=True)
+
+
+def _recorded_commit(run_info: dict | None) -> str | None:
+    """run.json's commit as text: a hash of digits only may have been written as a JSON number."""
+    from profkit.errors import ProfkitError
+
+    value = (run_info or {}).get("commit")
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise ProfkitError(f"run.json's commit is {type(value).__name__}, not a commit hash",
+                           hint="give it with --commit SHA")
+    text = value if isinstance(value, str) else str(value) if abs(value) < 10 ** 64 else ""
+    if not text or len(text) > 64:
+        raise ProfkitError("run.json's commit is too long for a commit hash", hint="give it with --commit SHA")
+    return text
 
 
 def _resolve_run(run: Path) -> tuple[Path, dict | None]:

@@ -9,6 +9,7 @@ name is just a character.
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import sys
 import zlib
@@ -37,7 +38,10 @@ WIDTH_IN = 12.0
 MAX_NVTX_ROWS = 14  # NVTX levels drawn above the streams, all threads together
 MAX_STREAM_ROWS = 24
 MAX_DEVICE_PANELS = 2  # more devices share one panel per view, one line each
-_RC = {"text.parse_math": False, "text.usetex": False, "font.size": 9, "svg.fonttype": "none"}
+# Text taken from input (kernel names, labels, commits) is plain: a "$" would start math text,
+# which fails on "$\frac{a}$" (a traceback) and is no name's meaning.  Every figure draws inside it.
+PLAIN_TEXT = {"text.parse_math": False, "text.usetex": False}
+_RC = {**PLAIN_TEXT, "font.size": 9, "svg.fonttype": "none"}
 # A fixed layout, in inches, instead of layout="constrained" (whose passes over every tick and
 # label cost a third of a figure): the margins it gave with the 9-pt font of _RC.
 PAD_IN = 3 / 72  # at the figure's edges
@@ -61,6 +65,11 @@ def __getattr__(name: str) -> ModuleType:
 
         return pyplot
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def plain_text() -> contextlib.AbstractContextManager:
+    """matplotlib settings under which every text is drawn as given (no math text, no TeX)."""
+    return matplotlib.rc_context(PLAIN_TEXT)
 
 
 def png_bytes(fig: Figure, dpi: float = DPI) -> bytes:

@@ -226,6 +226,13 @@ def _skew_section(job: dict[str, Any], top: int) -> Section:
 
 
 def _step_time_png(rows: list[dict[str, Any]], rank_keys: list[str]) -> bytes:
+    from profkit.report.figures import plain_text
+
+    with plain_text():  # rank labels come from the traces
+        return _draw_step_times(rows, rank_keys)
+
+
+def _draw_step_times(rows: list[dict[str, Any]], rank_keys: list[str]) -> bytes:
     from profkit.report.figures import plt, png_bytes
 
     fig, ax = plt.subplots(figsize=(10, 3.2), dpi=100)

@@ -70,7 +70,15 @@ def fill_roofline(section: Section, csv_path: Path, top: int, found: dict[str, A
 
 
 def roofline_png(data: dict[str, Any], title: str = "") -> bytes:
-    """A log-log roofline: the DRAM (and L2) slope, one flat roof per compute pipe, one point per row."""
+    """A log-log roofline: the DRAM (and L2) slope, one flat roof per compute pipe, one point per row.
+    Kernel names are drawn as plain text (a "$" in a name is a character)."""
+    from profkit.report.figures import plain_text
+
+    with plain_text():
+        return _draw_roofline(data, title)
+
+
+def _draw_roofline(data: dict[str, Any], title: str) -> bytes:
     import numpy as np
     from matplotlib.figure import Figure as MplFigure
 
