@@ -13,6 +13,11 @@ Quirks of the real format handled here:
 * ``--page raw`` is wide: a header of metric names, a row of units, then one
   row per launch;
 * kernel names contain commas and template brackets (quoted in the CSV).
+
+A CSV is input from strangers like a trace: its columns, rows, raw cells
+(rows x columns) and the length of a cell are bounded (``profkit.limits``:
+``PROFKIT_MAX_CSV_COLUMNS``, ``_ROWS``, ``_CELLS``, ``PROFKIT_MAX_STRING``), and
+an .xz file may expand no more than a gzip'd trace may.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from profkit.errors import ProfkitError
+from profkit.limits import VARIABLES, LimitExceeded, Limits
+from profkit.limits import current as current_limits
 
 # The leading columns both pages share; the header must start with "ID".
 IDENTITY_COLUMNS = ("ID", "Process ID", "Process Name", "Host Name", "Kernel Name")
@@ -72,8 +79,12 @@ def read_csv_file(path: str | os.PathLike[str]) -> NcuCsv:
     p = Path(path)
     try:
         if p.suffix == ".xz":  # captures are committed compressed
+            most = current_limits().max_decompressed(p.stat().st_size)
             with lzma.open(p, "rt", encoding="utf-8", errors="replace") as fh:
-                text = fh.read()
+                text = fh.read(most + 1)
+            if len(text) > most:
+                raise LimitExceeded(f"{p.name} expands to more than {most:,} characters",
+                                    VARIABLES["max_gzip_ratio"])
         else:
             text = p.read_text(encoding="utf-8", errors="replace")
     except lzma.LZMAError as exc:
@@ -101,19 +112,48 @@ def parse_csv_text(text: str) -> NcuCsv:
             raise ProfkitError("ncu profiled no kernels", hint="check the --kernel-name/-c filters")
         raise ProfkitError("no ncu CSV table found (no \"ID\",...,\"Kernel Name\" header)",
                            hint="make it with ncu --csv --page details (or --page raw)")
-    header = _split(lines[start])
+    limits = current_limits()
+    header = _split(lines[start], limits)
+    if len(header) > limits.max_csv_columns:
+        raise LimitExceeded(f"the table has {len(header):,} columns, more than the {limits.max_csv_columns:,} "
+                            "allowed", VARIABLES["max_csv_columns"])
     body = [line for line in lines[start + 1:] if line.strip() and not line.startswith(TOOL_PREFIXES)]
     skipped = start + (len(lines) - start - 1 - len(body))
+    del lines
+    if len(body) > limits.max_csv_rows:
+        raise LimitExceeded(f"the table has {len(body):,} rows, more than the {limits.max_csv_rows:,} allowed",
+                            VARIABLES["max_csv_rows"])
     if all(c in header for c in DETAILS_COLUMNS):
-        launches, dropped = _details(header, body)
-        return NcuCsv("details", launches, skipped + dropped)
-    launches, dropped = _raw(header, body)
-    return NcuCsv("raw", launches, skipped + dropped)
+        launches, dropped = _details(header, body, limits)
+        page = "details"
+    else:
+        # every cell of the raw page becomes a metric: bounded before any is made
+        if len(header) * len(body) > limits.max_csv_cells:
+            raise LimitExceeded(f"the raw page has {len(body):,} rows of {len(header):,} columns, more than "
+                                f"the {limits.max_csv_cells:,} cells allowed", VARIABLES["max_csv_cells"])
+        launches, dropped = _raw(header, body, limits)
+        page = "raw"
+    return NcuCsv(page, launches, skipped + dropped)
 
 
-def _split(line: str) -> list[str]:
+def _split(line: str, limits: Limits | None = None) -> list[str]:
     rows = list(csv.reader(io.StringIO(line)))
-    return rows[0] if rows else []
+    fields = rows[0] if rows else []
+    if limits is not None and len(line) > limits.max_string:  # only a line this long can hold such a cell
+        longest = max(map(len, fields), default=0)
+        if longest > limits.max_string:
+            raise LimitExceeded(f"a cell holds {longest:,} characters, more than the {limits.max_string:,} "
+                                "allowed", VARIABLES["max_string"])
+    return fields
+
+
+# A launch ID, a process ID: ASCII digits, few enough for any integer type ("²" is a digit to
+# str.isdigit, and int() refuses 5,000 digits).
+_ID = re.compile(r"[0-9]{1,18}")
+
+
+def is_id(text: str) -> bool:
+    return _ID.fullmatch(text.strip()) is not None
 
 
 def _find_header(lines: list[str]) -> int | None:
@@ -125,33 +165,35 @@ def _find_header(lines: list[str]) -> int | None:
     return None
 
 
-def _records(header: list[str], body: Iterable[str]) -> Iterator[list[str] | None]:
+def _records(header: list[str], body: Iterable[str], limits: Limits) -> Iterator[list[str] | None]:
     """CSV records of the table; None for a line that is not one (program output)."""
     for line in body:
-        fields = _split(line)
-        yield fields if fields and fields[0].strip().isdigit() else None
+        fields = _split(line, limits)
+        yield fields if fields and is_id(fields[0]) else None
 
 
-def _details(header: list[str], body: list[str]) -> tuple[list[RawLaunch], int]:
-    col = {name: i for i, name in enumerate(header)}
+def _details(header: list[str], body: list[str], limits: Limits) -> tuple[list[RawLaunch], int]:
+    col: dict[str, int] = {}
+    for i, name in enumerate(header):
+        col.setdefault(name, i)
     identity_cols = header[: col["Section Name"]]
     by_id: dict[str, RawLaunch] = {}
     dropped = 0
-    for fields in _records(header, body):
+    for fields in _records(header, body, limits):
         if fields is None:
             dropped += 1
             continue
-        if len(fields) < len(header):  # ragged: metric rows end at "Metric Value"
-            fields = fields + [""] * (len(header) - len(fields))
-        row = {name: fields[i] for name, i in col.items()}
 
-        def get(name: str, row: dict[str, str] = row) -> str:
-            return row.get(name, "")
+        # ragged rows (metric rows end at "Metric Value") read "" past their end; only the
+        # columns asked for are read, so a row costs the same whatever the header's width
+        def get(name: str, fields: list[str] = fields) -> str:
+            i = col.get(name)
+            return fields[i] if i is not None and i < len(fields) else ""
 
         launch_id = fields[0]
         launch = by_id.get(launch_id)
         if launch is None:
-            launch = by_id[launch_id] = RawLaunch({c: fields[i] for i, c in enumerate(identity_cols)})
+            launch = by_id[launch_id] = RawLaunch({c: get(c) for c in identity_cols})
         section = get("Section Name")
         if get("Metric Name"):
             launch.metrics.setdefault(f"{section}/{get('Metric Name')}",
@@ -162,18 +204,18 @@ def _details(header: list[str], body: list[str]) -> tuple[list[RawLaunch], int]:
     return list(by_id.values()), dropped
 
 
-def _raw(header: list[str], body: list[str]) -> tuple[list[RawLaunch], int]:
+def _raw(header: list[str], body: list[str], limits: Limits) -> tuple[list[RawLaunch], int]:
     # Identity columns end where metric ids (which contain "__") begin.
     first_metric = next((i for i, name in enumerate(header) if "__" in name), len(header))
     units: list[str] = [""] * len(header)
     launches: list[RawLaunch] = []
     dropped = 0
     for line in body:
-        fields = _split(line)
+        fields = _split(line, limits)[: len(header)]
         if not launches and fields and not fields[0].strip() and len(fields) >= first_metric:
             units = fields + [""] * (len(header) - len(fields))  # the units row
             continue
-        if not fields or not fields[0].strip().isdigit():
+        if not fields or not is_id(fields[0]):
             dropped += 1
             continue
         fields = fields + [""] * (len(header) - len(fields))

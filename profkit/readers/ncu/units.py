@@ -28,31 +28,41 @@ _TIME_NS = {
 }
 _TIME_S = {k: v / 1e9 for k, v in _TIME_NS.items()}
 
-_NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
+# At most 40 digits on either side of the point and 3 in the exponent: ncu prints doubles (17
+# significant digits, exponents to 308); longer text is no measurement, and int() of a long
+# exponent costs (or refuses, past 4,300 digits).
+_NUMBER = re.compile(r"^[+-]?(\d{1,40}(\.\d{0,40})?|\.\d{1,40})([eE][+-]?\d{1,3})?$")
 
 
 def parse_number(text: str) -> tuple[float, float] | None:
-    """'16,384' -> (16384.0, 0.5); '6.37' -> (6.37, 0.005); 'n/a' / '' -> None."""
+    """'16,384' -> (16384.0, 0.5); '6.37' -> (6.37, 0.005); 'n/a' / '' -> None.  A value that is
+    not a finite double ('1e400', 'inf', 'nan') is unknown: None, like 'n/a'."""
     s = text.strip().replace(",", "").replace("\u202f", "").replace("\xa0", "")
-    if not s or not _NUMBER.match(s):
+    if not s or len(s) > 100 or not _NUMBER.match(s):
         return None
     value = float(s)
+    if not math.isfinite(value):
+        return None
     if "e" in s.lower():
         mantissa, _, exp = s.lower().partition("e")
         decimals = len(mantissa.partition(".")[2]) - int(exp)
     else:
         decimals = len(s.partition(".")[2])
-    return value, 0.5 * 10.0 ** (-decimals)
+    return value, 0.5 * 10.0 ** max(-decimals, -400)
 
 
 def parse_value(text: str, unit: str = "") -> Quantity | None:
-    """Parse one CSV cell with its unit; None for empty and n/a cells."""
+    """Parse one CSV cell with its unit; None for empty and n/a cells, and for a value that is
+    no finite number in base units ('1e308' Gbyte)."""
     parsed = parse_number(text)
     if parsed is None:
         return None
     number, half_step = parsed
     scale, base = unit_scale(unit)
-    return Quantity(number * scale, base, half_step * scale)
+    value, resolution = number * scale, half_step * scale
+    if not (math.isfinite(value) and math.isfinite(resolution)):
+        return None
+    return Quantity(value, base, resolution)
 
 
 def unit_scale(unit: str) -> tuple[float, str]:
