@@ -149,8 +149,34 @@ def human_bytes(n: float) -> str:
     return f"{n} B"  # unreachable
 
 
+def json_text(value: Any, indent: int | None = 2, default: Callable[[Any], Any] | None = None) -> str:
+    """The one writer of every command's JSON output: strict JSON (``allow_nan=False``), a
+    value that is no finite number (an overflow in a crafted input, an empty mean) written as
+    null, "unknown", since ``NaN`` and ``Infinity`` are no JSON and break other readers.
+    ``default``: how to write what json cannot (numpy scalars and dataclasses already are)."""
+    convert = default or _json_default
+    try:
+        return json.dumps(value, indent=indent, default=convert, allow_nan=False)
+    except ValueError:  # a non-finite float somewhere: the one pass that finds them, only then
+        return json.dumps(finite_json(value), indent=indent, allow_nan=False,
+                          default=lambda v: finite_json(convert(v)))
+
+
+def finite_json(value: Any) -> Any:
+    """``value`` with every non-finite float (numpy's too) replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_json(v) for v in value]
+    if hasattr(value, "item") and hasattr(value, "dtype") and getattr(value, "ndim", 1) == 0:  # numpy scalars
+        return finite_json(value.item())
+    return value
+
+
 def rows_to_json(rows: Sequence[dict[str, Any]]) -> str:
-    return json.dumps(list(rows), indent=2, default=_json_default)
+    return json_text(list(rows))
 
 
 def rows_to_csv(rows: Sequence[dict[str, Any]], columns: Sequence[Column]) -> str:

@@ -16,6 +16,7 @@ import click
 from profkit.cli.kernel_code_options import kernel_target_options
 from profkit.cli.ranks import job_rank_option
 from profkit.errors import ProfkitError
+from profkit.output import json_text
 from profkit.output import Column, emit_rows, short_kernel_names, terminal_safe, top_option, wide_option
 from profkit.terminal import echo, shorten, terminal_width
 
@@ -111,7 +112,7 @@ def diff(base: Path, new: Path, fmt: str, fail_pct: float | None, min_effect: fl
             code, _ = code_for_trace(new_trace, [k["name"] for k in result["kernels"]], code_dirs, kernel_targets)
             result["kernels"] = attach_code(result["kernels"], code, shapes)
     if fmt == "json":
-        click.echo(json.dumps(result, indent=2, default=float))
+        click.echo(json_text(result, indent=2, default=float))
     elif fmt == "md":
         click.echo(render_markdown(result), nl=False)
     elif fmt == "csv":

@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from profkit.api import graphs_json
+from profkit.output import json_text
 from profkit.output import emit_rows, format_option, wide_option
 from profkit.readers import open_trace
 from profkit.report.graphs_section import GRAPH_COLUMNS, graphs_finding
@@ -41,7 +42,7 @@ def graphs(trace_path: Path, wide: bool, fmt: str) -> None:
     with open_trace(trace_path) as trace:
         result = graphs_json(trace)
     if fmt == "json":
-        click.echo(json.dumps(result, indent=2))
+        click.echo(json_text(result, indent=2))
         return
     if result is None:
         click.echo(f"{trace_path.name}: no CUDA graph was replayed")

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
+from profkit.output import json_text
 from profkit.output import Column, deprecated_alias, emit_rows, format_option, wide_option
 from profkit.terminal import echo
 
@@ -79,7 +79,7 @@ def show(metric: str, last: int, plot_path: Path | None, fmt: str, wide: bool, d
     plot_path = plot_path or db_path.with_suffix(".png")
     write_bytes(plot_path, trend_png(points, metric))
     if fmt == "json":
-        click.echo(json.dumps({"metric": metric, "plot": str(plot_path), "runs": rows}, indent=2))
+        click.echo(json_text({"metric": metric, "plot": str(plot_path), "runs": rows}, indent=2))
         return
     emit_rows([{**r, "regression": "yes" if r["regression"] else "no"} for r in rows], TREND_COLUMNS, fmt,
               title=f"{metric} over {len(rows)} runs", wide=wide)

@@ -12,6 +12,7 @@ import click
 
 from profkit.analysis.host import host_time
 from profkit.analysis.host.verdict import verdict
+from profkit.output import json_text
 from profkit.output import Column, emit_rows, format_option, top_option, wide_option
 from profkit.readers import open_trace
 from profkit.terminal import echo_for
@@ -47,7 +48,7 @@ def host(trace_path: Path, steady: bool, top: int, wide: bool, fmt: str) -> None
         result = host_time(trace, steady_only=steady)
         said = verdict(trace, result)
     if fmt == "json":
-        click.echo(json.dumps({**result.to_dict(), "verdict": said}, indent=2))
+        click.echo(json_text({**result.to_dict(), "verdict": said}, indent=2))
         return
     rows = [{**r, "site": f"{Path(r['file']).name}:{r['line']}"} for r in result.functions]
     if fmt == "csv":

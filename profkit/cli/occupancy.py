@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import re
 
 import click
 
 from profkit.errors import ProfkitError
+from profkit.output import json_text
 from profkit.output import Column, emit_rows, format_option, wide_option
 from profkit.terminal import echo
 
@@ -140,7 +140,7 @@ def _direct(occ, arch: str, block: int, regs: int, static: int, dynamic: int, ca
     rows = [t.as_dict() for t in table]
     if fmt == "json":
         summary["table"] = rows
-        click.echo(json.dumps(summary, indent=2))
+        click.echo(json_text(summary, indent=2))
         return
     if fmt == "table":
         echo(f"{device.arch}: {block} threads, {regs} registers, {static + dynamic:,} B shared memory "

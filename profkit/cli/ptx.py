@@ -7,7 +7,6 @@ ptxas), kernel.py (PTX/SASS/resources), summary.py, diff.py, checks.py.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from rich.console import Console
 
 from profkit.atomic import write_text
 from profkit.errors import ProfkitError
+from profkit.output import json_text
 from profkit.output import Column, emit_rows, format_option, rows_to_json, wide_option
 from profkit.ptx import html, render
 from profkit.ptx.cache import Cache
@@ -192,7 +192,7 @@ def _show_one(ctx: click.Context, code: KernelCode, sass: bool, raw: bool, plain
         _report_checks(ctx, results, [summary], fmt)
         return
     if fmt == "json":
-        click.echo(json.dumps(summary.to_json(), indent=2))
+        click.echo(json_text(summary.to_json(), indent=2))
         return
     if fmt in ("csv", "md"):
         emit_rows(summary_rows(summary), SUMMARY_COLUMNS, fmt, title=f"{summary.kernel} [{summary.arch}]")
@@ -252,7 +252,7 @@ def _show_diff(code_a: KernelCode, code_b: KernelCode, sass: bool, plain: bool, 
     if html_path is not None:
         _write(html_path, html.diff_page(result, a_label, b_label))
     if fmt == "json":
-        click.echo(json.dumps({"a": a_sum.to_json(), "b": b_sum.to_json(), "deltas": result.deltas,
+        click.echo(json_text({"a": a_sum.to_json(), "b": b_sum.to_json(), "deltas": result.deltas,
                                "diff": result.lines}, indent=2))
         return
     if fmt in ("csv", "md"):
@@ -295,7 +295,7 @@ def _show_many(ctx: click.Context, codes: list[KernelCode], sass: bool, fmt: str
         _report_checks(ctx, results, summaries, fmt)
         return
     if fmt == "json":
-        click.echo(json.dumps([s.to_json() for s in summaries], indent=2))
+        click.echo(json_text([s.to_json() for s in summaries], indent=2))
         return
 
     def widths(counts: dict[int, int]) -> str:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import click
 
 from profkit.cli.kernel_code_options import kernel_target_options
+from profkit.output import json_text
 from profkit.output import Column, emit_rows, format_option, wide_option
 from profkit.terminal import echo_for
 
@@ -66,7 +66,7 @@ def roofline(source: Path, code_dirs: tuple[Path, ...], kernel_targets: Any, wid
     launches = [dict(r.as_dict(), level="launch") for r in result.launches]
     kernels = [dict(r.as_dict(), level="kernel") for r in result.kernels]
     if fmt == "json":
-        click.echo(json.dumps({"launches": launches, "kernels": kernels, "hint": result.hint}, indent=2))
+        click.echo(json_text({"launches": launches, "kernels": kernels, "hint": result.hint}, indent=2))
         return
     if fmt == "csv":
         emit_rows(launches + kernels, CSV_COLUMNS, fmt)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from profkit.output import json_text
 from profkit.output import Column, emit_rows, format_option, wide_option
 
 REMOVED_COLUMNS = [Column("what", "Removed", fit="wrap"), Column("count", "Count", "int")]
@@ -50,6 +51,6 @@ def scrub(trace: Path, output: Path, anonymize: bool, report_path: Path | None, 
 
         from profkit.atomic import write_text
 
-        write_text(report_path, json.dumps({"output": str(output), "redacted": removed}, indent=2) + "\n")
+        write_text(report_path, json_text({"output": str(output), "redacted": removed}, indent=2) + "\n")
     rows = [{"what": what, "count": count} for what, count in removed.items()]
     emit_rows(rows, REMOVED_COLUMNS, fmt, title=f"scrubbed copy: {output}", wide=wide)

@@ -7,7 +7,6 @@ a `profkit trace` run folder), analyse it with ``profkit.api.stall_report``
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ import click
 
 from profkit.analysis.sync.stalls import StallReport, compare_steps
 from profkit.api import stall_report
+from profkit.output import json_text
 from profkit.output import Column, emit_rows, format_option, md_escape, md_escape_prose, wide_option
 from profkit.terminal import echo
 
@@ -100,7 +100,7 @@ def stalls(target: Path, step_range: str | None, other: Path | None, threshold: 
         out: dict[str, Any] = {"rows": report.sites}
         if comparison is not None:
             out["comparison"] = {**comparison, "other_rows": other_report.sites}
-        click.echo(json.dumps(out, indent=2, default=_plain))
+        click.echo(json_text(out, indent=2, default=_plain))
         return
     if fmt == "csv":
         emit_rows(_site_rows(report), SITE_COLUMNS, fmt)

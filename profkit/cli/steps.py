@@ -17,6 +17,7 @@ from profkit.cli.ranks import job_rank_option
 from profkit.api import step_results, steps_json
 from profkit.model.clock import SESSION_START, session_zero
 from profkit.model.rank_view import rank_label
+from profkit.output import json_text
 from profkit.output import Column, emit_rows, format_option, top_option, wide_option
 from profkit.readers import open_trace
 from profkit.terminal import echo_for
@@ -66,7 +67,7 @@ def steps(trace_path: Path, step_range: str | None, no_ranges: bool, top: int, r
         results = step_results(trace, use_ranges=not no_ranges, step_range=step_range, rank=rank)
         zeros = [session_zero(t) for t, _ in results]
     if fmt == "json":
-        click.echo(json.dumps(steps_json(results), indent=2))
+        click.echo(json_text(steps_json(results), indent=2))
         return
     several = any(rank_label(t) for t, _ in results)  # ranks of a whole-job export, even one of them
     for (t, result), zero in zip(results, zeros):

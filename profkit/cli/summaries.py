@@ -25,6 +25,7 @@ from profkit.readers import open_trace
 from profkit.readers.nsys import NsysExport
 from profkit.terminal import echo
 from profkit.readers.run_folder import NCU_CSV, RUN_JSON, read_run_record
+from profkit.output import json_text
 from profkit.output import (
     API_COLUMNS,
     KERNEL_BANDWIDTH_COLUMNS,
@@ -218,7 +219,7 @@ def info(export: Path, wide: bool, fmt: str) -> None:
     with open_trace(export) as trace:
         details = capture_info(trace)
     if fmt == "json":
-        click.echo(json.dumps(details, indent=2))
+        click.echo(json_text(details, indent=2))
         return
     rows = [{"field": key, "value": _show(value)} for key, value in details.items()]
     emit_rows(rows, INFO_COLUMNS, fmt, title="Capture", wide=wide)
