@@ -68,6 +68,8 @@ class Counters:
     bytes: dict[str, float | None] = field(default_factory=dict)  # DRAM / L2 / L1 -> bytes
     bytes_peak_per_s: dict[str, float | None] = field(default_factory=dict)
     dram_bytes_per_s_ncu: float | None = None  # ncu's own dram__bytes.sum.per_second, for checks
+    # roofs with a peak in this capture but no counter of the work done: roof -> the counter lacking
+    missing: dict[str, str] = field(default_factory=dict)
 
     @property
     def has_flop_counters(self) -> bool:
@@ -93,19 +95,45 @@ def _first(values: dict[str, float], names: tuple[str, ...]) -> tuple[float | No
     return None, ""
 
 
+# Elapsed cycles of an SM (or SM sub-partition: the same clock), which a ``.per_cycle_elapsed``
+# rate is divided by; else the launch's duration times the SM clock.
+SM_CYCLES = ("smsp__cycles_elapsed.avg", "sm__cycles_elapsed.avg")
+PER_CYCLE = ".sum.per_cycle_elapsed"
+
+
+def derive_sums(v: dict[str, float], duration_ns: float | None) -> dict[str, float]:
+    """``v`` with each SM counter's ``.sum`` worked out where the capture gives only its rate
+    ``.sum.per_cycle_elapsed``: rate x elapsed cycles.  A standard capture
+    (``ncu --section SpeedOfLight_RooflineChart``) writes the FFMA/FADD/FMUL counters only that
+    way; on the real captures of tests/data/roofline, which have both, rate x
+    ``sm__cycles_elapsed.avg`` equals ``.sum`` to 8 digits."""
+    cycles, _ = _first(v, SM_CYCLES)
+    if cycles is None:
+        clock, _ = _first(v, SM_CLOCK)
+        cycles = duration_ns * 1e-9 * clock if duration_ns and clock else None
+    if cycles is None:
+        return v
+    derived = {name[: -len(PER_CYCLE)] + ".sum": rate * cycles for name, rate in v.items()
+               if name.endswith(PER_CYCLE) and name.startswith(("sm__", "smsp__"))}
+    return {**{k: x for k, x in derived.items() if k not in v}, **v}
+
+
 def read_counters(metrics: dict[str, Any], duration_ns: float | None) -> Counters:
-    v = metric_values(metrics)
+    v = derive_sums(metric_values(metrics), duration_ns)
     c = Counters(duration_ns=duration_ns)
     c.sm_clock_hz, c.sm_clock_metric = _first(v, SM_CLOCK)
     for roof, fma, others in CUDA_CORE_PIPES:
-        counts = {op: v.get(f"smsp__sass_thread_inst_executed_op_{op}_pred_on.sum") for op in (fma, *others)}
+        names = {op: f"smsp__sass_thread_inst_executed_op_{op}_pred_on.sum" for op in (fma, *others)}
+        counts = {op: v.get(name) for op, name in names.items()}
+        peak = v.get(f"sm__sass_thread_inst_executed_op_{fma}_pred_on.sum.peak_sustained")
         if counts[fma] is None and all(counts[o] is None for o in others):
+            if peak is not None:  # a roof this capture can draw but not place the kernel under
+                c.missing[roof] = names[fma]
             continue
         c.cuda_flops[roof] = 2 * (counts[fma] or 0) + sum(counts[o] or 0 for o in others)
-        peak = v.get(f"sm__sass_thread_inst_executed_op_{fma}_pred_on.sum.peak_sustained")
         if peak is not None:
             c.cuda_peak_per_cycle[roof] = 2 * peak
-    c.tensor = _tensor(v)
+    c.tensor = _tensor(v, c.missing)
     dram = v.get("dram__bytes.sum")
     if dram is None and v.get("dram__bytes_read.sum") is not None and v.get("dram__bytes_write.sum") is not None:
         dram = v["dram__bytes_read.sum"] + v["dram__bytes_write.sum"]
@@ -120,7 +148,7 @@ def read_counters(metrics: dict[str, Any], duration_ns: float | None) -> Counter
     return c
 
 
-def _tensor(v: dict[str, float]) -> dict[str, TensorWork]:
+def _tensor(v: dict[str, float], missing: dict[str, str]) -> dict[str, TensorWork]:
     """Per tensor source: FLOPs and the peak that applies.
 
     ncu's per-source peak (``sm__ops_path_tensor_src_X.sum.peak_sustained``) is the
@@ -164,6 +192,8 @@ def _tensor(v: dict[str, float]) -> dict[str, TensorWork]:
     for source, roof in TENSOR_SOURCES.items():
         flops = src_total.get(source, op_total.get(source))
         if flops is None:
+            if source in src_peak or source in src_dense_peak or source in op_dense_peak:
+                missing[roof] = f"sm__ops_path_tensor_src_{source}.sum"
             continue
         sparse_flops = src_sparse.get(source, op_sparse.get(source, 0.0))
         sparse = sparse_flops > 0 and sparse_flops >= flops / 2

@@ -54,6 +54,9 @@ class RooflineRow:
     vector_grade: str | None = None
     code_verdict: str | None = None
     code_source: str | None = None
+    # roofs this capture has a peak for but no counter of the work done: no bound can be named
+    # (the kernel may be nearer that roof than any other), never one read from a zero
+    missing_counters: dict[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -63,7 +66,7 @@ def launch_row(launch: Any) -> RooflineRow:
     """The roofline of one ``NcuLaunch``."""
     c = read_counters(launch.metrics, launch.duration_ns)
     return _row(launch.kernel_name, 1, launch.id, c.duration_ns, _work(c), _peaks(c), launch.device,
-                _sparse_peak_roofs(c, getattr(launch, "cc", "")))
+                _sparse_peak_roofs(c, getattr(launch, "cc", "")), c.missing)
 
 
 def _sparse_peak_roofs(c: Counters, cc: str) -> list[str]:
@@ -111,7 +114,7 @@ def roof_fma(roof: str) -> str:
 
 def _row(kernel: str, launches: int, launch_id: int | None, duration_ns: float | None,
          work: dict[str, float | None], peaks: dict[str, tuple[float | None, str]], device: int | None,
-         sparse_peak_roofs: Sequence[str] = ()) -> RooflineRow:
+         sparse_peak_roofs: Sequence[str] = (), missing: dict[str, str] | None = None) -> RooflineRow:
     flop_roofs = [r for r in work if r not in ("DRAM", "L2", "L1")]
     flops_by_roof = {r: work[r] for r in flop_roofs if work[r] is not None}
     flops = sum(flops_by_roof.values()) if flop_roofs else None
@@ -129,7 +132,7 @@ def _row(kernel: str, launches: int, launch_id: int | None, duration_ns: float |
             # a FLOP roof the kernel never touched is no candidate; a memory roof always is
             if roof in MEMORY_ROOFS or done > 0:
                 pct[roof] = 100.0 * done / seconds / peak
-    roof = max(pct, key=lambda r: pct[r]) if pct and flops is not None else None
+    roof = max(pct, key=lambda r: pct[r]) if pct and flops is not None and not missing else None
     row = RooflineRow(
         kernel=kernel, launches=launches, id=launch_id, duration_ns=duration_ns, flops=flops,
         dram_bytes=dram, l2_bytes=l2, l1_bytes=l1,
@@ -139,7 +142,7 @@ def _row(kernel: str, launches: int, launch_id: int | None, duration_ns: float |
         roof=roof, bound=None if roof is None else "memory" if roof in MEMORY_ROOFS else "compute",
         pct_of_roof=pct.get(roof) if roof else None, verdict="",
         pct_of_peak=pct, peaks=peak_values, peak_sources=peak_sources, flops_by_roof=flops_by_roof, device=device,
-        sparse_peak_roofs=[r for r in sparse_peak_roofs if r in pct])
+        sparse_peak_roofs=[r for r in sparse_peak_roofs if r in pct], missing_counters=dict(missing or {}))
     row.verdict = verdict(row)
     return row
 
@@ -173,8 +176,9 @@ def aggregate(rows: Sequence[RooflineRow], key: Any = None) -> list[RooflineRow]
             work = {k: v for k, v in work.items() if k in ("DRAM", "L2", "L1")}
         devices = {r.device for r in group}
         sparse = sorted({roof for r in group for roof in r.sparse_peak_roofs})
+        missing = {roof: counter for r in group for roof, counter in r.missing_counters.items()}
         out.append(_row(name, sum(r.launches for r in group), None, duration, work, peaks,
-                        devices.pop() if len(devices) == 1 else None, sparse))
+                        devices.pop() if len(devices) == 1 else None, sparse, missing))
     out.sort(key=lambda r: (-(r.duration_ns or 0), r.kernel))
     return out
 
@@ -184,6 +188,9 @@ def verdict(row: RooflineRow, code_note: str | None = None) -> str:
     better access (vectorized loads, fewer passes)".  ``code_note``: what the kernel's
     machine code says (scalar loads), joined where the kernel is memory-bound.  A tensor
     roof whose peak may be the 2:4-sparse rate gets the caveat (``sparse_caveat``)."""
+    if row.missing_counters:
+        roofs = ", ".join(f"{roof} ({counter})" for roof, counter in sorted(row.missing_counters.items()))
+        return f"no bound: this capture lacks counters for {roofs}"
     if row.roof is None or row.pct_of_roof is None:
         if row.flops is None:
             return "no roofline metrics in this capture"
