@@ -104,7 +104,7 @@ class HistoryDb:
             return stopped_query(self.conn, self.path)
         if isinstance(exc, UnicodeDecodeError):
             return ProfkitError(f"{self.path}: text that is not UTF-8 in the history")
-        if "not authorized" in str(exc):  # the guard denied a view or trigger the check did not see
+        if "not authorized" in str(exc) or "prohibited" in str(exc):  # the guard denied a view or trigger the check did not see
             return ProfkitError(f"{self.path}: not a profkit history database (it runs its own SQL)",
                                 hint=_NOT_HISTORY_HINT)
         return ProfkitError(f"{self.path}: damaged or not a profkit history database ({exc})",
@@ -205,13 +205,13 @@ def sample_values(text: Any, what: str) -> np.ndarray:
                             "samples take", VARIABLES["max_samples"])
     if not _FLAT_NUMBERS.fullmatch(text):
         raise ProfkitError(f"{what} is not a list of numbers (it starts {text[:40]!r})", hint=_NOT_HISTORY_HINT)
+    if text.count(",") >= limit:
+        raise LimitExceeded(f"{what} holds {text.count(',') + 1:,} samples, more than the {limit:,} allowed",
+                            VARIABLES["max_samples"])
     try:
         values = json.loads(text, parse_constant=_no_constant)
     except (ValueError, RecursionError):
         raise ProfkitError(f"{what} is not a list of numbers (broken JSON)", hint=_NOT_HISTORY_HINT) from None
-    if len(values) > limit:
-        raise LimitExceeded(f"{what} holds {len(values):,} samples, more than the {limit:,} allowed",
-                            VARIABLES["max_samples"])
     try:
         array = np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError, OverflowError):

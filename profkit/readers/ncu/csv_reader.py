@@ -113,6 +113,9 @@ def parse_csv_text(text: str) -> NcuCsv:
         raise ProfkitError("no ncu CSV table found (no \"ID\",...,\"Kernel Name\" header)",
                            hint="make it with ncu --csv --page details (or --page raw)")
     limits = current_limits()
+    # csv's own cap on a cell (131,072 by default) becomes PROFKIT_MAX_STRING, so that raising the
+    # variable raises both; a longer cell ends the parse at the cap, in linear time
+    csv.field_size_limit(limits.max_string + 1)
     header = _split(lines[start], limits)
     if len(header) > limits.max_csv_columns:
         raise LimitExceeded(f"the table has {len(header):,} columns, more than the {limits.max_csv_columns:,} "
@@ -137,7 +140,13 @@ def parse_csv_text(text: str) -> NcuCsv:
 
 
 def _split(line: str, limits: Limits | None = None) -> list[str]:
-    rows = list(csv.reader(io.StringIO(line)))
+    try:
+        rows = list(csv.reader(io.StringIO(line)))
+    except csv.Error as exc:  # a cell past csv's own field limit (set to ours in parse_csv_text)
+        if "field limit" in str(exc):
+            raise LimitExceeded(f"a cell holds more than the {csv.field_size_limit() - 1:,} characters allowed",
+                                VARIABLES["max_string"]) from None
+        raise ProfkitError(f"a line is not CSV ({exc})") from None
     fields = rows[0] if rows else []
     if limits is not None and len(line) > limits.max_string:  # only a line this long can hold such a cell
         longest = max(map(len, fields), default=0)
