@@ -433,10 +433,17 @@ def _json_commands(tmp_path: Path) -> list[list[str]]:
 def test_every_json_output_is_strict_json(real_history: Path, tmp_path: Path) -> None:
     commands = _json_commands(tmp_path)
     commands.append(["history", "show", "--db", str(real_history), "--plot", str(tmp_path / "p.png")])
+    parsed = 0
     for args in commands:
         code, out, err, _ = run([*args, "--format", "json"])
+        if code == 2:  # a trace without what the command reads (host: no samples): one line, no JSON
+            one_line_error(code, err)
+            assert out == ""
+            continue
         assert code in (0, 1), (args, err[-500:])
         strict_json(out)
+        parsed += 1
+    assert parsed >= len(commands) - 3
 
 
 def test_the_writer_turns_non_finite_values_into_null() -> None:
@@ -510,6 +517,8 @@ def test_sigterm_ends_a_command_within_2_s(command: str, large_export: Path, tmp
     _, err = proc.communicate(timeout=30)
     elapsed = time.perf_counter() - start
     assert proc.returncode in (0, 128 + signal.SIGTERM), (proc.returncode, err[-800:])
+    if command in ("report", "ranks"):  # 10-16 s on this export: still running when signalled
+        assert proc.returncode == 128 + signal.SIGTERM
     if proc.returncode:
         assert elapsed < 2, elapsed
         assert b"Traceback" not in err, err[-800:]
