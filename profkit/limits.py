@@ -57,7 +57,7 @@ class Limits:
     max_cache_files: int = 200_000
     max_csv_columns: int = 20_000
     max_csv_rows: int = 2_000_000
-    max_csv_cells: int = 4_000_000
+    max_csv_cells: int = 1_000_000
     max_samples: int = 1_000_000
 
     def max_events_for(self, decompressed_bytes: int) -> int:

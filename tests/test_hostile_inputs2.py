@@ -290,14 +290,19 @@ def test_a_csv_with_100k_columns_is_refused_fast(tmp_path: Path) -> None:
     one_line_error(code, err, "PROFKIT_MAX_CSV_CELLS")
 
 
-def test_a_details_csv_with_wide_rows_reads_only_its_columns(tmp_path: Path) -> None:
-    """A real details page whose header gets 15,000 more columns and each row as many empty
-    cells: the rows are read by the columns a details page has, not padded to the header."""
+def wide_details_csv(tmp_path: Path, columns: int) -> Path:
+    """The real details page with ``columns`` more header columns and 50 empty cells more per row."""
     real = _rows(NCU_DETAILS)
     start = next(i for i, r in enumerate(real) if r[:1] == ["ID"])
-    header = real[start] + [f"pad{i}" for i in range(15_000)]
+    header = real[start] + [f"pad{i}" for i in range(columns)]
     body = [r + [""] * 50 for r in real[start + 1:]]
-    path = _write([header, *body], tmp_path / "hostile_wide_details.csv")
+    return _write([header, *body], tmp_path / "hostile_wide_details.csv")
+
+
+def test_a_details_csv_with_wide_rows_reads_only_its_columns(tmp_path: Path) -> None:
+    """A real details page whose header gets 15,000 more columns: the rows are read by the
+    columns a details page has, not padded to the header (a 1.9 MB one ended in MemoryError)."""
+    path = wide_details_csv(tmp_path, 15_000)
     code, out, err, elapsed = run(["occupancy", "--ncu", str(path), "--format", "json"])
     base = run(["occupancy", "--ncu", str(ncu_fixture(NCU_DETAILS)), "--format", "json"])
     assert code == 0 and elapsed < SECONDS, err

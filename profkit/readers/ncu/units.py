@@ -37,6 +37,8 @@ _NUMBER = re.compile(r"^[+-]?(\d{1,40}(\.\d{0,40})?|\.\d{1,40})([eE][+-]?\d{1,3}
 def parse_number(text: str) -> tuple[float, float] | None:
     """'16,384' -> (16384.0, 0.5); '6.37' -> (6.37, 0.005); 'n/a' / '' -> None.  A value that is
     not a finite double ('1e400', 'inf', 'nan') is unknown: None, like 'n/a'."""
+    if not text or text == "n/a":  # most cells of a wide raw page: no work for them
+        return None
     s = text.strip().replace(",", "").replace("\u202f", "").replace("\xa0", "")
     if not s or len(s) > 100 or not _NUMBER.match(s):
         return None
