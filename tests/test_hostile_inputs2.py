@@ -612,16 +612,17 @@ def test_fuzz_ncu_details_pages(text: str) -> None:
     _read_ncu_text(text)
 
 
+INT64 = st.integers(-(2 ** 63), 2 ** 63 - 1)  # what SQLite stores
 SAMPLE_TEXT = st.one_of(
-    st.none(), st.integers(), st.floats(), st.binary(max_size=20), st.text(max_size=30),
+    st.none(), INT64, st.floats(), st.binary(max_size=20), st.text(max_size=30),
     st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=20).map(lambda v: json.dumps(v)),
     st.recursive(st.floats(allow_nan=False, allow_infinity=False) | st.integers(),
                  lambda inner: st.lists(inner, max_size=4), max_leaves=20).map(json.dumps),
     st.integers(0, 3000).map(lambda n: "[" * n + "]" * n),
 )
-RUN_VALUES = {"label": st.one_of(st.none(), st.text(max_size=20), st.integers(), st.binary(max_size=5)),
+RUN_VALUES = {"label": st.one_of(st.none(), st.text(max_size=20), INT64, st.binary(max_size=5)),
               "commit": st.one_of(st.none(), st.text(max_size=20), st.floats()),
-              "steps": st.one_of(st.none(), st.integers(), st.text(max_size=5)),
+              "steps": st.one_of(st.none(), INT64, st.text(max_size=5)),
               "step_samples": SAMPLE_TEXT, "gpu_samples": SAMPLE_TEXT}
 
 
