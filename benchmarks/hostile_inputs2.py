@@ -34,9 +34,9 @@ PROFKIT = [sys.executable, "-m", "profkit"]
 
 
 def show(label: str, argv: list[str]) -> None:
-    wall, _, rss, code, err = run_once([*PROFKIT, *argv])
+    wall, cpu, rss, code, err = run_once([*PROFKIT, *argv])
     last = err.splitlines()[-1] if err else ""
-    print(f"{label:<40} {wall:6.2f} s {rss:7.0f} MB  exit {code}  {last[:100]}", flush=True)
+    print(f"{label:<40} {wall:6.2f} s wall {cpu:6.2f} s CPU {rss:7.0f} MB  exit {code}  {last[:80]}", flush=True)
 
 
 def tiny_steps_trace(dest: Path, steps: int) -> Path:
