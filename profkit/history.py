@@ -104,7 +104,8 @@ class HistoryDb:
             return stopped_query(self.conn, self.path)
         if isinstance(exc, UnicodeDecodeError):
             return ProfkitError(f"{self.path}: text that is not UTF-8 in the history")
-        if "not authorized" in str(exc) or "prohibited" in str(exc):  # the guard denied a view or trigger the check did not see
+        # the guard denied a view or trigger that the check at open did not see
+        if "not authorized" in str(exc) or "prohibited" in str(exc):
             return ProfkitError(f"{self.path}: not a profkit history database (it runs its own SQL)",
                                 hint=_NOT_HISTORY_HINT)
         return ProfkitError(f"{self.path}: damaged or not a profkit history database ({exc})",
