@@ -421,7 +421,7 @@ def test_a_roof_without_counters_names_no_bound(tmp_path: Path) -> None:
 
 # -- strict JSON from every command ----------------------------------------------------------------
 def _json_commands(tmp_path: Path) -> list[list[str]]:
-    from tests.conftest import nsys_fixture
+    from tests.conftest import _decompressed, nsys_fixture
 
     nsys = str(nsys_fixture("nsys2025_sync_apis"))
     kineto = str(HIST_RUNS[0])
@@ -432,6 +432,9 @@ def _json_commands(tmp_path: Path) -> list[list[str]]:
         out += [[c, trace] for c in ("kernels", "steps", "breakdown", "host", "graphs", "stalls")]
         out += [["api", nsys], ["nvtx", nsys], ["info", nsys], ["ranks", trace], ["diff", trace, trace]]
     out += [["roofline", p] for p in (ncu, hostile_ncu)] + [["occupancy", "--ncu", p] for p in (ncu, hostile_ncu)]
+    snapshot = _decompressed(Path(__file__).parent / "data" / "memory" / "cs336_snapshots" /
+                             "medium_128_inference.pickle.xz")
+    out += [["memory", str(snapshot)]]
     return out
 
 

@@ -7,14 +7,13 @@ Python API does), render with profkit.output.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
 from profkit.analysis.memory import findings
 from profkit.api import memory_json
-from profkit.output import Column, emit_rows, format_option, wide_option
+from profkit.output import Column, emit_rows, format_option, json_text, wide_option
 from profkit.readers import open_trace
 from profkit.terminal import echo_for
 
@@ -52,7 +51,7 @@ def memory(trace_path: Path, steady: bool, wide: bool, fmt: str) -> None:
     with open_trace(trace_path) as trace:
         report = memory_json(trace, steady=steady)
     if fmt == "json":
-        click.echo(json.dumps(report, indent=2))
+        click.echo(json_text(report))
         return
     say = echo_for(fmt)
     if fmt != "csv":
