@@ -162,15 +162,15 @@ def _range_starts(name: str) -> list[int]:
 def test_finding_names_the_print_line_and_its_cost(print_run) -> None:
     site = print_run.sites[0]
     steady = [s.index for s in print_run.steps if s.phase == "steady"]
-    per_step = sum(e.gpu_idle_ns for e in print_run.events if e.step in steady and e.kind == "item") / len(steady)
+    per_step = sum(e.steady_idle_ns for e in print_run.events if e.kind == "item") / len(steady)
     assert site["per_step"]["gpu_idle_ns"] == pytest.approx(per_step)
-    durations = gpu_step_durations(nsys_fixture("nsys2025_train_print"))
-    pct = 100 * per_step / steady_median(durations, warmup_of(print_run))
+    durations = gpu_step_durations(nsys_fixture("nsys2025_train_print"))[warmup_of(print_run):]
+    pct = 100 * per_step / statistics.fmean(durations)  # a share of the steady steps' time
     assert pct >= 5.0  # the default threshold
     text = print_run.findings[0]
     assert text.startswith('train_mlp.py:{} `print(f"step {{step}} loss {{loss.item():.5f}}")` synchronizes 20 times, '
                            "1 per step, costing ".format(site["line"]))
-    assert f"({pct:.0f}% of the median samples:step time" in text
+    assert f"({pct:.0f}% of the steady samples:steps' time" in text
     above = report("nsys2025_train_print", threshold_pct=pct + 1)
     assert not any(f.startswith("train_mlp.py") for f in above.findings)
 
@@ -283,18 +283,28 @@ def test_gpu_idle_equals_the_gap_found_by_sql(name: str) -> None:
         (first_kernel,) = db.execute("SELECT min(start) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
         gaps = []
         for e in r.events:
+            if not e.blocks_cpu:  # a call the CPU did not wait in causes no idle
+                assert e.gpu_idle_ns == 0
+                continue
             busy = db.execute(f"SELECT max(end) FROM ({activity}) WHERE start < ?", (e.end,)).fetchone()[0]
             nxt = db.execute(f"SELECT min(start) FROM ({activity}) WHERE start >= ?", (e.end,)).fetchone()[0]
             if nxt is None:
                 assert (e.gpu_idle_ns, e.idle_end) == (0, None)
             else:
                 gaps.append((max(busy, e.start, first_kernel), e.start, nxt, e))
+        # the idle ends where the sync's thread starts to load GPU code (cuLibraryLoadData ...)
+        loads = db.execute("SELECT r.globalTid, r.start, r.end FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s "
+                           "ON s.id = r.nameId WHERE s.value LIKE 'cuLibraryLoad%' OR s.value LIKE 'cuModuleLoad%'"
+                           ).fetchall()
     gaps.sort(key=lambda g: g[:2])
     assert len(gaps) > 10
     for k, (gap_start, _, nxt, e) in enumerate(gaps):
         end = max(nxt, gap_start)
         if k + 1 < len(gaps) and gaps[k + 1][0] < end:
             end = max(gaps[k + 1][0], gap_start)
+        cuts = [max(a, gap_start) for tid, a, b in loads  # globalTid: bits 0-47 the process and thread
+                if tid & ((1 << 48) - 1) == e.global_tid and b > gap_start and a < end]
+        end = min([end, *cuts])
         assert (e.idle_start, e.idle_end, e.gpu_idle_ns) == (gap_start, end, end - gap_start)
 
 
@@ -371,7 +381,7 @@ def test_start_up_copies_cause_no_idle_before_the_first_kernel(name, copies):
 
 def test_report_stall_table_is_in_the_order_its_title_says():
     """'Synchronization sites, by GPU idle time caused': on the sync_sites capture the analysis
-    ranks sites by cost per steady step, which puts a 35 ms site below an 11.7 ms one."""
+    ranks sites by cost per steady step, which puts a 3.9 ms site above a 2.4 ms one."""
     from profkit.report.sections import stalls_section
 
     with open_trace(nsys_fixture("nsys2023_sync_sites")) as trace:
@@ -379,4 +389,4 @@ def test_report_stall_table_is_in_the_order_its_title_says():
     table = next(t for t in section.tables if t.key == "stall_sites")
     assert "by GPU idle time caused" in table.title
     idle = [r["gpu_idle_ns"] for r in table.rows]
-    assert idle == sorted(idle, reverse=True) and idle[0] > 30_000_000
+    assert idle == sorted(idle, reverse=True) and idle[0] > 11_000_000

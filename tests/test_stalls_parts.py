@@ -297,7 +297,8 @@ def test_sites_group_by_line_or_by_api_and_range(tmp_path: Path) -> None:
     events = []
     for i in range(3):  # one .item() per step, 1000 ns idle each
         e = SyncEvent(T1, (d2h(i * 100, i * 100 + 5), ssync(i * 100 + 6, i * 100 + 20)), kind="item",
-                      source="../../x/proj/train.py:3", code="print(loss.item())", gpu_idle_ns=1000)
+                      source="../../x/proj/train.py:3", code="print(loss.item())", gpu_idle_ns=1000,
+                      steady_idle_ns=1000)
         e.step, e.nvtx = i, (step,)
         events.append(e)
     unknown = SyncEvent(T1, (call("cudaDeviceSynchronize", 900, 950),), gpu_idle_ns=10)
@@ -315,16 +316,16 @@ def test_sites_group_by_line_or_by_api_and_range(tmp_path: Path) -> None:
     assert first["cpu_blocked_ns"] == 3 * 14 and first["per_step"] == {
         "syncs": 1.0, "cpu_blocked_ns": 14.0, "gpu_idle_ns": 1000.0, "steps_with_sync": 3, "steady_steps": 3}
     assert first["thread"] == 100 and first["api"] == "cudaMemcpyAsync + cudaStreamSynchronize"
-    findings = stalls.write_findings(sites, {"median_ns": 10_000, "sync_gpu_idle_mean_ns": 1000,
-                                             "estimated_median_without_syncs_ns": 9000}, "step", None, 5.0)
+    stats = {"median_ns": 10_000, "mean_ns": 10_000, "sync_gpu_idle_mean_ns": 1000, "sync_gpu_idle_pct": 10.0,
+             "estimated_median_without_syncs_ns": 9000}
+    findings = stalls.write_findings(sites, stats, "step", None, 5.0)
     assert findings == [
         ("train.py:3 `print(loss.item())` synchronizes 3 times, 1 per step, costing 0.001 ms per step "
-        "(10% of the median step time, 0.01 ms) in GPU idle time"),
-        ("Synchronizations leave the GPU idle 0.001 ms per step (10%); estimated median step time without them: "
-        "0.009 ms instead of 0.01 ms (an estimate: a launch-bound loop gains less)"),
+        "in GPU idle time (10% of the steady steps' time; median step 0.01 ms)"),
+        ("Synchronizations leave the GPU idle 0.001 ms per step (10% of the steady steps' time); estimated median "
+        "step time without them: 0.009 ms instead of 0.01 ms (an estimate: a launch-bound loop gains less)"),
     ]
-    assert stalls.write_findings(sites, {"median_ns": 10_000, "sync_gpu_idle_mean_ns": 1000,
-                                         "estimated_median_without_syncs_ns": 9000}, "step", None, 11.0) == []
+    assert stalls.write_findings(sites, stats, "step", None, 11.0) == []
     by_nvtx = stalls.aggregate_by_nvtx(events, label)
     assert [(r["nvtx"], r["count"], r["sites"], r["source_unknown"]) for r in by_nvtx] == [
         ("step", 3, 1, 0), (stalls.NO_RANGE, 1, 0, 1)]

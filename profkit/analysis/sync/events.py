@@ -41,10 +41,15 @@ Definitions (all times in ns, on the trace's clock):
   ranges, else the repeating launch pattern).  A sync belongs to the step
   whose CPU window holds its call: the step range, or for pattern steps from
   the step's first launch to the next step's.  A step's duration is the
-  finder's (first GPU operation to the next step's).  The step time without
-  syncs is estimated as the step's duration minus the sync-caused GPU idle
-  time inside it: an estimate, since a launch-bound loop would not shrink
-  that much.
+  finder's (first GPU operation to the next step's): its GPU window.  The
+  idle a step holds is the sync-caused idle inside its GPU window, and only
+  that part of an event's idle which lies inside steady steps' GPU windows
+  (``steady_idle_ns``) is a per-step cost: a program's last
+  ``torch.cuda.synchronize()`` after its loop is called inside the last
+  step's CPU window, but its idle lies after the last step's GPU work.  The
+  step time without syncs is estimated as the step's duration minus the
+  sync-caused GPU idle time inside it: an estimate, since a launch-bound loop
+  would not shrink that much.
 """
 
 from __future__ import annotations
@@ -100,6 +105,7 @@ class SyncEvent:
     code: str | None = None
     step: int | None = None
     cpu_blocked_ns: int = -1  # -1: worked out from the calls
+    steady_idle_ns: int = 0  # the part of gpu_idle_ns inside steady steps' GPU windows (attach_steps)
 
     def __post_init__(self) -> None:
         if self.device is None:
@@ -114,6 +120,12 @@ class SyncEvent:
     @property
     def end(self) -> int:
         return self.calls[-1].end
+
+    @property
+    def blocks_cpu(self) -> bool:
+        """Whether one of its calls made the CPU wait: only then can it cause GPU idle time
+        (a cudaStreamWaitEvent orders GPU work and returns at once)."""
+        return any(c.blocks_cpu for c in self.calls)
 
     @property
     def anchor(self) -> ApiCall:
@@ -315,6 +327,15 @@ class Step:
     gpu_idle_ns: int = 0  # sync-caused GPU idle inside the step
     duration: int | None = None  # the finder's step time; None: the CPU window's length
     phase: str = "steady"
+    gpu_start: int | None = None  # the finder's step start (first GPU operation); None: ``start``
+
+    @property
+    def gpu_window(self) -> tuple[int, int]:
+        """[start, end) of the step on the GPU: the finder's start and duration (the CPU window
+        where the step has no GPU start)."""
+        if self.gpu_start is None:
+            return self.start, self.end
+        return self.gpu_start, self.gpu_start + self.duration_ns
 
     @property
     def duration_ns(self) -> int:
@@ -328,7 +349,8 @@ class Step:
         return {"index": self.index, "name": self.name, "thread": decode_thread(self.global_tid)[1],
                 "start": self.start, "end": self.end, "duration_ns": self.duration_ns, "syncs": self.syncs,
                 "cpu_blocked_ns": self.cpu_blocked_ns, "gpu_idle_ns": self.gpu_idle_ns,
-                "estimated_without_syncs_ns": self.estimated_without_syncs_ns, "phase": self.phase}
+                "estimated_without_syncs_ns": self.estimated_without_syncs_ns, "phase": self.phase,
+                "gpu_start": self.gpu_window[0], "gpu_end": self.gpu_window[1]}
 
 
 def label_of(key: tuple[str | None, str]) -> str:
@@ -340,15 +362,19 @@ def attach_steps(events: Sequence[SyncEvent], steps: Sequence[Step]) -> None:
     """Set each event's step (the step of its process containing its anchor call) and each step's totals.
 
     A step's ``gpu_idle_ns`` sums the sync-caused idle intervals clipped to
-    the step, whichever step's sync caused them.
+    the step's GPU window, whichever step's sync caused them; an event's
+    ``steady_idle_ns`` is its idle inside the GPU windows of steady steps.
     """
     by_pid: dict[int, list[Step]] = defaultdict(list)
     for s in steps:
         by_pid[s.global_tid & PID_MASK].append(s)
     starts = {pid: [s.start for s in ss] for pid, ss in by_pid.items()}
+    windows = {pid: sorted((s.gpu_window, k) for k, s in enumerate(ss)) for pid, ss in by_pid.items()}
+    window_starts = {pid: [w[0][0] for w in ws] for pid, ws in windows.items()}
     for event in events:
         pid = event.global_tid & PID_MASK
         ss = by_pid.get(pid)
+        event.steady_idle_ns = 0
         if not ss:
             continue
         t = event.anchor.start
@@ -358,10 +384,14 @@ def attach_steps(events: Sequence[SyncEvent], steps: Sequence[Step]) -> None:
             event.step = step.index
             step.syncs += 1
             step.cpu_blocked_ns += event.cpu_blocked_ns
-        if event.idle_start is not None and event.gpu_idle_ns > 0:
-            j = max(bisect.bisect_right(starts[pid], event.idle_start) - 1, 0)
-            while j < len(ss) and ss[j].start < event.idle_end:
-                overlap = min(ss[j].end, event.idle_end) - max(ss[j].start, event.idle_start)
+        if event.idle_start is not None and event.idle_end is not None and event.gpu_idle_ns > 0:
+            ws = windows[pid]
+            j = max(bisect.bisect_right(window_starts[pid], event.idle_start) - 1, 0)
+            while j < len(ws) and ws[j][0][0] < event.idle_end:
+                (lo, hi), k = ws[j]
+                overlap = min(hi, event.idle_end) - max(lo, event.idle_start)
                 if overlap > 0:
-                    ss[j].gpu_idle_ns += overlap
+                    ss[k].gpu_idle_ns += overlap
+                    if ss[k].phase == "steady":
+                        event.steady_idle_ns += overlap
                 j += 1

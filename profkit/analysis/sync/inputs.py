@@ -8,7 +8,9 @@
   memcpy and memset intervals per device, ordered by start;
 - ``cpu_ranges``: annotated CPU ranges as columns (``RangeColumns``), ordered
   by thread, start, longest first (the order ``events.attach_nvtx`` reads);
-- ``python_sites``: where a trace's Python stacks put each API call (Kineto).
+- ``python_sites``: where a trace's Python stacks put each API call (Kineto);
+- ``host_work``: where each thread loaded GPU modules or compiled (the idle after a
+  sync ends there).
 
 Everything stays columns: the candidate calls (``CallColumns``) and the
 ranges (``RangeColumns``) become Python records only where they make a sync
@@ -31,6 +33,7 @@ from profkit.analysis.sync.calls import (
     kind_values,
     thread_key,
 )
+from profkit.analysis.sync.idle import HostWork
 from profkit.analysis.sync.ranges import RangeColumns
 from profkit.analysis.timeline.launch_calls import KeyIndex
 from profkit.model import NSYS, Coded, Trace
@@ -305,3 +308,67 @@ def python_sites(trace: Trace) -> dict[tuple[int, int], tuple[str, str]]:
     return {(int(p), int(c)): (sites.categories[s], functions.categories[f])
             for p, c, s, f in zip(pid.tolist(), corr.tolist(), sites.codes.tolist(), functions.codes.tolist())
             if sites.categories[s]}
+
+
+# -- host work that ends a sync's idle ----------------------------------------------------------
+# CUDA calls that load GPU code: cuBLAS and Triton load their modules on first use (lazy loading).
+MODULE_LOAD_CALLS = ("cuModuleLoad", "cuLibraryLoad", "cuLinkComplete", "cudaLibraryLoad")
+# torch.compile's compile phases as torch.profiler records them (cat cpu_op): every phase Dynamo
+# and Inductor time with ``dynamo_timed`` is an op "<phase> (dynamo_timed)"; these three enclose them.
+COMPILE_OPS = ("inductor_compile", "entire_frame_compile", "backend_compile")
+_DYNAMO_TIMED = " (dynamo_timed)"
+
+
+def host_work(trace: Trace) -> HostWork:
+    """Where each thread loaded GPU modules (API calls) or compiled (torch.compile's phases in
+    ``cpu_ops``): the stretches that end a sync's idle (``idle.cut_idle_at_host_work``)."""
+    found: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]] = []  # (kind, thread, start, end)
+    for table, kind, wanted in (("api", "module_load", _module_load_name), ("cpu_ops", "compile", _compile_name)):
+        if not trace.has(table) or trace.count(table) == 0:
+            continue
+        names = trace.codes(table, "name")
+        codes = [i for i, name in enumerate(names.categories) if name and wanted(name)]
+        if not codes:
+            continue
+        rows = np.flatnonzero(np.isin(names.codes, codes))
+        thread = (trace.array(table, "pid")[rows].astype(np.int64) << TID_BITS) | trace.array(table, "tid")[
+            rows].astype(np.int64)
+        found.append((kind, thread, trace.array(table, "start")[rows].astype(np.int64),
+                      trace.array(table, "end")[rows].astype(np.int64)))
+    work = HostWork()
+    if not found:
+        return work
+    for kind in sorted({k for k, *_ in found}):
+        parts = [(t, s, e) for k, t, s, e in found if k == kind]
+        work.totals_ns[kind] = sum(_union_ns(t, s, e) for t, s, e in parts)
+    thread = np.concatenate([t for _, t, _, _ in found])
+    start = np.concatenate([s for _, _, s, _ in found])
+    end = np.concatenate([e for _, _, _, e in found])
+    order = np.lexsort((start, thread))
+    thread, start, end = thread[order], start[order], end[order]
+    bounds = np.flatnonzero(np.r_[True, thread[1:] != thread[:-1], True])
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        work.by_thread[int(thread[a])] = (start[a:b], np.maximum.accumulate(end[a:b]))
+    return work
+
+
+def _module_load_name(name: str) -> bool:
+    return base_api_name(name).startswith(MODULE_LOAD_CALLS)
+
+
+def _compile_name(name: str) -> bool:
+    return name.endswith(_DYNAMO_TIMED) or name in COMPILE_OPS
+
+
+def _union_ns(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> int:
+    """Wall time the stretches cover, per thread (nested ones counted once), summed over threads."""
+    order = np.lexsort((start, thread))
+    thread, start, end = thread[order], start[order], end[order]
+    total = 0
+    for t in np.unique(thread).tolist():
+        mine = thread == t
+        s, e = start[mine], np.maximum.accumulate(end[mine])
+        # a stretch adds what it covers past the furthest end before it
+        before = np.r_[np.iinfo(np.int64).min, e[:-1]]
+        total += int(np.maximum(e - np.maximum(s, before), 0).sum())
+    return total

@@ -40,7 +40,7 @@ from profkit.analysis.sync.events import (
 )
 from profkit.analysis.compare import noise
 from profkit.analysis.sync import inputs
-from profkit.analysis.sync.idle import attach_gpu_idle
+from profkit.analysis.sync.idle import attach_gpu_idle, cut_idle_at_host_work
 from profkit.analysis.sync.calls import NvtxRange, decode_thread, thread_key
 from profkit.errors import ProfkitError
 from profkit.model import Trace
@@ -91,7 +91,10 @@ def aggregate_sites(events: Sequence[SyncEvent], steady: Sequence[int] | int, la
 
     ``steady``: the indices of the steady-state steps (an int n: steps 0..n-1).
     ``in_steps`` counts a site's syncs in any step; ``per_step`` figures are
-    over the steady-state steps only (warm-up syncs are not a per-step cost)."""
+    over the steady-state steps only (warm-up syncs are not a per-step cost),
+    and its ``gpu_idle_ns`` is only the idle that lies inside steady steps
+    (``SyncEvent.steady_idle_ns``): the rest, ``one_time_gpu_idle_ns``, is
+    start-up, warm-up, teardown or time between steps, never a per-step cost."""
     steady_steps = set(range(steady)) if isinstance(steady, int) else set(steady)
     n_steps = len(steady_steps)
     groups: dict[tuple, list[SyncEvent]] = defaultdict(list)
@@ -120,6 +123,8 @@ def aggregate_sites(events: Sequence[SyncEvent], steady: Sequence[int] | int, la
             "count": len(es),
             "cpu_blocked_ns": sum(e.cpu_blocked_ns for e in es),
             "gpu_idle_ns": sum(e.gpu_idle_ns for e in es),
+            "steady_gpu_idle_ns": sum(e.steady_idle_ns for e in es),
+            "one_time_gpu_idle_ns": sum(e.gpu_idle_ns - e.steady_idle_ns for e in es),
             "max_cpu_blocked_ns": max(e.cpu_blocked_ns for e in es),
             "nvtx": _most_common(label(e) for e in es),
             "thread": _most_common(e.tid for e in es),
@@ -129,7 +134,7 @@ def aggregate_sites(events: Sequence[SyncEvent], steady: Sequence[int] | int, la
             "per_step": {
                 "syncs": len(per_steady) / n_steps,
                 "cpu_blocked_ns": sum(e.cpu_blocked_ns for e in per_steady) / n_steps,
-                "gpu_idle_ns": sum(e.gpu_idle_ns for e in per_steady) / n_steps,
+                "gpu_idle_ns": sum(e.steady_idle_ns for e in es) / n_steps,
                 "steps_with_sync": len({e.step for e in per_steady}),
                 "steady_steps": n_steps,
             } if n_steps else None,
@@ -165,22 +170,29 @@ def _most_common(values: Iterable[Any]) -> Any:
 
 # -- findings ---------------------------------------------------------------------
 def step_statistics(steps: Sequence[Step]) -> dict[str, Any] | None:
-    """Step times and sync costs over the steady-state steps (``count``: all steps)."""
+    """Step times and sync costs over the steady-state steps (``count``: all steps).
+
+    ``sync_gpu_idle_pct`` is the sync-caused idle inside the steady steps as a
+    share of those steps' time (their summed durations): never over 100%,
+    since a step holds only the idle inside its own GPU window."""
     if not steps:
         return None
     all_steps = steps
     steps = [s for s in all_steps if s.phase == "steady"] or list(all_steps)
     durations = [s.duration_ns for s in steps]
     estimates = [s.estimated_without_syncs_ns for s in steps]
+    total = sum(durations)
+    idle = sum(s.gpu_idle_ns for s in steps)
     return {
         "count": len(all_steps),
         "steady_count": len(steps),
-        "total_ns": sum(durations),
+        "total_ns": total,
         "mean_ns": statistics.fmean(durations),
         "median_ns": statistics.median(durations),
         "min_ns": min(durations),
         "max_ns": max(durations),
         "sync_gpu_idle_mean_ns": statistics.fmean(s.gpu_idle_ns for s in steps),
+        "sync_gpu_idle_pct": 100.0 * idle / total if total > 0 else 0.0,
         "sync_cpu_blocked_mean_ns": statistics.fmean(s.cpu_blocked_ns for s in steps),
         "syncs_per_step": statistics.fmean(s.syncs for s in steps),
         "estimated_mean_without_syncs_ns": statistics.fmean(estimates),
@@ -190,38 +202,58 @@ def step_statistics(steps: Sequence[Step]) -> dict[str, Any] | None:
 
 def write_findings(sites: Sequence[dict[str, Any]], step_stats: dict[str, Any] | None, step_label: str | None,
                    run_ns: int | None, threshold_pct: float) -> list[str]:
-    """Plain-language findings for syncs that cost at least ``threshold_pct`` of the step (or run) time.
+    """Plain-language findings for syncs that cost at least ``threshold_pct`` of the steady steps' (or
+    the run's) time.
 
-    A cost is the sync-caused GPU idle time.  Per step it is the mean over
-    all steps (a site that syncs every other step costs half its idle per
-    step), compared with the median step time (the typical step: the first
-    one often carries seconds of warm-up).
+    A per-step cost is the sync-caused GPU idle inside the steady steps, per
+    steady step (a site that syncs every other step costs half its idle per
+    step), given as a share of the steady steps' time (their summed
+    durations, so never over 100%) next to the median step time.  Idle a
+    site caused outside the steady steps (start-up, warm-up, teardown: a
+    final ``torch.cuda.synchronize()`` after the loop) is one-time: said as
+    a total and a share of the run, never per step.
     """
     out = []
     if step_stats:
         typical = step_stats["median_ns"]
+        mean = step_stats["mean_ns"]
+        label = step_label or "step"
         for site in sites:
             per = site["per_step"]
-            if not per or not site["in_steps"] or typical <= 0:
+            if not per or mean <= 0 or per["gpu_idle_ns"] <= 0:
                 continue
-            pct = 100.0 * per["gpu_idle_ns"] / typical
+            pct = 100.0 * per["gpu_idle_ns"] / mean
             if pct < threshold_pct:
                 continue
             out.append(f"{_site_name(site)} synchronizes {site['in_steps']} times, {_num(per['syncs'])} per step, "
-                       f"costing {_ms(per['gpu_idle_ns'])} ms per step ({pct:.0f}% of the median "
-                       f"{step_label} time, {_ms(typical)} ms) in GPU idle time")
-        total_pct = 100.0 * step_stats["sync_gpu_idle_mean_ns"] / typical if typical > 0 else 0.0
+                       f"costing {_ms(per['gpu_idle_ns'])} ms per step in GPU idle time ({pct:.0f}% of the "
+                       f"steady {label}s' time; median {label} {_ms(typical)} ms)")
+        total_pct = step_stats.get("sync_gpu_idle_pct", 0.0)
         if total_pct >= threshold_pct:
             out.append(f"Synchronizations leave the GPU idle {_ms(step_stats['sync_gpu_idle_mean_ns'])} ms per "
-                       f"{step_label} ({total_pct:.0f}%); estimated median {step_label} time without them: "
-                       f"{_ms(step_stats['estimated_median_without_syncs_ns'])} ms instead of {_ms(typical)} ms "
-                       f"(an estimate: a launch-bound loop gains less)")
+                       f"{label} ({total_pct:.0f}% of the steady {label}s' time); estimated median {label} time "
+                       f"without them: {_ms(step_stats['estimated_median_without_syncs_ns'])} ms instead of "
+                       f"{_ms(typical)} ms (an estimate: a launch-bound loop gains less)")
+        out += _one_time_findings(sites, run_ns, threshold_pct, label)
     elif run_ns:
         for site in sites:
             pct = 100.0 * site["gpu_idle_ns"] / run_ns
             if pct >= threshold_pct:
                 out.append(f"{_site_name(site)} synchronizes {site['count']} times, costing "
                            f"{_ms(site['gpu_idle_ns'])} ms of GPU idle time ({pct:.0f}% of the run)")
+    return out
+
+
+def _one_time_findings(sites: Sequence[dict[str, Any]], run_ns: int | None, threshold_pct: float,
+                       label: str) -> list[str]:
+    """Sites whose idle outside the steady steps is at least ``threshold_pct`` of the run: a one-time cost."""
+    out = []
+    for site in sites:
+        once = site.get("one_time_gpu_idle_ns") or 0
+        if not run_ns or once <= 0 or 100.0 * once / run_ns < threshold_pct:
+            continue
+        out.append(f"{_site_name(site)} left the GPU idle {_ms(once)} ms outside the steady {label}s "
+                   f"(a one-time cost: start-up, warm-up or teardown; {100.0 * once / run_ns:.0f}% of the run)")
     return out
 
 
@@ -258,6 +290,8 @@ class StallReport:
     step_stats: dict[str, Any] | None
     findings: list[str]
     run_ns: int | None = None
+    # one-time host work that no sync is charged with: {"compile_ns": .., "module_load_ns": ..}
+    host_work: dict[str, int] | None = None
 
     def event_dicts(self) -> list[dict[str, Any]]:
         return [{
@@ -273,7 +307,7 @@ class StallReport:
         return {
             "export": self.export, "step_range": self.step_range, "threshold_pct": self.threshold_pct,
             "run_ns": self.run_ns, "findings": self.findings, "sites": self.sites, "by_nvtx": self.by_nvtx,
-            "step_stats": self.step_stats,
+            "step_stats": self.step_stats, "host_work": self.host_work,
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -295,8 +329,13 @@ def analyze_stalls(trace: Trace, *, step_range: str | None = None, threshold_pct
     events += [SyncEvent(c.global_tid, (c,)) for c in inputs.unmatched_syncs(trace)]
     events.sort(key=lambda e: (e.start, e.global_tid))
     devices = inputs.gpu_devices(trace)
-    attach_gpu_idle(events, devices, lambda device: inputs.gpu_activity(trace, device),
+    # only a call that made the CPU wait can leave the GPU without work (a cudaStreamWaitEvent
+    # returns at once: 6.5 us calls were charged 25 ms of cuBLAS module loading)
+    blocking = [e for e in events if e.blocks_cpu]
+    attach_gpu_idle(blocking, devices, lambda device: inputs.gpu_activity(trace, device),
                     lambda device: inputs.first_kernel_start(trace, device))
+    host_work = inputs.host_work(trace)
+    cut_idle_at_host_work(blocking, host_work)
     scan = attach_nvtx(events, inputs.cpu_ranges(trace))
     attach_python_sites(events, inputs.python_sites(trace))
     label, steps = finder_steps(trace, step_range)
@@ -313,7 +352,8 @@ def analyze_stalls(trace: Trace, *, step_range: str | None = None, threshold_pct
     return StallReport(
         export=trace.name, step_range=label, threshold_pct=threshold_pct, sites=sites,
         by_nvtx=aggregate_by_nvtx(events, range_label), events=events, steps=steps, step_stats=stats,
-        findings=write_findings(sites, stats, label, window, threshold_pct), run_ns=window)
+        findings=write_findings(sites, stats, label, window, threshold_pct), run_ns=window,
+        host_work=host_work.totals())
 
 
 def finder_steps(trace: Trace, step_range: str | None = None) -> tuple[str | None, list[Step]]:
@@ -338,10 +378,10 @@ def finder_steps(trace: Trace, step_range: str | None = None) -> tuple[str | Non
         cpu_end[-1] = max(int(cpu_end[-1]), int(frame["end_ns"].iloc[-1]), int(cpu_start[-1]) + typical)
     thread = thread_key(result.pid or 0, max(result.tid or 0, 0))
     label = step_range if step_range else ("step" if result.source == KERNEL_PATTERN else result.name)
-    steps = [Step(int(i), str(name), thread, int(a), int(b), duration=int(d), phase=str(phase))
-             for i, name, a, b, d, phase in zip(frame["index"].tolist(), frame["name"].tolist(), cpu_start.tolist(),
-                                                cpu_end.tolist(), frame["duration_ns"].tolist(),
-                                                frame["phase"].tolist())]
+    steps = [Step(int(i), str(name), thread, int(a), int(b), duration=int(d), phase=str(phase), gpu_start=int(g))
+             for i, name, a, b, d, phase, g in zip(frame["index"].tolist(), frame["name"].tolist(),
+                                                   cpu_start.tolist(), cpu_end.tolist(), frame["duration_ns"].tolist(),
+                                                   frame["phase"].tolist(), frame["start_ns"].tolist())]
     return label, steps
 
 
