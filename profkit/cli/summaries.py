@@ -197,9 +197,9 @@ def nvtx(export: Path, top: int | None, wide: bool, fmt: str) -> None:
 
 
 def _readable_ranges(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    from profkit.model.sync_sites import readable_range
+    from profkit.model.sync_sites import readable_rows
 
-    return [{**r, "name": readable_range(r["name"])} if isinstance(r.get("name"), str) else r for r in rows]
+    return readable_rows(rows)
 
 
 @click.command()

@@ -59,3 +59,8 @@ def readable_range(name: str) -> str:
     place = f"{path.replace(chr(92), '/').rsplit('/', 1)[-1]}:{line}" if path else where
     code = code.replace("¦", "|")  # encode_site escapes "|" in code
     return f"sync: {CALL_LABELS.get(kind, kind)} at {place}" + (f": {code}" if code else "")
+
+
+def readable_rows(rows: list[dict], key: str = "name") -> list[dict]:
+    """Rows whose ``key`` is a range name, with sync-site names made readable (``readable_range``)."""
+    return [{**row, key: readable_range(row[key])} if isinstance(row.get(key), str) else row for row in rows]

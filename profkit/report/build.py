@@ -34,6 +34,7 @@ from profkit.errors import ProfkitError
 from profkit.model import NSYS, Trace
 from profkit.model.clock import SESSION_START, seconds_text, session_zero
 from profkit.model.schema import LAUNCH_CONFIG_COLUMNS
+from profkit.model.sync_sites import readable_rows
 from profkit.model.trace import DURATION
 from profkit.output import API_COLUMNS, NVTX_COLUMNS
 from profkit.report import sections as fill
@@ -97,7 +98,7 @@ def build_report(trace: Trace, *, ncu_csv: Path | None = None, partial: bool = F
         "Time the CPU spent in each CUDA runtime/driver call, as nsys stats --report cuda_api_sum." if nsys else
         f"Time the CPU spent in each {gpu} runtime/driver call, from the trace's cuda_runtime/cuda_driver events."))
     add("nvtx", "NVTX ranges" if nsys else "Annotated ranges", lambda s: fill.fill_summary(
-        s, summaries.nvtx_summary(trace), NVTX_COLUMNS, top, "nvtx", found,
+        s, readable_rows(summaries.nvtx_summary(trace)), NVTX_COLUMNS, top, "nvtx", found,
         "Push/pop and start/end ranges, as nsys stats --report nvtx_sum." if nsys else
         "record_function / user annotation ranges, ProfilerStep#N included."))
     add("nvtx_kernels", "Kernels per NVTX range" if nsys else "Kernels per annotated range",

@@ -21,6 +21,7 @@ from profkit.analysis.timeline.launch_calls import launch_calls
 from profkit.analysis.timeline import intervals
 from profkit.analysis.timeline.busy import gpu_busy_segments
 from profkit.model import Trace, schema
+from profkit.model.sync_sites import readable_range
 
 TOP_PER_KIND = 5
 # What the launching thread did, one list per kind: the keys of a gap's row.
@@ -223,7 +224,8 @@ def _overlapping(table: pd.DataFrame, pid: int, tid: int, g0: int, g1: int,
     names = np.asarray(table["name"].array[rows][hit].astype(str))
     # time covered, not summed: an operator nested in one of the same name (Kineto's
     # aten::mse_loss_backward inside aten::mse_loss_backward) counts its time once
-    rows = [(name, int((names == name).sum()), intervals.union_length(lo[names == name], hi[names == name], keep_reversed=True))
+    rows = [(readable_range(name), int((names == name).sum()),
+             intervals.union_length(lo[names == name], hi[names == name], keep_reversed=True))
             for name in np.unique(names)]
     rows.sort(key=lambda r: (-r[2], r[0]))
     return [{"name": name, "count": n, "overlap_ns": ns} for name, n, ns in rows[:TOP_PER_KIND]]

@@ -40,6 +40,7 @@ from profkit.analysis.steps.result import (
     warmup_count,
 )
 from profkit.model import Trace
+from profkit.model.sync_sites import readable_range
 
 KERNEL_PATTERN = "kernel_pattern"
 SOURCES = (NVTX, PROFILER_STEP, KERNEL_PATTERN)
@@ -172,5 +173,5 @@ def _sync_sites_once_per_step(trace: Trace, steps: pd.DataFrame) -> dict[str, An
     per = pd.DataFrame({"name": sites["name"].astype(str).to_numpy()[inside], "step": j[inside]})
     counts = per.groupby(["name", "step"]).size().unstack(fill_value=0).reindex(columns=range(len(steady)),
                                                                                fill_value=0)
-    once = [str(name) for name, row in counts.iterrows() if (row.to_numpy() == 1).all()]
+    once = [readable_range(str(name)) for name, row in counts.iterrows() if (row.to_numpy() == 1).all()]
     return {"sync_sites_once_per_step": once} if once else {}

@@ -27,6 +27,7 @@ import pandas as pd
 
 from profkit.model import NSYS, Trace
 from profkit.model.schema import MISSING_INT
+from profkit.model.sync_sites import readable_range
 
 # Ranges drawn and summed as NVTX ranges: CPU-side annotations.  GPU-side
 # copies (Kineto's gpu_user_annotation) repeat the CPU ones on a stream.
@@ -138,7 +139,8 @@ def nvtx_bars(trace: Trace, start_ns: int, end_ns: int, min_duration_ns: int = 0
     chosen = keep[order]
     labels, styles = ranges["label"].array, ranges["style"].array
     tids = ranges["tid"].to_numpy()
-    bars = [NvtxBar(None if isinstance(labels[i], float) else labels[i], str(styles[i]), int(s[i]), int(e[i]),
+    bars = [NvtxBar(None if isinstance(labels[i], float) else readable_range(labels[i]), str(styles[i]), int(s[i]),
+                    int(e[i]),
                     None if tids[i] < 0 else int(tids[i])) for i in chosen.tolist()]
     _assign_depths(bars)
     return bars, len(overlap)
@@ -176,4 +178,4 @@ def enclosing_ranges(trace: Trace, start_ns: int, end_ns: int, limit: int = 3) -
     order = inside[np.lexsort((s[inside], e[inside] - s[inside]))]
     labels = ranges["label"].array
     names = [labels[i] for i in order.tolist()]
-    return [n for n in names if isinstance(n, str)][:limit]
+    return [readable_range(n) for n in names if isinstance(n, str)][:limit]
