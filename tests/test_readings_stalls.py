@@ -173,3 +173,39 @@ def test_compile_time_is_no_sync_idle() -> None:
             assert not any(t == e.global_tid and a < e.idle_end and b > e.idle_start for t, a, b in compiles)
     assert max(e.gpu_idle_ns for e in report.events) < 100_000_000  # was 6,759 ms
     assert report.host_work["compile_ns"] > 10e9  # told apart, once
+
+
+# -- 7. the sync hook's range texts read decoded everywhere --------------------------------------------
+RAW_SITE = "profkit.sync|"
+
+
+def cli_output(*args: str) -> str:
+    from click.testing import CliRunner
+
+    from profkit.cli import cli
+
+    result = CliRunner(env={"COLUMNS": "200"}).invoke(cli, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_sync_site_ranges_are_decoded_in_breakdown_and_steps() -> None:
+    """nsys2025_sync holds one sync-hook range per sync (their text in the export is raw, SQL);
+    the idle stretches of `breakdown` and the steps' evidence named them raw."""
+    path = nsys_fixture("nsys2025_sync")
+    (raw,) = sql(path, "SELECT count(*) FROM StringIds WHERE value LIKE 'profkit.sync|%'")[0]
+    assert raw >= 6
+    for args in (("breakdown", str(path)), ("breakdown", str(path), "--format", "json"),
+                 ("steps", str(path), "--format", "json"), ("stalls", str(path), "--format", "json")):
+        out = cli_output(*args)
+        assert RAW_SITE not in out, args
+    assert "sync: truthiness at sync_elementwise.py:26" in cli_output("breakdown", str(path))
+
+
+def test_sync_site_ranges_are_decoded_in_the_report(tmp_path: Path) -> None:
+    """The report's NVTX table, idle stretches, findings and timeline data."""
+    path = nsys_fixture("nsys2025_sync")
+    cli_output("report", str(path), "-o", str(tmp_path / "r"))
+    for name in ("report.md", "report.json", "report.html"):
+        assert RAW_SITE not in (tmp_path / "r" / name).read_text(), name
+    assert "sync: .item() at sync_elementwise.py:25" in (tmp_path / "r" / "report.md").read_text()
