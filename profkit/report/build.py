@@ -26,6 +26,8 @@ from typing import Any
 from profkit import allocator
 from profkit._version import __version__
 from profkit.analysis.kernels import summaries
+from profkit.analysis.kernels.graphs import GRAPH_LEVEL
+from profkit.analysis.kernels.launches import launch_profile
 from profkit.analysis.timeline import busy as timeline
 from profkit.analysis.timeline.ranges import enclosing_ranges
 from profkit.analysis.timeline.capture import capture_info
@@ -134,7 +136,9 @@ def build_report(trace: Trace, *, ncu_csv: Path | None = None, partial: bool = F
                            steps_found=bool(found.get("steps") and found["steps"].found),
                            longest_gap_cpu=next((g["cpu"] for g in found.get("idle_gaps") or ()
                                                  if gap and (g["start_ns"], g["end_ns"], g["device"]) == gap), ""),
-                           steady_kernels=_steady_kernels(trace, found.get("steps")))
+                           steady_kernels=_steady_kernels(trace, found.get("steps")),
+                           launches=_launches(trace, found.get("steps")),
+                           graph_replay_ns=_unrecorded_graph_ns(found.get("graphs")))
     partial_reason = (run_info or {}).get("partial_reason") if partial else None
     command = (run_info or {}).get("command")
     title = f"profkit report: {' '.join(command) if command else trace.name}"
@@ -145,6 +149,17 @@ def build_report(trace: Trace, *, ncu_csv: Path | None = None, partial: bool = F
         profkit_version=__version__, partial=partial, partial_reason=partial_reason, run_info=run_info,
         findings=items, capture=capture, sections=sections, top=top,
     )
+
+
+def _launches(trace: Trace, steps: Any) -> dict[str, Any]:
+    """How the steady state's kernels (the capture's, without steps) were launched."""
+    window = steps.steady_window if steps is not None and steps.found else None
+    return launch_profile(trace, window)
+
+
+def _unrecorded_graph_ns(graphs: dict[str, Any] | None) -> int:
+    """GPU time of graph replays whose kernels no kernel row holds (graph level); 0 at node level."""
+    return int(graphs["in_graphs_ns"]) if graphs and graphs["level"] == GRAPH_LEVEL else 0
 
 
 def _steady_kernels(trace: Trace, steps: Any) -> list[dict[str, Any]] | None:

@@ -23,7 +23,7 @@ SHORT_KERNEL_NS = 10_000  # launch overhead is a few µs: kernels this short are
 SHORT_LAUNCH_SHARE = 0.5
 MIN_LAUNCHES_FOR_SHORT = 100
 SYNC_API_SHARE = 0.10
-MEMCPY_VS_KERNEL = 0.20
+MEMCPY_VS_WORK = 0.15  # copies' share of all GPU work (kernels, graph replays, copies)
 LOW_OCCUPANCY_PCT = 50.0
 HEAVY_KERNEL_PCT = 10.0
 DRAM_BOUND_PCT = 70.0
@@ -42,7 +42,8 @@ def findings(*, capture: Row | None = None, kernels: Sequence[Row] | None = None
              utilization: Sequence[Utilization] | None = None, longest_gap_ranges: Sequence[str] = (),
              occupancy: Sequence[Row] | None = None, nvtx_ranges: Sequence[Row] | None = None,
              ncu: Sequence[Row] | None = None, time_origin_ns: int = 0, steps_found: bool = False,
-             longest_gap_cpu: str = "", steady_kernels: Sequence[Row] | None = None) -> list[str]:
+             longest_gap_cpu: str = "", steady_kernels: Sequence[Row] | None = None,
+             launches: Row | None = None, graph_replay_ns: int = 0) -> list[str]:
     """Findings in order of weight; empty inputs give none.
 
     ``longest_gap_ranges``: the NVTX ranges enclosing the longest idle gap, innermost first;
@@ -52,13 +53,19 @@ def findings(*, capture: Row | None = None, kernels: Sequence[Row] | None = None
     whole-capture busy figure then says it includes start-up and blames nobody;
     ``steady_kernels``: kernel time by name over the steady-state steps
     (``steps.windows.kernels_in_window``): the kernel findings then speak of the
-    steady state, not of start-up's kernels (a compile's autotuning, warm-up).
+    steady state, not of start-up's kernels (a compile's autotuning, warm-up);
+    ``launches``: ``analysis.kernels.launches.launch_profile`` over the steady state (else the
+    capture): the launch advice counts only kernels launched one by one and names no remedy
+    the trace shows in use (CUDA graphs, torch.compile);
+    ``graph_replay_ns``: GPU time of graph replays whose kernels the kernel rows lack (graph
+    level): all GPU work is the copies' denominator.
     """
     out: list[str] = []
     out += _busy(capture, utilization, longest_gap_ranges, time_origin_ns, steps_found, longest_gap_cpu)
-    out += _kernels(steady_kernels, steady=True) if steady_kernels else _kernels(kernels)
+    out += _kernels(steady_kernels, steady=True, profile=launches) if steady_kernels else \
+        _kernels(kernels, profile=launches)
     out += _blocking_calls(api)
-    out += _memory(memory, kernels)
+    out += _memory(memory, kernels, graph_replay_ns)
     out += _nvtx(nvtx_ranges)
     out += _occupancy(occupancy)
     out += _ncu(ncu)
@@ -96,7 +103,7 @@ def _busy(capture: Row | None, utilization: Sequence[Utilization] | None,
     return out
 
 
-def _kernels(kernels: Sequence[Row] | None, steady: bool = False) -> list[str]:
+def _kernels(kernels: Sequence[Row] | None, steady: bool = False, profile: Row | None = None) -> list[str]:
     if not kernels:
         return []
     out = []
@@ -112,14 +119,37 @@ def _kernels(kernels: Sequence[Row] | None, steady: bool = False) -> list[str]:
         share = 100.0 * sum(k["total_ns"] for k in kernels[:3]) / total
         spread = "In the steady state, kernel time" if steady else "Kernel time"
         out.append(f"{spread} is spread out: the top 3 of {len(kernels)} kernels take {share:.1f}% of it.")
-    launches = sum(k["instances"] for k in kernels)
+    if profile is not None:
+        return out + _short_launches(profile, steady)
+    count = sum(k["instances"] for k in kernels)
     short = sum(k["instances"] for k in kernels if k["avg_ns"] < SHORT_KERNEL_NS)
-    if launches >= MIN_LAUNCHES_FOR_SHORT and short / launches >= SHORT_LAUNCH_SHARE:
-        out.append(f"{short:,} of {launches:,} kernel launches ({100.0 * short / launches:.0f}%) are of kernels "
+    if count >= MIN_LAUNCHES_FOR_SHORT and short / count >= SHORT_LAUNCH_SHARE:
+        out.append(f"{short:,} of {count:,} kernel launches ({100.0 * short / count:.0f}%) are of kernels "
                    f"that run under {duration(SHORT_KERNEL_NS)} on average; at that size the launch cost "
                    "(a few µs each) is comparable to the work. Fusing them (torch.compile) or replaying them "
                    "as a CUDA graph removes most of it.")
     return out
+
+
+def _short_launches(launches: Row, steady: bool) -> list[str]:
+    """Short kernels launched one by one, and only the remedies the trace shows unused: a kernel
+    inside a CUDA graph costs no launch of its own, and Inductor's kernels are fused already."""
+    count, short = launches["one_by_one"], launches["short_one_by_one"]
+    if count < MIN_LAUNCHES_FOR_SHORT or short / count < SHORT_LAUNCH_SHARE:
+        return []
+    where = " in the steady state" if steady else ""
+    text = (f"{short:,} of the {count:,} kernels launched one by one{where} ({100.0 * short / count:.0f}%) ran "
+            f"under {duration(SHORT_KERNEL_NS)}; at that size the launch cost (a few µs each) is comparable "
+            "to the work.")
+    in_graphs = launches["in_graphs"] or launches["graph_replays"]
+    if launches["in_graphs"]:
+        text += f" {launches['in_graphs']:,} more ran inside CUDA graphs (no launch each)."
+    remedies = ([] if launches["compiled"] else ["fusing them (torch.compile)"]) + \
+        ([] if in_graphs else ["replaying them as a CUDA graph"])
+    if remedies:
+        remedy = " or ".join(remedies)
+        text += f" {remedy[0].upper()}{remedy[1:]} removes most of it."
+    return [text]
 
 
 def _blocking_calls(api: Sequence[Row] | None) -> list[str]:
@@ -136,16 +166,17 @@ def _blocking_calls(api: Sequence[Row] | None) -> list[str]:
              f"{duration(worst['total_ns'])}).")]
 
 
-def _memory(memory: Sequence[Row] | None, kernels: Sequence[Row] | None) -> list[str]:
+def _memory(memory: Sequence[Row] | None, kernels: Sequence[Row] | None, graph_replay_ns: int = 0) -> list[str]:
+    """Copies and sets as a share of all GPU work: kernels, graph replays whose kernels were not
+    recorded one by one (nsys's default, graph level) and the copies themselves."""
     if not memory:
         return []
     copy_ns = sum(r["total_ns"] for r in memory)
-    kernel_ns = sum(k["total_ns"] for k in kernels or ())
-    if not kernel_ns or copy_ns / kernel_ns < MEMCPY_VS_KERNEL:
+    work_ns = sum(k["total_ns"] for k in kernels or ()) + graph_replay_ns + copy_ns
+    if not work_ns or copy_ns / work_ns < MEMCPY_VS_WORK:
         return []
     biggest = max(memory, key=lambda r: r["total_ns"])
-    ratio = copy_ns / kernel_ns
-    compared = f"{ratio:.0f} times the kernel time" if ratio >= 2 else f"{100.0 * ratio:.0f}% of the kernel time"
+    compared = f"{100.0 * copy_ns / work_ns:.0f}% of all GPU work"
     return [(f"Memory copies and sets took {duration(copy_ns)} of GPU time, {compared}; the most in "
              f"{biggest['direction']} ({biggest['instances']:,} operations, "
              f"{size_or_unknown(biggest.get('total_bytes'))}, {duration(biggest['total_ns'])}).")]

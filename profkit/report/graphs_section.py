@@ -69,8 +69,17 @@ def graphs_finding(found: dict[str, Any]) -> list[str]:
         return []
     per_step = graphs["per_step"]
     names = ", ".join(g["graph"] if len(g["graph"]) <= 60 else g["graph"][:59] + "…" for g in graphs["graphs"][:3])
-    text = (f"CUDA graphs hold {graphs['in_graphs_pct']:.0f}% of the GPU time: {len(graphs['graphs'])} graphs "
-            f"({names}) replayed {graphs['replays']:,} times")
+    count = len(graphs["graphs"])
+    text = (f"CUDA graphs hold {graphs['in_graphs_pct']:.0f}% of the GPU time: {count} "
+            f"{'graph' if count == 1 else 'graphs'} ({names}) replayed {graphs['replays']:,} times")
+    captures, instantiations = graphs.get("captures") or 0, graphs.get("instantiations") or 0
+    if captures or instantiations:
+        text += (f" from {captures:,} {'capture' if captures == 1 else 'captures'} and {instantiations:,} "
+                 f"{'instantiation' if instantiations == 1 else 'instantiations'}")
+        if max(captures, instantiations) > count:
+            text += " (more than the graphs replayed: a graph was captured again, or captured and never replayed)"
+        if graphs.get("captures_in_steady"):
+            text += f", {graphs['captures_in_steady']:,} of the captures inside the steady state"
     if per_step:
         text += (f", {per_step['replays_per_step']:g} per step ({duration(per_step['in_graphs_ns_per_step'])} "
                  f"of GPU work per step inside them)")

@@ -30,7 +30,13 @@ A trace records graphs at one of two levels:
 - **set-up**: the CPU time of the calls that capture and instantiate graphs
   (``cudaStreamBeginCapture``/``EndCapture``, ``cudaGraphInstantiate``,
   ``cudaGraphUpload``), and how much of it came before the first steady-state
-  step (start-up and warm-up, where it belongs) rather than inside it.
+  step (start-up and warm-up, where it belongs) rather than inside it;
+- **captures** and **instantiations**: the calls that begin a stream capture
+  (``cudaStreamBeginCapture``) and that instantiate a graph
+  (``cudaGraphInstantiate*``), in all and inside the steady state.  A program that
+  captures its graph again on every call (HF ``generate()`` with a static cache)
+  replays one kernel sequence from several instantiated graphs: "1 graph replayed
+  188 times" hides that; the counts say it.
 """
 
 from __future__ import annotations
@@ -50,6 +56,9 @@ LAUNCH_CALLS = ("cudaGraphLaunch", "cuGraphLaunch")
 SETUP_CALL_PREFIXES = ("cudaStreamBeginCapture", "cudaStreamEndCapture", "cuStreamBeginCapture",
                        "cuStreamEndCapture", "cudaGraphInstantiate", "cuGraphInstantiate", "cudaGraphUpload",
                        "cuGraphUpload", "cudaGraphExecUpdate", "cuGraphExecUpdate")
+CAPTURE_CALLS = ("cudaStreamBeginCapture", "cuStreamBeginCapture", "cudaStreamBeginCaptureToGraph",
+                 "cuStreamBeginCaptureToGraph")
+INSTANTIATE_CALL_PREFIXES = ("cudaGraphInstantiate", "cuGraphInstantiate")
 KERNEL_LAUNCH_CALLS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
                        "cudaLaunchCooperativeKernel")
 NODE_TRACE_HINT = ("kernels inside CUDA graphs were not recorded one by one (nsys --cuda-graph-trace=graph, "
@@ -139,6 +148,12 @@ def cuda_graphs(trace: Trace, steps: Any = None) -> dict[str, Any] | None:
     setup_ns = (api_end[setup_rows] - api_start[setup_rows]).astype(np.int64)
     before_steady = api_start[setup_rows] < window[0] if window else np.ones(len(setup_rows), dtype=bool)
 
+    capture_rows = _call_rows(trace, CAPTURE_CALLS)
+    instantiate_rows = _call_rows(trace, INSTANTIATE_CALL_PREFIXES, prefix=True)
+
+    def calls_in_steady(rows: np.ndarray) -> int:
+        return int(((api_start[rows] >= window[0]) & (api_start[rows] < window[1])).sum()) if window else 0
+
     per_step = None
     if steady_count:
         steady_lo, steady_hi = window
@@ -169,6 +184,10 @@ def cuda_graphs(trace: Trace, steps: Any = None) -> dict[str, Any] | None:
             "replaced_launches_host_ns": replaced * one_launch_ns if replaced is not None and one_launch_ns
             else None,
         },
+        "captures": len(capture_rows),
+        "instantiations": len(instantiate_rows),
+        "captures_in_steady": calls_in_steady(capture_rows),
+        "instantiations_in_steady": calls_in_steady(instantiate_rows),
         "setup": {
             "calls": len(setup_rows),
             "host_ns": int(setup_ns.sum()),
