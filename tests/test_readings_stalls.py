@@ -209,3 +209,88 @@ def test_sync_site_ranges_are_decoded_in_the_report(tmp_path: Path) -> None:
     for name in ("report.md", "report.json", "report.html"):
         assert RAW_SITE not in (tmp_path / "r" / name).read_text(), name
     assert "sync: .item() at sync_elementwise.py:25" in (tmp_path / "r" / "report.md").read_text()
+
+
+# -- 4. advice never recommends what the trace shows is done ---------------------------------------------
+def report_findings(path: Path, out: Path) -> list[str]:
+    import json
+
+    cli_output("report", str(path), "-o", str(out))
+    return json.loads((out / "report.json").read_text())["findings"]
+
+
+def test_launch_profile_counts_graph_kernels_apart() -> None:
+    """At node level every kernel of a replay has graphNodeId set (SQL): those are no launches of
+    their own; the rest are launched one by one."""
+    from profkit.analysis.kernels.launches import launch_profile
+
+    path = _unpacked(DATA / "graphs" / "gpt_graphs_node.sqlite.xz")
+    ((total, in_graphs, short_alone),) = sql(
+        path, "SELECT count(*), sum(graphNodeId IS NOT NULL), sum(graphNodeId IS NULL AND end - start < 10000) "
+              "FROM CUPTI_ACTIVITY_KIND_KERNEL")
+    with open_trace(path) as trace:
+        profile = launch_profile(trace)
+    assert (profile["kernels"], profile["in_graphs"], profile["one_by_one"], profile["short_one_by_one"]) == (
+        total, in_graphs, total - in_graphs, short_alone)
+    assert profile["compiled"]  # Inductor's triton_ kernels
+
+
+@pytest.mark.parametrize("name", ["gpt_graphs_node", "gpt_graphs_graph"])
+def test_no_cuda_graph_or_compile_advice_where_both_are_used(name: str, tmp_path: Path) -> None:
+    """torch.compile(mode="reduce-overhead"): 5,945 of 6,652 kernels run inside CUDA graphs and
+    Inductor made them; the old report said "Fusing them (torch.compile) or replaying them as a
+    CUDA graph removes most of it" over all 6,104 launches, graph kernels included."""
+    findings = report_findings(_unpacked(DATA / "graphs" / f"{name}.sqlite.xz"), tmp_path / "r")
+    assert not any("as a CUDA graph" in f or "(torch.compile)" in f for f in findings)
+
+
+def test_compiled_program_is_not_told_to_compile(tmp_path: Path) -> None:
+    """nsys2025_gpt_compiled runs Inductor's kernels one by one: the advice may name CUDA graphs,
+    never torch.compile."""
+    findings = report_findings(nsys_fixture("nsys2025_gpt_compiled"), tmp_path / "r")
+    launch = [f for f in findings if "launched one by one" in f]
+    assert launch and "CUDA graph" in launch[0] and "torch.compile" not in launch[0]
+
+
+# -- 5. graphs: captures and instantiations ---------------------------------------------------------
+def test_graph_captures_and_instantiations_are_counted(tmp_path: Path) -> None:
+    """gpt_graphs: torch.compile's cudagraph trees capture 3 graphs (3 cudaStreamBeginCapture, 3
+    cudaGraphInstantiateWithFlags: SQL) and replay 2 of them; "2 graphs ... replayed 58 times"
+    left the third capture out."""
+    from profkit.analysis.kernels.graphs import cuda_graphs
+
+    path = _unpacked(DATA / "graphs" / "gpt_graphs_node.sqlite.xz")
+    (captures,) = sql(path, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId "
+                            "WHERE s.value LIKE 'cudaStreamBeginCapture%'")[0]
+    (instantiations,) = sql(path, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s "
+                                  "ON s.id = r.nameId WHERE s.value LIKE 'cudaGraphInstantiate%'")[0]
+    with open_trace(path) as trace:
+        graphs = cuda_graphs(trace)
+    assert (graphs["captures"], graphs["instantiations"]) == (captures, instantiations) == (3, 3)
+    assert len(graphs["graphs"]) == 2 and graphs["captures_in_steady"] == 0
+    finding = next(f for f in report_findings(path, tmp_path / "r") if f.startswith("CUDA graphs hold"))
+    assert "from 3 captures and 3 instantiations" in finding
+
+
+# -- 6. copies as a share of all GPU work -----------------------------------------------------------
+def test_copy_share_counts_graph_replays(tmp_path: Path) -> None:
+    """gpt_graphs_graph (graph level): the old finding said copies took "29% of the kernel time",
+    leaving out 307 ms of graph replays; of all GPU work (SQL) they are about 2%."""
+    path = _unpacked(DATA / "graphs" / "gpt_graphs_graph.sqlite.xz")
+    ((copy_ns,),) = sql(path, "SELECT sum(end - start) FROM CUPTI_ACTIVITY_KIND_MEMCPY")
+    ((kernel_ns,),) = sql(path, "SELECT sum(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL")
+    ((graph_ns,),) = sql(path, "SELECT sum(end - start) FROM CUPTI_ACTIVITY_KIND_GRAPH_TRACE")
+    assert graph_ns > 10 * kernel_ns and copy_ns / (copy_ns + kernel_ns + graph_ns) < 0.05
+    findings = report_findings(path, tmp_path / "r")
+    assert not any("of the kernel time" in f for f in findings)
+    assert not any(f.startswith("Memory copies") for f in findings)  # 2% of the work: no finding
+
+
+def test_copy_share_is_of_all_gpu_work() -> None:
+    from profkit.report.findings import findings
+
+    memory = [{"total_ns": 89, "direction": "Host-to-Device", "instances": 1, "total_bytes": 8}]
+    kernels = [{"total_ns": 49, "instances": 1, "avg_ns": 49, "name": "k"}]
+    assert not any("Memory" in f for f in findings(memory=memory, kernels=kernels, graph_replay_ns=972))
+    (copies,) = [f for f in findings(memory=memory, kernels=kernels) if f.startswith("Memory")]
+    assert "64% of all GPU work" in copies  # 89 / (89 + 49)
