@@ -26,7 +26,7 @@ SITE_COLUMNS = [
     Column("api", "API", fit="wrap", drop=4),
     Column("count", "Syncs", "int"), Column("cpu_blocked_ns", "CPU blocked (ns)", "ns", drop=2),
     Column("gpu_idle_ns", "GPU idle (ns)", "ns"), Column("idle_per_step_ns", "Idle/step (ns)", "ns"),
-    Column("nvtx", "NVTX range", drop=5),
+    Column("one_time_gpu_idle_ns", "One-time idle (ns)", "ns", drop=3), Column("nvtx", "NVTX range", drop=5),
 ]
 NVTX_COLUMNS = [
     Column("nvtx", "NVTX range"), Column("count", "Syncs", "int"), Column("sites", "Python sites", "int"),
@@ -79,8 +79,15 @@ def stalls(target: Path, step_range: str | None, other: Path | None, threshold: 
       to the next GPU work after it: the GPU had nothing queued because
       the CPU was waiting.  None before the device's first kernel (start-up
       copies keep no work waiting); two syncs never count one ns twice.
-    Idle/step: GPU idle caused per steady-state step.  Sites are listed by
-      it, then by GPU idle caused in all (the report's table: in all).
+      Only a call the CPU waited in causes idle (cudaStreamWaitEvent does
+      not), and the idle ends where the thread starts to load GPU modules
+      (cuLibraryLoadData, cuModuleLoad*) or to compile (torch.compile).
+    Idle/step: GPU idle caused inside the steady-state steps (each step's
+      GPU window), per steady step; its share is of the steady steps' time.
+      Sites are listed by it, then by GPU idle caused in all (the report's
+      table: in all).
+    One-time idle: the rest, outside the steady steps: start-up, warm-up,
+      teardown (a torch.cuda.synchronize() after the loop), never per step.
     --compare: the step-time verdict of `profkit diff` (steady-state medians,
       95% bootstrap interval; slower/faster only when the interval excludes 0
       and the change is at least 2%).
@@ -131,8 +138,10 @@ def _site_rows(report: StallReport) -> list[dict[str, Any]]:
                  else "source unknown")
         api = site["api"] + (f" ({site['copy_pattern']})" if site.get("copy_pattern") else "")
         per_step = site["per_step"]
+        priced = per_step and (site["in_steps"] or per_step["gpu_idle_ns"])
         rows.append({**site, "site": where, "api": api,
-                     "idle_per_step_ns": per_step["gpu_idle_ns"] if per_step and site["in_steps"] else None})
+                     "idle_per_step_ns": per_step["gpu_idle_ns"] if priced else None,
+                     "one_time_gpu_idle_ns": site.get("one_time_gpu_idle_ns")})
     return rows
 
 
