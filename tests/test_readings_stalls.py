@@ -173,6 +173,7 @@ def test_compile_time_is_no_sync_idle() -> None:
             assert not any(t == e.global_tid and a < e.idle_end and b > e.idle_start for t, a, b in compiles)
     assert max(e.gpu_idle_ns for e in report.events) < 100_000_000  # was 6,759 ms
     assert report.host_work["compile_ns"] > 10e9  # told apart, once
+    assert any(f.startswith("torch.compile compiled for") and "one-time" in f for f in report.findings)
 
 
 # -- 7. the sync hook's range texts read decoded everywhere --------------------------------------------

@@ -136,7 +136,7 @@ class HostWork:
     totals_ns: dict[str, int] = field(default_factory=dict)
 
     def totals(self) -> dict[str, int]:
-        """Wall time per kind, "<kind>_ns" (nested stretches of one thread counted once; 0 for a
+        """Wall time per kind, "<kind>_ns" (overlapping stretches counted once; 0 for a
         kind the trace shows none of)."""
         return {"compile_ns": 0, "module_load_ns": 0, **{f"{k}_ns": v for k, v in self.totals_ns.items()}}
 

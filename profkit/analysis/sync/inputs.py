@@ -340,7 +340,8 @@ def host_work(trace: Trace) -> HostWork:
         return work
     for kind in sorted({k for k, *_ in found}):
         parts = [(t, s, e) for k, t, s, e in found if k == kind]
-        work.totals_ns[kind] = sum(_union_ns(t, s, e) for t, s, e in parts)
+        work.totals_ns[kind] = _union_ns(np.concatenate([s for _, s, _ in parts]),
+                                         np.concatenate([e for _, _, e in parts]))
     thread = np.concatenate([t for _, t, _, _ in found])
     start = np.concatenate([s for _, _, s, _ in found])
     end = np.concatenate([e for _, _, _, e in found])
@@ -360,15 +361,11 @@ def _compile_name(name: str) -> bool:
     return name.endswith(_DYNAMO_TIMED) or name in COMPILE_OPS
 
 
-def _union_ns(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> int:
-    """Wall time the stretches cover, per thread (nested ones counted once), summed over threads."""
-    order = np.lexsort((start, thread))
-    thread, start, end = thread[order], start[order], end[order]
-    total = 0
-    for t in np.unique(thread).tolist():
-        mine = thread == t
-        s, e = start[mine], np.maximum.accumulate(end[mine])
-        # a stretch adds what it covers past the furthest end before it
-        before = np.r_[np.iinfo(np.int64).min, e[:-1]]
-        total += int(np.maximum(e - np.maximum(s, before), 0).sum())
-    return total
+def _union_ns(start: np.ndarray, end: np.ndarray) -> int:
+    """Wall time the stretches cover (on any thread; overlapping ones counted once), so that it
+    is a share of the run that never passes 100%."""
+    order = np.argsort(start, kind="stable")
+    start, end = start[order], np.maximum.accumulate(end[order])
+    # a stretch adds what it covers past the furthest end before it
+    before = np.r_[np.iinfo(np.int64).min, end[:-1]]
+    return int(np.maximum(end - np.maximum(start, before), 0).sum())

@@ -257,6 +257,18 @@ def _one_time_findings(sites: Sequence[dict[str, Any]], run_ns: int | None, thre
     return out
 
 
+def host_work_findings(host_work: dict[str, int], run_ns: int | None, threshold_pct: float) -> list[str]:
+    """The one-time host work no sync is charged with (``inputs.host_work``), where it is at
+    least ``threshold_pct`` of the run: torch.compile's compile, GPU module loading."""
+    out = []
+    for key, what in (("compile_ns", "torch.compile compiled"), ("module_load_ns", "GPU modules were loaded")):
+        ns = host_work.get(key) or 0
+        if run_ns and ns > 0 and 100.0 * ns / run_ns >= threshold_pct:
+            out.append(f"{what} for {_ms(ns)} ms ({100.0 * ns / run_ns:.0f}% of the run; a one-time cost): "
+                       "the GPU idle meanwhile is charged to no synchronization")
+    return out
+
+
 def _site_name(site: dict[str, Any]) -> str:
     if site["source"]:
         file = os.path.basename(site["file"] or "") or site["file"]
@@ -352,7 +364,8 @@ def analyze_stalls(trace: Trace, *, step_range: str | None = None, threshold_pct
     return StallReport(
         export=trace.name, step_range=label, threshold_pct=threshold_pct, sites=sites,
         by_nvtx=aggregate_by_nvtx(events, range_label), events=events, steps=steps, step_stats=stats,
-        findings=write_findings(sites, stats, label, window, threshold_pct), run_ns=window,
+        findings=write_findings(sites, stats, label, window, threshold_pct)
+        + host_work_findings(host_work.totals(), window, threshold_pct), run_ns=window,
         host_work=host_work.totals())
 
 
