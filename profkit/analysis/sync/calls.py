@@ -124,8 +124,8 @@ class ApiCall:
     def blocks_cpu(self) -> bool:
         """True when the call itself waits for the GPU (see the module docstring)."""
         role = self.role
-        if role == "sync":
-            return SYNC_APIS.get(self.name) != "stream wait"  # orders GPU work; the CPU goes on
+        if role == "sync":  # a stream wait orders GPU work; the CPU goes on
+            return SYNC_APIS.get(self.name) != "stream wait" and "wait" not in (self.sync_type or "").lower()
         if role == "copy":
             if self.is_async:
                 return PAGEABLE in (self.src_kind, self.dst_kind)
