@@ -295,3 +295,18 @@ def test_copy_share_is_of_all_gpu_work() -> None:
     assert not any("Memory" in f for f in findings(memory=memory, kernels=kernels, graph_replay_ns=972))
     (copies,) = [f for f in findings(memory=memory, kernels=kernels) if f.startswith("Memory")]
     assert "64% of all GPU work" in copies  # 89 / (89 + 49)
+
+
+def test_node_level_graphs_are_told_apart_by_their_node_ids() -> None:
+    """A graph is the replays of the same captured nodes: the distinct smallest graphNodeId of each
+    replay (SQL), so a graph captured again counts as another graph, whatever kernels it runs."""
+    from profkit.analysis.kernels.graphs import cuda_graphs
+
+    path = _unpacked(DATA / "graphs" / "gpt_graphs_node.sqlite.xz")
+    captured = sql(path, "SELECT m, count(*) FROM (SELECT min(graphNodeId) AS m FROM CUPTI_ACTIVITY_KIND_KERNEL "
+                         "WHERE graphNodeId IS NOT NULL GROUP BY correlationId) GROUP BY m")
+    with open_trace(path) as trace:
+        graphs = cuda_graphs(trace)
+        assert int((trace.array("kernels", "graph_node_id") >= 0).sum()) == sum(
+            n for (n,) in sql(path, "SELECT count(graphNodeId) FROM CUPTI_ACTIVITY_KIND_KERNEL"))
+    assert sorted(g["replays"] for g in graphs["graphs"]) == sorted(n for _, n in captured)

@@ -89,6 +89,10 @@ KERNELS = _cols(
     ("smem_config_bytes", INT, "shared memory carveout the launch ran with, -1 unknown"),
     # Added by the nsys reader: non-zero means the kernel spills to local memory.
     ("local_memory_per_thread", INT, "bytes of local memory per thread, -1 unknown"),
+    # A kernel run as a node of a CUDA graph (nsys --cuda-graph-trace=node): the node's id in its
+    # captured graph, unique across graphs, so a graph captured again has new ids (-1: not in a
+    # graph, or unknown: Kineto records none).
+    ("graph_node_id", INT, "nsys graphNodeId, -1 none or unknown"),
     # The collective call an NCCL kernel runs.  One NCCL kernel runs one call
     # (torch's record_param_comms op; a coalesced group is one call and one
     # kernel), so what the call moved is a property of that kernel: kernel

@@ -14,8 +14,10 @@ A trace records graphs at one of two levels:
 - a **replay** is one ``cudaGraphLaunch``: a ``graphs`` row (graph level), or
   the GPU operations that launch's correlation id names (node level);
 - a **graph** is what was replayed: nsys's ``graphId`` at graph level; at node
-  level (where Kineto records no graph id) the replays that ran the same
-  sequence of kernel names, in order;
+  level the replays whose kernels have the same graph node ids (nsys
+  ``graphNodeId``: a graph captured again gets new node ids, so each capture is
+  a graph of its own even where it runs the same kernels), else (Kineto records
+  no node ids) the replays that ran the same sequence of kernel names, in order;
 - **GPU time** is the sum of the operations' durations (replays at graph level;
   the operations inside replays at node level), as the kernel summary sums
   kernel time; ``in_graphs_pct`` is the share of all GPU work's time that ran
@@ -211,7 +213,7 @@ def _node_level_replays(trace: Trace, launch_rows: np.ndarray) -> dict[str, Any]
     """One replay per graph launch call that ran GPU work, from the operations it launched."""
     is_launch = np.zeros(len(trace.array("api", "start")), dtype=bool)
     is_launch[launch_rows] = True
-    calls, starts, ends, kinds, names = [], [], [], [], []
+    calls, starts, ends, kinds, names, nodes = [], [], [], [], [], []
     name_codes: list[str] = []
     for table in schema.GPU_WORK_TABLES:
         if table == "graphs" or not trace.has(table) or not trace.count(table):
@@ -225,6 +227,8 @@ def _node_level_replays(trace: Trace, launch_rows: np.ndarray) -> dict[str, Any]
         starts.append(trace.array(table, "start")[inside])
         ends.append(trace.array(table, "end")[inside])
         kinds.append(np.full(len(inside), table == "kernels", dtype=bool))
+        nodes.append(trace.array(table, "graph_node_id")[inside].astype(np.int64) if table == "kernels"
+                     else np.full(len(inside), -1, dtype=np.int64))
         if table == "kernels":
             coded = trace.codes("kernels", "short_name")
             names.append(coded.codes[inside].astype(np.int64) + len(name_codes))
@@ -236,19 +240,24 @@ def _node_level_replays(trace: Trace, launch_rows: np.ndarray) -> dict[str, Any]
         empty = np.zeros(0, dtype=np.int64)
         return {"start": empty, "graph": empty, "labels": [], "gpu_ns": empty, "span_ns": empty, "kernels": empty}
     call, start, end = np.concatenate(calls), np.concatenate(starts), np.concatenate(ends)
-    is_kernel, name = np.concatenate(kinds), np.concatenate(names)
+    is_kernel, name, node = np.concatenate(kinds), np.concatenate(names), np.concatenate(nodes)
     order = np.lexsort((start, call))  # each replay's operations together, in GPU order
-    call, start, end, is_kernel, name = call[order], start[order], end[order], is_kernel[order], name[order]
+    call, start, end, is_kernel, name, node = (call[order], start[order], end[order], is_kernel[order], name[order],
+                                               node[order])
     first = np.flatnonzero(np.r_[True, call[1:] != call[:-1]])
     bounds = np.r_[first, len(call)]
     duration = np.maximum(end - start, 0).astype(np.int64)
     gpu_ns = np.add.reduceat(duration, first)
     span = np.maximum.reduceat(end, first) - start[first]
     kernels = np.add.reduceat(is_kernel.astype(np.int64), first)
-    # a graph: the replays that ran the same sequence of operations, numbered by first replay
-    signatures: dict[bytes, int] = {}
-    graph = np.array([signatures.setdefault(name[a:b].tobytes(), len(signatures))
-                      for a, b in zip(bounds[:-1], bounds[1:])], dtype=np.int64)
+    # a graph: the replays of the same captured nodes (their smallest node id), else of the same
+    # sequence of operations; numbered by first replay
+    first_node = np.maximum.reduceat(node, first)  # -1 where no operation has a node id
+    known = np.where(node >= 0, node, np.iinfo(np.int64).max)
+    first_node = np.where(first_node >= 0, np.minimum.reduceat(known, first), -1)
+    signatures: dict[Any, int] = {}
+    graph = np.array([signatures.setdefault(int(n) if n >= 0 else name[a:b].tobytes(), len(signatures))
+                      for n, a, b in zip(first_node.tolist(), bounds[:-1], bounds[1:])], dtype=np.int64)
     labels = []
     for signature_index, (a, b) in enumerate(_first_replay_bounds(graph, bounds)):
         first_name = name_codes[int(name[a])]

@@ -134,6 +134,7 @@ def _kernels(export: NsysExport) -> TableSpec:
         "dynamic_smem_bytes": _int(export, t, "dynamicSharedMemory"),
         "smem_config_bytes": _int(export, t, "sharedMemoryExecuted"),
         "local_memory_per_thread": _int(export, t, "localMemoryPerThread"),
+        "graph_node_id": _int(export, t, "graphNodeId"),
     })
     # Not columns of the export (schema.KERNELS says why): unknown, not 0; collective, msg_bytes
     # and group_size are then filled from NCCL's NVTX payloads where exported (NsysSource._nccl).
