@@ -107,7 +107,7 @@ def test_llama_generate_site_idle_per_step_is_the_steps_idle() -> None:
 @pytest.mark.parametrize("name", ["nsys2023_vector_add", "nsys2025_bad"])
 def test_no_share_of_the_step_over_100_percent(name: str) -> None:
     """Old: "costing 211.8 ms per step (273% of the median step time)" (vector_add), 328% (bad).
-    A step holds only the idle inside its own GPU window, so the share of the steady steps' time
+    A step holds only the idle inside its own GPU window, so the share of the steady-state step time
     is at most 100%, and each finding says what its share is of."""
     _, report = nsys_report(name)
     assert report.findings

@@ -83,7 +83,7 @@ def stalls(target: Path, step_range: str | None, other: Path | None, threshold: 
       not), and the idle ends where the thread starts to load GPU modules
       (cuLibraryLoadData, cuModuleLoad*) or to compile (torch.compile).
     Idle/step: GPU idle caused inside the steady-state steps (each step's
-      GPU window), per steady step; its share is of the steady steps' time.
+      GPU window), per steady step; its share is of the steady-state step time.
       Sites are listed by it, then by GPU idle caused in all (the report's
       table: in all).
     One-time idle: the rest, outside the steady steps: start-up, warm-up,

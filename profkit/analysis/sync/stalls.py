@@ -202,12 +202,12 @@ def step_statistics(steps: Sequence[Step]) -> dict[str, Any] | None:
 
 def write_findings(sites: Sequence[dict[str, Any]], step_stats: dict[str, Any] | None, step_label: str | None,
                    run_ns: int | None, threshold_pct: float) -> list[str]:
-    """Plain-language findings for syncs that cost at least ``threshold_pct`` of the steady steps' (or
-    the run's) time.
+    """Plain-language findings for syncs that cost at least ``threshold_pct`` of the steady-state
+    step time (or of the run).
 
     A per-step cost is the sync-caused GPU idle inside the steady steps, per
     steady step (a site that syncs every other step costs half its idle per
-    step), given as a share of the steady steps' time (their summed
+    step), given as a share of the steady-state step time (their summed
     durations, so never over 100%) next to the median step time.  Idle a
     site caused outside the steady steps (start-up, warm-up, teardown: a
     final ``torch.cuda.synchronize()`` after the loop) is one-time: said as
@@ -227,11 +227,11 @@ def write_findings(sites: Sequence[dict[str, Any]], step_stats: dict[str, Any] |
                 continue
             out.append(f"{_site_name(site)} synchronizes {site['in_steps']} times, {_num(per['syncs'])} per step, "
                        f"costing {_ms(per['gpu_idle_ns'])} ms per step in GPU idle time ({pct:.0f}% of the "
-                       f"steady {label}s' time; median {label} {_ms(typical)} ms)")
+                       f"steady-state {label} time; median {label} {_ms(typical)} ms)")
         total_pct = step_stats.get("sync_gpu_idle_pct", 0.0)
         if total_pct >= threshold_pct:
             out.append(f"Synchronizations leave the GPU idle {_ms(step_stats['sync_gpu_idle_mean_ns'])} ms per "
-                       f"{label} ({total_pct:.0f}% of the steady {label}s' time); estimated median {label} time "
+                       f"{label} ({total_pct:.0f}% of the steady-state {label} time); estimated median {label} time "
                        f"without them: {_ms(step_stats['estimated_median_without_syncs_ns'])} ms instead of "
                        f"{_ms(typical)} ms (an estimate: a launch-bound loop gains less)")
         out += _one_time_findings(sites, run_ns, threshold_pct, label)
@@ -252,7 +252,7 @@ def _one_time_findings(sites: Sequence[dict[str, Any]], run_ns: int | None, thre
         once = site.get("one_time_gpu_idle_ns") or 0
         if not run_ns or once <= 0 or 100.0 * once / run_ns < threshold_pct:
             continue
-        out.append(f"{_site_name(site)} left the GPU idle {_ms(once)} ms outside the steady {label}s "
+        out.append(f"{_site_name(site)} left the GPU idle {_ms(once)} ms outside the steady-state {label}s "
                    f"(a one-time cost: start-up, warm-up or teardown; {100.0 * once / run_ns:.0f}% of the run)")
     return out
 
@@ -284,6 +284,8 @@ def _ms(ns: float) -> str:
 
 
 def _num(x: float) -> str:
+    if 0 < x < 0.95:
+        return f"{x:.2g}"  # a sync every 30 steps is 0.033 per step, not 0
     return f"{x:.0f}" if abs(x - round(x)) < 0.05 else f"{x:.1f}"
 
 
