@@ -80,8 +80,10 @@ def test_the_sync_after_the_loop_costs_no_time_per_step(name: str) -> None:
     assert site["per_step"]["gpu_idle_ns"] == 0
     assert site["one_time_gpu_idle_ns"] == site["gpu_idle_ns"] > 0
     assert all(s.gpu_idle_ns == 0 for s in report.steps)
-    with_any_cost = stalls.write_findings(report.sites, report.step_stats, report.step_range, None, 0.0)
+    with_any_cost = stalls.write_findings(report.sites, report.step_stats, report.step_range, report.run_ns, 1e-6)
     assert not any("per step" in f and f.startswith("cudaDeviceSynchronize") for f in with_any_cost)
+    (once,) = [f for f in with_any_cost if f.startswith("cudaDeviceSynchronize")]
+    assert "outside the steady-state" in once and "one-time" in once and f"{site['gpu_idle_ns'] / 1e6:.3g} ms" in once
 
 
 @pytest.mark.parametrize("name", ["nsys2025_mlp_gpu_plain", "nsys2025_sync", "nsys2023_sync_sites",
