@@ -98,6 +98,7 @@ NCU_COLUMNS = [
 ]
 STALL_COLUMNS = [
     Column("gpu_idle_ns", "GPU idle caused (ns)", "ns"),
+    Column("one_time_gpu_idle_ns", "Of it outside the steady state (ns)", "ns"),
     Column("cpu_blocked_ns", "CPU blocked (ns)", "ns"),
     Column("count", "Syncs", "int"),
     Column("per_step_syncs", "Per step", "float"),
