@@ -177,13 +177,20 @@ def require_some_rank(summaries: Sequence[dict[str, Any]]) -> None:
 
 
 def rank_table_json(summaries: Sequence[dict[str, Any]]) -> list[Row]:
-    """``profkit ranks --format json``: the readable ranks' rows, then one row per failed file."""
-    from profkit.analysis.ranks.cross_rank import check_one_job, failed_ranks, rank_rows
+    """``profkit ranks --format json``: the readable ranks' rows, then one row per failed file.
+    The straggler's row has ``straggler`` true and ``straggler_evidence``, the sentence that names
+    it and its cause; every other rank's ``wait_per_step_ns`` is how long it waits for it."""
+    from profkit.analysis.ranks.cross_rank import check_one_job, failed_ranks, rank_rows, straggler
+    from profkit.report.ranks import straggler_sentence
 
     require_some_rank(summaries)
     check_one_job(summaries)
-    return rank_rows(summaries) + [{"file": f["file"], "rank": f["rank"], "error": f["error"]}
-                                   for f in failed_ranks(summaries)]
+    slow = straggler(summaries)
+    rows = rank_rows(summaries, slow)
+    sentence = straggler_sentence(slow, len(rows))
+    for row in rows:
+        row["straggler_evidence"] = sentence if row["straggler"] else None
+    return rows + [{"file": f["file"], "rank": f["rank"], "error": f["error"]} for f in failed_ranks(summaries)]
 
 
 # -- DataFrames ---------------------------------------------------------------------------

@@ -19,6 +19,9 @@ PARTIAL_EXIT = 3
 
 RANK_COLUMNS = [
     Column("rank", "Rank", "int"),
+    Column("straggler", "Straggler"),
+    Column("wait_per_step_ns", "Waits for it / step (ns)", "ns", drop=1),
+    Column("comm_per_step_ns", "Comm / step (ns)", "ns", drop=1),
     Column("steps", "Steps", "int"),
     Column("step_median_ns", "Step median (ns)", "ns"),
     Column("kernel_ns", "Kernel time (ns)", "ns"),
@@ -30,6 +33,8 @@ RANK_COLUMNS = [
     Column("rank_source", "Rank from", drop=1),
     Column("file", "File", fit="left", drop=2),
 ]
+# CSV and Markdown carry the sentence naming the straggler and its cause; the table prints it below.
+EVIDENCE_COLUMN = Column("straggler_evidence", "Why it is the straggler", fit="wrap")
 
 traces_argument = click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
 scheduler_option = click.option(
@@ -90,7 +95,14 @@ def exit_for(summaries: list[dict[str, Any]]) -> int:
 @rank_from_option
 def ranks(traces: tuple[Path, ...], fmt: str, wide: bool, scheduler: str | None, workers: int | None,
           rank_from: str | None) -> None:
-    """One row per rank: steps, kernel time by class, idle, comm/comp overlap.
+    """One row per rank: the straggler, steps, kernel time by class, idle, comm/comp overlap.
+
+    \b
+    Straggler: the rank the others wait for, the one with the least time in
+    NCCL kernels per steady step; "Waits for it": each other rank's extra
+    NCCL time per step (means over the job's steady steps).  The sentence
+    under the table names what makes it late: a kernel only it runs (or runs
+    longer), or a Python line, sync or data-loading function of its host.
 
     \b
     Kernel time: the sum of the rank's kernel durations (overlapping kernels
@@ -112,8 +124,10 @@ def ranks(traces: tuple[Path, ...], fmt: str, wide: bool, scheduler: str | None,
       profkit ranks whole_job.sqlite
       profkit ranks traces/ --scheduler tcp://10.0.0.5:8786 --format json
     """
-    from profkit.analysis.ranks.cross_rank import failed_ranks
+    from profkit.analysis.ranks.cross_rank import failed_ranks, straggler
     from profkit.api import rank_table_json
+    from profkit.report.ranks import straggler_sentence
+    from profkit.terminal import echo_for
 
     summaries = read_ranks(traces, scheduler, workers, rank_from)
     code = exit_for(summaries)
@@ -121,7 +135,12 @@ def ranks(traces: tuple[Path, ...], fmt: str, wide: bool, scheduler: str | None,
     if fmt == "json":
         emit_rows(rows, RANK_COLUMNS, fmt)
     else:
-        emit_rows([r for r in rows if "error" not in r], RANK_COLUMNS, fmt, title="Ranks", wide=wide)
+        readable = [r for r in rows if "error" not in r]
+        columns = RANK_COLUMNS if fmt == "table" else [*RANK_COLUMNS, EVIDENCE_COLUMN]
+        emit_rows(readable, columns, fmt, title="Ranks", wide=wide)
+        sentence = straggler_sentence(straggler(summaries), len(readable)) if fmt == "table" else None
+        if sentence:
+            echo_for(fmt)(sentence)
     for f in failed_ranks(summaries):
         click.echo(f"profkit: rank file {f['file']} not read: {f['error']}", err=True)
     if code:

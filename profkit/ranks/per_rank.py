@@ -62,7 +62,9 @@ def _peak_rss_bytes() -> int | None:
 
 def summarize_trace(trace: Trace, rank_hint: int | None = None) -> dict[str, Any]:
     from profkit.analysis.breakdown import rank_breakdown
+    from profkit.analysis.kernels.names import canonical_column
     from profkit.analysis.kernels.origin import kernel_types
+    from profkit.analysis.ranks.culprit import rank_costs
     from profkit.analysis.steps import find_steps
 
     kernels = trace.table("kernels", ["name", "start", "end"])
@@ -75,7 +77,8 @@ def summarize_trace(trace: Trace, rank_hint: int | None = None) -> dict[str, Any
 
     steps = find_steps(trace)
     breakdown = rank_breakdown(trace)
-    per_step = _per_step(kernels["start"].to_numpy(), durations, types, steps.steps)
+    per_step, kernel_step = _per_step(kernels["start"].to_numpy(), durations, types, steps.steps)
+    keys, display = canonical_column(names)
     steady = per_step[per_step["phase"] == "steady"] if len(per_step) else per_step
     return {
         "rank": trace.meta.rank if trace.meta.rank is not None else rank_hint,
@@ -100,7 +103,11 @@ def summarize_trace(trace: Trace, rank_hint: int | None = None) -> dict[str, Any
         "comm_per_step_ns": _median(steady["comm_ns"]) if len(steady) else None,
         "step_table": per_step.to_dict("records"),
         "collectives": _collectives(trace, types == "communication"),
-        "kernels": _top_kernels(names, durations),
+        "kernels": _top_kernels(keys, display, durations),
+        # what the straggler is late for, if it is this rank: its costs per steady step
+        "costs": rank_costs(trace, keys, display, durations, types == "computation", kernel_step,
+                            np.flatnonzero(per_step["phase"].to_numpy() == "steady") if len(per_step) else
+                            np.empty(0, np.int64)),
     }
 
 
@@ -115,17 +122,18 @@ def _median(values: Any) -> float | None:
 
 
 def _per_step(starts: np.ndarray, durations: np.ndarray, types: np.ndarray, steps: Any):
-    """Compute and communication kernel time inside each step (by kernel start)."""
+    """Compute and communication kernel time inside each step (by kernel start), and each
+    kernel's position in that table (-1: in no step)."""
     import pandas as pd
 
     columns = ["index", "start_ns", "end_ns", "duration_ns", "phase", "compute_ns", "comm_ns"]
     if steps is None or len(steps) == 0:
-        return pd.DataFrame(columns=columns)
+        return pd.DataFrame(columns=columns), np.full(len(starts), -1, dtype=np.int64)
     table = steps[["index", "start_ns", "end_ns", "duration_ns", "phase"]].reset_index(drop=True)
     step = step_of(starts, table["start_ns"].to_numpy(), table["end_ns"].to_numpy())
     for column, kind in (("compute_ns", "computation"), ("comm_ns", "communication")):
         table[column] = sum_per_step(step, np.where(types == kind, durations, 0), len(table))
-    return table
+    return table, step
 
 
 def _collectives(trace: Trace, comm: np.ndarray) -> list[dict[str, Any]]:
@@ -155,13 +163,10 @@ def _collectives(trace: Trace, comm: np.ndarray) -> list[dict[str, Any]]:
     return rows
 
 
-def _top_kernels(names: Any, durations: np.ndarray) -> list[dict[str, Any]]:
+def _top_kernels(keys: np.ndarray, display: dict[str, str], durations: np.ndarray) -> list[dict[str, Any]]:
     """The kernels with the most time, by canonical name (so nsys and Kineto ranks compare)."""
     import pandas as pd
 
-    from profkit.analysis.kernels.names import canonical_column
-
-    keys, display = canonical_column(names)
     frame = pd.DataFrame({"key": keys, "ns": durations})
     grouped = frame.groupby("key")["ns"].agg(["sum", "count"])
     grouped = grouped.sort_values("sum", ascending=False).head(KERNEL_LIMIT)

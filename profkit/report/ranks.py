@@ -18,6 +18,8 @@ from profkit.report.text import duration, percent, size
 
 RANK_TABLE_COLUMNS = [
     Column("rank", "Rank", "int"),
+    Column("straggler", "Straggler"),
+    Column("wait_per_step_ns", "Waits for it / step (ns)", "ns"),
     Column("steps", "Steps", "int"),
     Column("step_median_ns", "Step median (ns)", "ns"),
     Column("compute_per_step_ns", "Compute kernels / step (ns)", "ns"),
@@ -88,17 +90,9 @@ def ranks_findings(job: dict[str, Any]) -> list[str]:
     medians = [r["step_median_ns"] for r in ranks if r.get("step_median_ns") is not None]
     if medians:
         items.append(f"{len(ranks)} ranks; step median from {duration(min(medians))} to {duration(max(medians))}.")
-    s = job["straggler"]
-    if s is not None:
-        waits = "; ".join(f"rank {w['rank']} waits {duration(w['wait_per_step_ns'])} per step in communication"
-                          for w in s["waits"])
-        why = (f"its GPU computes {duration(s['compute_per_step_ns'])} per step, "
-               f"{percent(s['excess_pct'], 1)} above the ranks' median" if s["cause"] == "GPU compute" else
-               f"its GPU compute per step ({duration(s['compute_per_step_ns'])}) is not the longest, so the delay "
-               "is on its host (launches, data loading, Python)")
-        items.append(f"Rank {s['rank']} is the straggler: {why}" + (f"; {waits}." if waits else "."))
-    elif len(ranks) > 1:
-        items.append(f"No straggler: no rank waits for another for {STRAGGLER_MIN_WAIT:.0%} of a step or more.")
+    sentence = straggler_sentence(job["straggler"], len(ranks))
+    if sentence:
+        items.append(sentence)
     for c in job["collectives"][:3]:
         moved = ""
         if c.get("msg_bytes_min") is not None:
@@ -117,12 +111,44 @@ def ranks_findings(job: dict[str, Any]) -> list[str]:
     return items
 
 
+def straggler_sentence(s: dict[str, Any] | None, ranks: int) -> str | None:
+    """"Rank 1 is the straggler: 30 ms more of every step on its GPU in spin_kernel (rank 0 waits
+    31 ms per step)" or "No straggler: ..." (the one sentence ``ranks`` and the report print);
+    None for a single rank."""
+    if s is None:
+        if ranks < 2:
+            return None
+        return f"No straggler: no rank waits for another for {STRAGGLER_MIN_WAIT:.0%} of a step or more."
+    waits = ", ".join(f"rank {w['rank']} waits {duration(w['wait_per_step_ns'])} per step"
+                      for w in s["waits"])
+    c = s.get("culprit")
+    if c is not None:
+        where = {"kernel": "its GPU in", "host function": "its host in", "data loading": "its host loading data in",
+                 "sync": "its host blocked in"}.get(c["kind"], "its host in")
+        why = f"{duration(c['excess_ns_per_step'])} more of every step on {where} {c['name']}"
+        if c["kind"] == "kernel":
+            why += (", a kernel no other rank runs" if c["only_straggler"] else
+                    f" ({duration(c['ns_per_step'])} per step; the others' median {duration(c['others_ns_per_step'])})")
+    elif s["cause"] == "GPU compute":
+        why = (f"its GPU computes {duration(s['compute_per_step_ns'])} per step, "
+               f"{percent(s['excess_pct'], 1)} above the ranks' median")
+    else:
+        why = (f"its GPU compute per step ({duration(s['compute_per_step_ns'])}) is not the longest, so the delay "
+               "is on its host (launches, data loading, Python); no kernel, Python function or sync line of it "
+               "explains it")
+    return f"Rank {s['rank']} is the straggler: {why}" + (f" ({waits})." if waits else ".")
+
+
 def _ranks_section(job: dict[str, Any]) -> Section:
-    section = Section("ranks", "Ranks", intro="One row per rank; per-step figures over steady-state steps.")
+    section = Section("ranks", "Ranks", intro="One row per rank; per-step figures are means over the job's "
+                      "steady-state steps (the same step indices on every rank).")
     section.tables.append(Table("ranks", "Ranks", RANK_TABLE_COLUMNS, job["ranks"], label_key="file"))
     s = job["straggler"]
     if s is not None:
+        culprit = s.get("culprit")
         section.facts = [("Straggler", f"rank {s['rank']} ({s['file']})"), ("Why", s["cause"]),
+                         *([("Cause", f"{culprit['kind']}: {culprit['name']}, "
+                                      f"{duration(culprit['excess_ns_per_step'])} more per step")] if culprit else []),
                          ("Its compute per step", duration(s["compute_per_step_ns"])),
                          ("Ranks' median compute per step", duration(s["median_compute_per_step_ns"]))]
         section.facts += [(f"Rank {w['rank']} waits per step", duration(w["wait_per_step_ns"])) for w in s["waits"]]

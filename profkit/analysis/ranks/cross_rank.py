@@ -3,21 +3,8 @@
 Input: the per-rank summaries of ``profkit.ranks.per_rank`` (plain dicts);
 output: plain data for ``profkit ranks`` and the cross-rank report.
 
-The straggler.  In data-parallel training every rank computes, then meets the
-others in a collective (all-reduce).  A collective's kernel on each rank
-starts when that rank launches it and ends only when every rank has arrived
-and the data has moved, so the rank that arrives last spends the least time
-in communication kernels, and every other rank's communication time is longer
-by the time it waited.  So the straggler is the rank with the least
-communication time per steady-state step, and the wait it causes on rank r is
-r's communication time per step minus the straggler's.  Why it arrives late
-is told apart: when its GPU compute per step is the longest (the case of a
-rank slowed on purpose), the cause is "GPU compute"; otherwise its GPU did not
-work longer and the delay is on its host (launches, data loading, Python).
-The real 2-rank DDP fixtures show both: with rank 1 slowed, rank 1 computes
-49% longer and rank 0 waits for it; in the plain run rank 0's host lags and
-rank 1 waits for it although rank 1's kernels take longer.
-Without collectives nobody waits; the rank with the most compute is named.
+The straggler -- the rank the others wait for -- and what makes it late:
+``culprit.straggler`` (also ``profkit.analysis.ranks.straggler``).
 """
 
 from __future__ import annotations
@@ -27,15 +14,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from profkit.analysis.ranks.collectives import across_ranks
+from profkit.analysis.ranks.culprit import STRAGGLER_MIN_EXCESS, STRAGGLER_MIN_WAIT, job_plan, steady_means, straggler
 from profkit.analysis.compare.same_program import check_same_program
 from profkit.errors import ProfkitError
 
-# A rank is the straggler when the others wait for it in collectives for at
-# least this share of a step (below it: the jitter of any all-reduce).
-STRAGGLER_MIN_WAIT = 0.05
-# Its GPU compute is the cause when its compute per step exceeds the ranks'
-# median by at least this much; otherwise the delay is on its host side.
-STRAGGLER_MIN_EXCESS = 0.03
+__all__ = ["STRAGGLER_MIN_EXCESS", "STRAGGLER_MIN_WAIT", "cross_rank", "rank_rows", "straggler"]
 # Kernels whose total time differs across ranks by more than this share.
 KERNEL_SKEW_MIN = 0.10
 # Two ranks ran the same program when they share at least half their kernel names
@@ -46,10 +29,15 @@ RANK_KEYS = ("rank", "rank_source", "file", "steps", "step_median_ns", "kernel_n
              "comm_kernel_ns", "memory_ns", "idle_ns", "comm_comp_overlap_pct")
 
 
-def rank_rows(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The ``profkit ranks`` table: one row per readable rank, by rank."""
-    rows = [{k: s.get(k) for k in RANK_KEYS} | {"compute_per_step_ns": s.get("compute_per_step_ns"),
-                                               "comm_per_step_ns": s.get("comm_per_step_ns")}
+def rank_rows(summaries: Sequence[dict[str, Any]], slow: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The ``profkit ranks`` table: one row per readable rank, by rank.  Per-step figures are means
+    over the job's steady steps; ``straggler`` marks the rank the others wait for (``slow``, from
+    ``straggler``), ``wait_per_step_ns`` how long each other rank waits for it."""
+    plan = job_plan(summaries)
+    waits = {w["rank"]: w["wait_per_step_ns"] for w in (slow or {}).get("waits") or []}
+    rows = [{k: s.get(k) for k in RANK_KEYS} | steady_means(s, plan)
+            | {"straggler": slow is not None and s.get("rank") == slow["rank"] and s.get("file") == slow["file"],
+               "wait_per_step_ns": waits.get(s.get("rank"), 0.0 if slow is not None else None)}
             | _rank_collectives(s) for s in summaries if "error" not in s]
     return sorted(rows, key=lambda r: (r["rank"] is None, r["rank"] if r["rank"] is not None else 0, r["file"]))
 
@@ -89,37 +77,10 @@ def check_one_job(summaries: Sequence[dict[str, Any]]) -> None:
             check_same_program(s["file"], {k["key"] for k in s["kernels"]}, reference["file"], ref_names, hint=None)
 
 
-def straggler(summaries: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
-    """The rank the others wait for, how long they wait per step, and whether its GPU compute is why."""
-    ok = [s for s in summaries if "error" not in s and s.get("compute_per_step_ns") is not None]
-    if len(ok) < 2:
-        return None
-    median_compute = statistics.median(s["compute_per_step_ns"] for s in ok)
-    with_comm = [s for s in ok if s.get("comm_per_step_ns")]
-    if len(with_comm) == len(ok):
-        slow = min(ok, key=lambda s: s["comm_per_step_ns"])  # arrives last, so waits least
-        waits = [{"rank": s["rank"], "file": s["file"],
-                  "wait_per_step_ns": s["comm_per_step_ns"] - slow["comm_per_step_ns"]} for s in ok if s is not slow]
-        step = statistics.median(s["step_median_ns"] for s in ok if s.get("step_median_ns")) \
-            if any(s.get("step_median_ns") for s in ok) else None
-        if not step or max(w["wait_per_step_ns"] for w in waits) < STRAGGLER_MIN_WAIT * step:
-            return None
-        evidence = "collective wait"
-    else:  # no collectives: nobody waits, so the rank with the most compute is the one to look at
-        slow = max(ok, key=lambda s: s["compute_per_step_ns"])
-        if median_compute and (slow["compute_per_step_ns"] - median_compute) / median_compute < STRAGGLER_MIN_EXCESS:
-            return None
-        waits, evidence = [], "compute"
-    excess = (slow["compute_per_step_ns"] - median_compute) / median_compute if median_compute else 0.0
-    longest_compute = slow["compute_per_step_ns"] >= max(s["compute_per_step_ns"] for s in ok)
-    cause = "GPU compute" if longest_compute and excess >= STRAGGLER_MIN_EXCESS else "host"
-    return {"rank": slow["rank"], "file": slow["file"], "evidence": evidence, "cause": cause,
-            "compute_per_step_ns": slow["compute_per_step_ns"], "median_compute_per_step_ns": median_compute,
-            "excess_pct": 100 * excess, "waits": waits}
-
-
 def aligned_steps(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Step durations side by side, by step index: ``{"index", "rank<R>": ns, ...}``."""
+    """Step durations side by side, by step index: ``{"index", "phase", "rank<R>": ns, ...}``; the phase
+    is the job's (``job_phases``: one for every rank)."""
+    plan = job_plan(summaries)
     by_index: dict[int, dict[str, Any]] = {}
     for s in summaries:
         if "error" in s:
@@ -127,7 +88,7 @@ def aligned_steps(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         for step in s.get("step_table") or []:
             row = by_index.setdefault(int(step["index"]), {"index": int(step["index"])})
             row[f"rank{s['rank']}"] = int(step["duration_ns"])
-            row.setdefault("phase", step["phase"])
+            row.setdefault("phase", plan[int(step["index"])])
     return [by_index[i] for i in sorted(by_index)]
 
 
@@ -179,11 +140,12 @@ def kernel_skew(summaries: Sequence[dict[str, Any]], limit: int = 10) -> list[di
 def cross_rank(summaries: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Everything the cross-rank report shows."""
     check_one_job(summaries)
+    slow = straggler(summaries)
     return {
-        "ranks": rank_rows(summaries),
+        "ranks": rank_rows(summaries, slow),
         "failed": failed_ranks(summaries),
         "partial": any("error" in s for s in summaries),
-        "straggler": straggler(summaries),
+        "straggler": slow,
         "steps": aligned_steps(summaries),
         "collectives": collectives(summaries),
         "kernel_skew": kernel_skew(summaries),
