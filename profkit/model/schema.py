@@ -214,12 +214,14 @@ PYTHON_SITES = _cols(
 # stack: what the host was running.  Frames of one thread nest: a frame's
 # ``depth`` is one more than that of the frame it was called from (0: the
 # outermost), and the innermost frame at an instant is the deepest one open.
-# Built-in (C) functions are no frames here (nsys's sampler does not see them;
-# Kineto's ``<built-in method ...>`` events are left out), so time spent in
-# ``time.sleep`` or a CUDA call counts for the Python function that called it.
+# Built-in (C) functions: nsys's sampler does not see them, so there time spent
+# in ``time.sleep`` or a CUDA call counts for the Python function that called it;
+# Kineto records them, and each is a frame named with its caller (below).
 # - Kineto ``with_stack=True``: each ``python_function`` event
 #   ``"file.py(25): train_step"``; ``line`` is the function's first line, as
-#   torch's tracer names it.
+#   torch's tracer names it.  A built-in (``"<built-in function sleep>"``) is the
+#   function ``"sleep (built-in) called from train_step"`` with its caller's file
+#   and line: the first line is not the call's, so the call's name finds it.
 # - nsys ``--python-sampling=true`` (exported with ``--include-blobs=true``):
 #   each periodic sample is an instant with a stack; sample i stands for the time
 #   to the thread's next sample (at most twice the median spacing of its samples:

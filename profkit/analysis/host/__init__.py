@@ -12,8 +12,9 @@ the steady-state steps of ``profkit.analysis.steps.find_steps``:
   Python, which is why "the thread that launched most" is asked of Python
   threads only.
 - Each instant counts for the **innermost Python frame** open at that instant
-  (``schema.PYTHON_FRAMES``: built-ins are no frames, so ``time.sleep`` counts
-  for its caller): its **self** time.  **Inclusive** time is the time a
+  (``schema.PYTHON_FRAMES``; under torch.profiler a built-in is a frame named with
+  its caller, "sleep (built-in) called from train_step", under nsys's sampler it
+  counts for its caller): its **self** time.  **Inclusive** time is the time a
   function was anywhere on the stack (a recursive function counts once).
   **gpu_idle** is the part of the self time during GPU idle.  Figures are
   totals over the steady-state steps divided by their number.

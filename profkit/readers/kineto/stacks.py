@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from profkit.model.trace import empty_arrays
+from profkit.model.trace import Coded, empty_arrays
 from profkit.readers.kineto.columns import Table
 
 FRAME_NAME = re.compile(r"(?P<file>.+)\((?P<line>\d+)\): (?P<function>.*)")
@@ -114,33 +114,87 @@ def _enclosing(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
 
 def python_frames(frames: Table) -> dict[str, Any]:
     """The model's python_frames (``schema.PYTHON_FRAMES``): every ``python_function`` event that
-    is a Python frame ("file.py(25): function"; built-ins left out), with its nesting depth
-    among those frames on its thread."""
+    is a Python frame ("file.py(25): function") or a built-in called from one, with its nesting
+    depth among those frames on its thread.
+
+    A built-in ("<built-in function sleep>", "<built-in method item of Tensor object at 0x...>")
+    is named with its caller, the innermost Python frame around it: function "sleep (built-in)
+    called from train_step", the caller's file and line.  Kineto's frame line is the frame's first
+    line, not the line of the call, so the call's name is what tells where the time went."""
     if frames.rows == 0:
         return empty_arrays("python_frames")
     codes = frames.codes["name"]
     parsed = [_frame_parts(n) for n in codes.index]
+    builtin_names = [builtin_name(n) for n in codes.index]
     is_frame = np.array([p is not None for p in parsed], dtype=bool)
+    is_builtin = np.array([b is not None for b in builtin_names], dtype=bool)
     name = frames.column("name")
-    keep = np.flatnonzero(is_frame[name]) if len(is_frame) else np.empty(0, dtype=np.int64)
+    keep = np.flatnonzero((is_frame | is_builtin)[name]) if len(is_frame) else np.empty(0, dtype=np.int64)
     pid, tid = frames.column("pid")[keep], frames.column("tid")[keep]
     start, end = frames.column("start")[keep], frames.column("end")[keep]
+    kept_name = name[keep]
+    builtin_row = is_builtin[kept_name] if len(keep) else np.zeros(0, dtype=bool)
     depth = np.zeros(len(keep), dtype=np.int64)
+    caller = np.arange(len(keep), dtype=np.int64)  # the Python frame each row stands for (-1: none)
     for p, t in set(zip(pid.tolist(), tid.tolist())):
         on_thread = np.flatnonzero((pid == p) & (tid == t))
         order = on_thread[np.lexsort((-end[on_thread], start[on_thread]))]  # outer before inner at equal starts
         parent = _enclosing(start[order], end[order])
         d = np.zeros(len(order), dtype=np.int64)
+        c = order.copy()
+        builtin_here = builtin_row[order].tolist()
         for k, up in enumerate(parent.tolist()):  # parents come first in start order
             d[k] = d[up] + 1 if up >= 0 else 0
+            if builtin_here[k]:
+                c[k] = c[up] if up >= 0 else -1
         depth[order] = d
-    kept_name = name[keep]
-    return {
-        "start": start, "end": end, "pid": pid, "tid": tid, "depth": depth,
-        "function": codes.coded(kept_name, lambda n: _parts_or_blank(n)[0]),
-        "file": codes.coded(kept_name, lambda n: _parts_or_blank(n)[1]),
-        "line": _lines(parsed, kept_name),
-    }
+        caller[order] = c
+    if not builtin_row.any():
+        return {
+            "start": start, "end": end, "pid": pid, "tid": tid, "depth": depth,
+            "function": codes.coded(kept_name, lambda n: _parts_or_blank(n)[0]),
+            "file": codes.coded(kept_name, lambda n: _parts_or_blank(n)[1]),
+            "line": _lines(parsed, kept_name),
+        }
+    per_code = [(_parts_or_blank(n)) for n in codes.index]
+    functions, files, lines = [], [], np.empty(len(keep), dtype=np.int64)
+    for k, (code, by) in enumerate(zip(kept_name.tolist(), caller.tolist())):
+        own = per_code[code]
+        if builtin_row[k]:
+            up = per_code[kept_name[by]] if by >= 0 else ("", "", -1)
+            called = f" called from {up[0]}" if by >= 0 else ""
+            functions.append(f"{builtin_names[code]} (built-in){called}")
+            files.append(up[1])
+            lines[k] = up[2]
+        else:
+            functions.append(own[0])
+            files.append(own[1])
+            lines[k] = own[2]
+    return {"start": start, "end": end, "pid": pid, "tid": tid, "depth": depth,
+            "function": _coded(functions), "file": _coded(files), "line": lines}
+
+
+BUILTIN_NAME = re.compile(r"<built-in (?:function (?P<function>[^>\s]+)|"
+                          r"method (?P<method>\S+) of (?P<owner>.+?) object(?: at 0x[0-9a-fA-F]+)?)>")
+
+
+def builtin_name(name: object) -> str | None:
+    """'sleep' for "<built-in function sleep>", 'Tensor.item' for "<built-in method item of Tensor object
+    at 0x...>", 'cat' for "<built-in method cat of type object ...>"; None for anything else."""
+    m = BUILTIN_NAME.fullmatch(name) if isinstance(name, str) else None
+    if m is None:
+        return None
+    if m.group("function"):
+        return m.group("function")
+    owner = m.group("owner").rsplit(".", 1)[-1]
+    return m.group("method") if owner in ("type", "module", "builtin_function_or_method") else \
+        f"{owner}.{m.group('method')}"
+
+
+def _coded(values: list[str]) -> Coded:
+    position: dict[str, int] = {}
+    codes = np.fromiter((position.setdefault(v, len(position)) for v in values), dtype=np.int64, count=len(values))
+    return Coded(codes, list(position))
 
 
 def _frame_parts(name: object) -> tuple[str, str, int] | None:
