@@ -3,8 +3,8 @@
 
 Oracles: real captures.  The GPT and MLP training loops (sample_kernels/gpt.py and
 train_mlp.py, tests/data/kineto/README.md) are different programs; one program
-traced by nsys and by torch.profiler is one program; and the MLP capture with
-half of its kernels removed (built below from the real export, by deleting the
+traced by nsys and by torch.profiler is one program; and the MLP capture (one
+without annotations, so that its kernel names decide) with half of its kernels removed (built below from the real export, by deleting the
 kernels of half of its kernel names) stands for a change that removes half the
 program's kernels, which must still be accepted, while one more name removed is
 refused: that is where the threshold lies.
@@ -63,9 +63,11 @@ def test_one_program_under_two_profilers_is_accepted() -> None:
 
 
 def _half_removed(tmp_path: Path, remove: int) -> tuple[Path, Path, int]:
-    """The real MLP export, and a copy without the kernels of ``remove`` of its canonical names."""
-    base = nsys_fixture("nsys2025_mlp_nvtx")
-    copy = tmp_path / f"mlp_nvtx_without_{remove}_kernel_names.sqlite"
+    """The real MLP export without annotations (``--no-nvtx-steps``: nothing but its kernels says
+    what program it is, so their names decide), and a copy without the kernels of ``remove`` of
+    its canonical names."""
+    base = nsys_fixture("nsys2025_mlp_plain")
+    copy = tmp_path / f"mlp_plain_without_{remove}_kernel_names.sqlite"
     shutil.copyfile(base, copy)
     with sqlite3.connect(copy) as db:
         ids: dict[str, list[int]] = {}

@@ -98,10 +98,13 @@ def diff(base: Path, new: Path, fmt: str, fail_pct: float | None, min_effect: fl
     with ExitStack() as stack:
         base_trace = _one_rank(select_ranks(stack.enter_context(open_trace(base)), rank), base)
         new_trace = _one_rank(select_ranks(stack.enter_context(open_trace(new)), rank), new)
-        shared = check_comparable(base_trace, new_trace, force=force)
+        program = check_comparable(base_trace, new_trace, force=force)
         result = diff_traces(base_trace, new_trace,
                              min_effect_pct=noise.MIN_EFFECT_PCT if min_effect is None else min_effect)
-        result["kernel_names_shared_pct"] = 100.0 * shared
+        result["kernel_names_shared_pct"] = 100.0 * program.share
+        result["same_program_by"] = program.by
+        if program.note:
+            result["notes"] = [*result["notes"], program.note]
         if code_dirs or kernel_targets:
             from profkit.analysis.kernels.code import attach_code, launch_shapes
             from profkit.analysis.kernels.targets import code_for_trace

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from profkit.analysis.compare import noise
+from profkit.analysis.compare.same_program import ProgramCheck
 from profkit.analysis.kernels.names import canonical_column
 from profkit.analysis.steps.windows import step_of
 from profkit.errors import ProfkitError
@@ -307,13 +308,13 @@ def regression_pct(result: dict[str, Any]) -> float | None:
     return step["delta_pct"] if step.get("verdict") == noise.SLOWER else None
 
 
-def check_comparable(base: Trace, new: Trace, *, force: bool = False) -> float:
-    """The share of kernel names the two traces have in common; raises for a trace
-    without kernels, and for two traces that look like different programs (unless
-    ``force``; ``profkit.analysis.compare.same_program``)."""
-    from profkit.analysis.compare.same_program import check_traces
+def check_comparable(base: Trace, new: Trace, *, force: bool = False) -> ProgramCheck:
+    """How the two traces were found to be of one program, with the share of kernel names they
+    have in common; raises for a trace without kernels, and for two traces of different programs
+    (unless ``force``; ``profkit.analysis.compare.same_program``)."""
+    from profkit.analysis.compare.same_program import compare_programs
 
     if base.count("kernels") == 0 or new.count("kernels") == 0:
         empty = base.name if base.count("kernels") == 0 else new.name
         raise ProfkitError(f"{empty} has no GPU kernels to compare")
-    return check_traces(base, new, force=force)
+    return compare_programs(base, new, force=force)
