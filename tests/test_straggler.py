@@ -153,17 +153,17 @@ def test_report_and_per_rank_steps_agree_on_every_phase() -> None:
     from profkit.analysis.ranks.cross_rank import aligned_steps
     from profkit.analysis.ranks.culprit import job_plan
     from profkit.analysis.steps import find_steps
-    from profkit.analysis.steps.job_phases import with_job_phases
+    from profkit.analysis.steps.job_phases import job_steps, with_job_phases
     from profkit.readers import open_trace
 
     data = summaries("kineto_slow")
     plan = job_plan(data)
     report_phases = [row["phase"] for row in aligned_steps(data)]
     assert report_phases == plan
-    for r in (0, 1):
-        with open_trace(DDP / "kineto_slow" / f"rank{r}.json.gz") as trace:
-            own = find_steps(trace)
-            assert with_job_phases(own, plan).steps["phase"].tolist() == plan
+    with open_trace(DDP / "kineto_slow" / "rank0.json.gz") as r0, \
+            open_trace(DDP / "kineto_slow" / "rank1.json.gz") as r1:
+        for own in job_steps([r0, r1]):
+            assert own.steps["phase"].tolist() == plan
     planted = [dict(d, step_table=[dict(s) for s in d["step_table"]]) for d in data]
     planted[1]["step_table"][1]["phase"] = "warmup"
     moved = job_plan(planted)

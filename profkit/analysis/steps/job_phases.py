@@ -12,16 +12,21 @@ steps" would then average different steps.  A job has one plan:
 - every other index is steady.
 
 ``phase_plan`` makes the plan from the ranks' phases; ``with_job_phases``
-applies it to one rank's ``StepResult`` (for ``steps --rank N`` and any per-rank
-figure that must agree with the cross-rank report).
+applies it to one rank's ``StepResult``; ``job_steps`` does both for the ranks of
+one job (for ``steps --rank N`` and any per-rank figure that must agree with the
+cross-rank report).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from profkit.analysis.steps.result import STEADY, WARMUP, StepResult, summarize
+
+if TYPE_CHECKING:
+    from profkit.model import Trace
 
 TEARDOWN = "teardown"
 
@@ -70,3 +75,12 @@ def with_job_phases(result: StepResult, plan: Sequence[str]) -> StepResult:
             result.teardown[1] if result.teardown else int(steps["end_ns"].max()))
     return replace(result, steps=steps, summary={**result.summary,
                                                  **summarize(steps, result.source, result.name, span)})
+
+
+def job_steps(ranks: Sequence[Trace]) -> list[StepResult]:
+    """Each rank's steps (``find_steps``, one trace per rank of one job) under the job's plan."""
+    from profkit.analysis.steps import find_steps
+
+    results = [find_steps(t) for t in ranks]
+    plan = phase_plan([r.steps["phase"].tolist() for r in results if r.found])
+    return [with_job_phases(r, plan) for r in results]
