@@ -201,3 +201,37 @@ def test_a_host_cost_only_the_straggler_has_is_named_to_the_line() -> None:
     assert "of every step on its host in sleep (built-in) called from planted_host_work (hf_llama.py:43)" in said
     # the same rows on both ranks: nothing in excess, no culprit
     assert find_culprit(slow, [{"rank": 0, "costs": slow["costs"]}], bar=5e6) is None
+
+
+def test_a_planted_sync_line_is_named_between_two_real_runs() -> None:
+    """The join on two real runs of one GPU-bound MLP loop (tests/data/kineto/review): one prints
+    ``loss.item()`` every step (``--print-loss``), the other does not.  They are two runs, not two ranks
+    of a job (no collective to wait in), so ``find_culprit`` is asked directly, with the step time they
+    differ by as the bar; the raw JSON's ``item`` built-ins are the oracle."""
+    from profkit.analysis.ranks.culprit import HOST, find_culprit
+    from profkit.ranks.per_rank import summarize_trace
+    from profkit.readers import open_trace
+
+    review = DATA / "kineto" / "review"
+    runs = {}
+    for name in ("mlp_gpu_print", "mlp_gpu_noprint"):
+        with open_trace(review / f"{name}.json.gz") as trace:
+            runs[name] = summarize_trace(trace)
+        with gzip.open(review / f"{name}.json.gz") as f:
+            events = json.load(f)["traceEvents"]
+        frames = {e["args"]["Python id"]: e["name"] for e in events if e.get("cat") == "python_function"}
+        # loss.item() in the loop: an item built-in whose Python parent is train_mlp.py's main
+        items = [e for e in events if e.get("cat") == "python_function"
+                 and e["name"].startswith("<built-in method item of Tensor object")
+                 and frames.get(e["args"].get("Python parent id"), "").startswith("train_mlp.py(")]
+        steps = [e for e in events if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")]
+        assert len(items) == (len(steps) if name == "mlp_gpu_print" else 0)
+        runs[name]["item_ns"] = statistics.mean(e["dur"] * 1000 for e in items) if items else 0.0
+    late, other = runs["mlp_gpu_print"], runs["mlp_gpu_noprint"]
+    slower_by = late["step_median_ns"] - other["step_median_ns"]
+    assert slower_by > 0
+    culprit = find_culprit(late, [other], bar=slower_by)
+    assert culprit["kind"] == HOST and culprit["only_straggler"]
+    assert culprit["name"].startswith("Tensor.item (built-in) called from main (train_mlp.py:")
+    assert culprit["ns_per_step"] == pytest.approx(late["item_ns"], rel=0.05)
+    assert culprit["excess_ns_per_step"] >= slower_by
