@@ -157,7 +157,9 @@ def _ranks_section(job: dict[str, Any]) -> Section:
 
 
 def _steps_section(job: dict[str, Any]) -> Section:
-    section = Section("steps", "Step time per rank", intro="Steps aligned by their index on every rank.")
+    section = Section("steps", "Step time per rank", intro=(
+        "Steps aligned by their index on every rank. One phase per step for the whole job: warm-up until "
+        "the longest warm-up of any rank ends; a teardown on one rank is a teardown on all."))
     rows = job["steps"]
     rank_keys = sorted({k for row in rows for k in row if k.startswith("rank")},
                        key=lambda k: int(k[4:]) if k[4:].isdigit() else 0)
