@@ -27,7 +27,8 @@ KINETO = DATA / "kineto"
 def kineto_ranges_and_kernels(path: Path) -> tuple[set[str], set[str]]:
     with gzip.open(path) as f:
         events = json.load(f)["traceEvents"]
-    ranges = {e["name"] for e in events if e.get("cat") == "user_annotation" and not e["name"].startswith("ProfilerStep#")}
+    ranges = {e["name"] for e in events
+              if e.get("cat") == "user_annotation" and not e["name"].startswith("ProfilerStep#")}
     return ranges, {e["name"] for e in events if e.get("cat") == "kernel"}
 
 

@@ -4,8 +4,9 @@
 Oracles: real captures.  The GPT and MLP training loops (sample_kernels/gpt.py and
 train_mlp.py, tests/data/kineto/README.md) are different programs; one program
 traced by nsys and by torch.profiler is one program; and the MLP capture (one
-without annotations, so that its kernel names decide) with half of its kernels removed (built below from the real export, by deleting the
-kernels of half of its kernel names) stands for a change that removes half the
+without annotations, so that its kernel names decide) with half of its kernels
+removed (built below from the real export, by deleting the kernels of half of
+its kernel names) stands for a change that removes half the
 program's kernels, which must still be accepted, while one more name removed is
 refused: that is where the threshold lies.
 """

@@ -23,7 +23,8 @@ INPUTS = {
     "nsys_slow": ["nsys_slow/rank0.sqlite.xz", "nsys_slow/rank1.sqlite.xz"],
     "whole2": ["whole2/whole.sqlite.xz"],
 }
-CASES = ["kineto_slow", pytest.param("nsys_slow", marks=pytest.mark.slow), pytest.param("whole2", marks=pytest.mark.slow)]
+CASES = ["kineto_slow", pytest.param("nsys_slow", marks=pytest.mark.slow),
+         pytest.param("whole2", marks=pytest.mark.slow)]
 
 
 def paths(case: str) -> list[Path]:
