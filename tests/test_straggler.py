@@ -236,3 +236,37 @@ def test_a_planted_sync_line_is_named_between_two_real_runs() -> None:
     assert culprit["name"].startswith("Tensor.item (built-in) called from main (train_mlp.py:")
     assert culprit["ns_per_step"] == pytest.approx(late["item_ns"], rel=0.05)
     assert culprit["excess_ns_per_step"] >= slower_by
+
+
+def test_without_python_stacks_a_host_sleep_is_its_os_call() -> None:
+    """nsys2025_mlp_sleep (train_slow_loader.py --sleep-ms 5, OS runtime traced, no Python sampling):
+    the step thread's clock_nanosleep per steady step is one planted sleep (SQL: the calls' mean).  The
+    other rank's costs are the same rows without it (hand-built from the real ones)."""
+    from profkit.analysis.ranks.culprit import OS, _os_costs, find_culprit
+    from profkit.readers import open_trace
+    from profkit.report.ranks import straggler_sentence
+    from tests.conftest import nsys_fixture
+
+    from profkit.analysis.steps import find_steps
+
+    path = nsys_fixture("nsys2025_mlp_sleep")
+    with open_trace(path) as trace:
+        os_costs = _os_costs(trace)
+        steady = find_steps(trace).steady
+    first, last = int(steady["start_ns"].iloc[0]), int(steady["end_ns"].iloc[-1])
+    with sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True) as db:
+        sql = ("SELECT {} FROM OSRT_API o JOIN StringIds s ON s.id = o.nameId "
+               "WHERE s.value = 'clock_nanosleep' AND o.start >= ? AND o.end <= ?")
+        (mean_sleep,) = db.execute(sql.format("avg(o.end - o.start)"), (first, last)).fetchone()
+        (in_steady,) = db.execute(sql.format("sum(o.end - o.start)"), (first, last)).fetchone()
+    assert 4.9e6 < mean_sleep < 5.6e6
+    (sleep,) = [r for r in os_costs["rows"] if r["name"] == "clock_nanosleep"]
+    # each step's sleep comes before its first GPU operation, so the first steady step's lies in the
+    # warm-up step before it: 18 sleeps in 19 steady steps
+    assert sleep["ns_per_step"] == pytest.approx(in_steady / len(steady), rel=1e-3)
+    other = {"rows": [r for r in os_costs["rows"] if r is not sleep], "cut": os_costs["cut"]}
+    culprit = find_culprit({"costs": {"os": os_costs}}, [{"costs": {"os": other}}], bar=mean_sleep)
+    assert culprit["kind"] == OS and culprit["name"] == "clock_nanosleep"
+    said = straggler_sentence({"rank": 1, "culprit": culprit, "cause": "host", "compute_per_step_ns": 0,
+                               "waits": [{"rank": 0, "wait_per_step_ns": mean_sleep}]}, 2)
+    assert "of every step on its host in the OS call clock_nanosleep (rank 0 waits" in said

@@ -124,7 +124,7 @@ def straggler_sentence(s: dict[str, Any] | None, ranks: int) -> str | None:
     c = s.get("culprit")
     if c is not None:
         where = {"kernel": "its GPU in", "host function": "its host in", "data loading": "its host loading data in",
-                 "sync": "its host blocked in"}.get(c["kind"], "its host in")
+                 "sync": "its host blocked in", "OS call": "its host in the OS call"}.get(c["kind"], "its host in")
         why = f"{duration(c['excess_ns_per_step'])} more of every step on {where} {c['name']}"
         if c["kind"] == "kernel":
             why += (", a kernel no other rank runs" if c["only_straggler"] else

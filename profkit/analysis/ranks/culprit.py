@@ -17,7 +17,10 @@ Why.  The straggler's own costs per steady step are set against the others':
 - host: each Python function's self time per step (``profkit.analysis.host``; a
   built-in such as ``time.sleep`` is named with its caller), a function in
   ``torch/utils/data`` being data loading;
-- sync: each sync site's CPU-blocked time per step (``profkit.analysis.sync``).
+- sync: each sync site's CPU-blocked time per step (``profkit.analysis.sync``);
+- OS: each OS runtime call's time on the thread that runs the steps (nsys
+  ``-t osrt``: a ``time.sleep`` is ``clock_nanosleep`` where no Python stack
+  names it).
 The cost it has most in excess of the others' median is the cause, when that
 excess is at least ``MIN_SHARE_OF_WAIT`` of the longest wait; otherwise only
 the side (GPU compute or host) is named, as before.
@@ -51,16 +54,18 @@ MIN_SHARE_OF_WAIT = 0.25
 COST_LIMIT = 60
 DATA_LOADING_FILES = ("torch/utils/data/",)
 
-GPU, HOST, SYNC, DATA = "kernel", "host function", "sync", "data loading"
+GPU, HOST, SYNC, DATA, OS = "kernel", "host function", "sync", "data loading", "OS call"
+PARTS = {"kernels": GPU, "host": HOST, "sync": SYNC, "os": OS}
 
 
 def rank_costs(trace: Trace, kernel_keys: np.ndarray, kernel_names: dict[str, str], durations: np.ndarray,
                compute: np.ndarray, kernel_step: np.ndarray, steady_positions: np.ndarray) -> dict[str, Any]:
-    """What the rank spends per steady step (its own steady steps) on each compute kernel, Python function
-    and sync site: ``{"kernels" | "host" | "sync": {"rows": [{"key", "name", "ns_per_step", ...}], "cut": bool}
-    or None where the trace does not record it}``.  ``kernel_step``: each kernel's step position (-1 none)."""
+    """What the rank spends per steady step (its own steady steps) on each compute kernel, Python function,
+    sync site and OS call: ``{"kernels" | "host" | "sync" | "os": {"rows": [{"key", "name", "ns_per_step",
+    ...}], "cut": bool} or None where the trace does not record it}``.  ``kernel_step``: each kernel's step
+    position (-1 none)."""
     return {"kernels": _kernel_costs(kernel_keys, kernel_names, durations, compute, kernel_step, steady_positions),
-            "host": _host_costs(trace), "sync": _sync_costs(trace)}
+            "host": _host_costs(trace), "sync": _sync_costs(trace), "os": _os_costs(trace)}
 
 
 def _kept(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -115,6 +120,32 @@ def _sync_costs(trace: Trace) -> dict[str, Any] | None:
         where = f"at {_base(s['file'])}:{s['line']}" if s.get("file") else f"in {s['nvtx']}"
         rows.append({"key": f"{s['source'] or ''}|{s['api']}|{s['nvtx']}", "name": f"{s['api']} {where}",
                      "ns_per_step": float(per_step.get("cpu_blocked_ns") or 0.0)})
+    return _kept(rows)
+
+
+def _os_costs(trace: Trace) -> dict[str, Any] | None:
+    """Each OS runtime call's time per steady step on the thread that runs the steps (the step
+    ranges' thread; for steps found from the launch pattern, every thread of their process)."""
+    from profkit.analysis.steps import find_steps
+    from profkit.analysis.timeline.intervals import covered_within, union
+
+    if not trace.has("osrt") or not trace.count("osrt"):
+        return None
+    steps = find_steps(trace)
+    steady = steps.steady
+    if steady.empty or steps.pid is None:
+        return None
+    calls = trace.table("osrt", ["start", "end", "pid", "tid", "name"])
+    mine = calls["pid"].to_numpy() == steps.pid
+    if steps.tid is not None:
+        mine &= calls["tid"].to_numpy() == steps.tid
+    calls = calls[mine]
+    lo, hi = steady["start_ns"].to_numpy(np.int64), steady["end_ns"].to_numpy(np.int64)
+    rows = []
+    for name, group in calls.groupby("name", observed=True):
+        start, end = union(group["start"].to_numpy(np.int64), group["end"].to_numpy(np.int64))
+        rows.append({"key": str(name), "name": str(name),
+                     "ns_per_step": float(covered_within(lo, hi, start, end).sum()) / len(steady)})
     return _kept(rows)
 
 
@@ -182,17 +213,16 @@ def straggler(summaries: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
 
 def find_culprit(slow: dict[str, Any], others: Sequence[dict[str, Any]], bar: float) -> dict[str, Any] | None:
     """The straggler's cost most in excess of the other ranks' median, over its kernels, Python
-    functions and sync sites: ``kind``, ``name``, ``ns_per_step`` (the straggler's), ``others_ns_per_step``,
+    functions, sync sites and OS calls: ``kind``, ``name``, ``ns_per_step`` (the straggler's), ``others_ns_per_step``,
     ``excess_ns_per_step``, ``only_straggler`` (no other rank has it); None when none reaches
     ``MIN_SHARE_OF_WAIT`` of ``bar`` (the longest wait, or without waits its compute's excess)."""
     costs = slow.get("costs") or {}
     candidates = []
-    for part in ("kernels", "host", "sync"):
+    for part, kind in PARTS.items():
         mine = costs.get(part)
         theirs = [(o.get("costs") or {}).get(part) for o in others]
         if not mine or any(t is None for t in theirs) or not others:
             continue
-        kind = {"kernels": GPU, "host": HOST, "sync": SYNC}[part]
         by_key = [{r["key"]: r["ns_per_step"] for r in t["rows"]} for t in theirs]
         floors = [min(b.values()) if t["cut"] and b else 0.0 for b, t in zip(by_key, theirs)]
         for row in mine["rows"]:
