@@ -134,8 +134,8 @@ def straggler_sentence(s: dict[str, Any] | None, ranks: int) -> str | None:
                f"{percent(s['excess_pct'], 1)} above the ranks' median")
     else:
         why = (f"its GPU compute per step ({duration(s['compute_per_step_ns'])}) is not the longest, so the delay "
-               "is on its host (launches, data loading, Python); no kernel, Python function or sync line of it "
-               "explains it")
+               "is on its host (launches, data loading, Python); no kernel, Python function, sync line or OS call "
+               "of it explains it")
     return f"Rank {s['rank']} is the straggler: {why}" + (f" ({waits})." if waits else ".")
 
 
