@@ -74,3 +74,17 @@ def test_builtin_event_names(event: str, name: str | None) -> None:
     from profkit.readers.kineto.stacks import builtin_name
 
     assert builtin_name(event) == name
+
+
+def test_tensor_item_is_named_with_the_loop_that_calls_it() -> None:
+    """mlp_gpu_print (tests/data/kineto/review) prints ``loss.item()`` every step; mlp_gpu_noprint, the
+    same loop without the print, has no such row."""
+    review = DATA / "kineto" / "review"
+    rows = {}
+    for name in ("mlp_gpu_print", "mlp_gpu_noprint"):
+        out = CliRunner().invoke(cli, ["host", str(review / f"{name}.json.gz"), "--format", "json", "--top", "0"])
+        assert out.exit_code == 0, out.output
+        rows[name] = [r for r in json.loads(out.output)["functions"]
+                      if r["function"] == "Tensor.item (built-in) called from main" and r["file"] == "train_mlp.py"]
+    assert len(rows["mlp_gpu_print"]) == 1 and rows["mlp_gpu_noprint"] == []
+    assert rows["mlp_gpu_print"][0]["self_ns_per_step"] > 0.1e6  # it waits for the GPU: a GPU-bound step
