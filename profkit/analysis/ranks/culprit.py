@@ -22,8 +22,9 @@ Why.  The straggler's own costs per steady step are set against the others':
   ``-t osrt``: a ``time.sleep`` is ``clock_nanosleep`` where no Python stack
   names it).
 The cost it has most in excess of the others' median is the cause, when that
-excess is at least ``MIN_SHARE_OF_WAIT`` of the longest wait; otherwise only
-the side (GPU compute or host) is named, as before.
+excess is at least ``MIN_SHARE_OF_WAIT`` of the longest wait.  Otherwise only
+the side is named: "GPU compute" when its compute per step is the longest and
+``STRAGGLER_MIN_EXCESS`` above the ranks' median, else "host".
 """
 
 from __future__ import annotations
@@ -77,15 +78,13 @@ def _kernel_costs(keys: np.ndarray, names: dict[str, str], durations: np.ndarray
                   step: np.ndarray, steady: np.ndarray) -> dict[str, Any] | None:
     if not len(steady):
         return None
+    import pandas as pd
+
     inside = compute & np.isin(step, steady)
-    totals: dict[str, float] = {}
-    counts: dict[str, int] = {}
-    for key, ns in zip(keys[inside].tolist(), durations[inside].tolist()):
-        totals[key] = totals.get(key, 0) + ns
-        counts[key] = counts.get(key, 0) + 1
+    grouped = pd.Series(durations[inside]).groupby(keys[inside]).agg(["sum", "count"])
     n = len(steady)
     return _kept([{"key": k, "name": function_name(names.get(k, k)), "full_name": names.get(k, k),
-                   "ns_per_step": t / n, "count_per_step": counts[k] / n} for k, t in totals.items()])
+                   "ns_per_step": float(t) / n, "count_per_step": int(c) / n} for k, (t, c) in grouped.iterrows()])
 
 
 def _host_costs(trace: Trace) -> dict[str, Any] | None:
