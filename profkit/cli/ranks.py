@@ -102,7 +102,8 @@ def ranks(traces: tuple[Path, ...], fmt: str, wide: bool, scheduler: str | None,
     NCCL kernels per steady step; "Waits for it": each other rank's extra
     NCCL time per step (means over the job's steady steps).  The sentence
     under the table names what makes it late: a kernel only it runs (or runs
-    longer), or a Python line, sync or data-loading function of its host.
+    longer), or a Python line, sync site, data-loading function or OS call of
+    its host.
 
     \b
     Kernel time: the sum of the rank's kernel durations (overlapping kernels
