@@ -1,0 +1,345 @@
+"""Invariants every profkit output keeps, checked on the JSON the CLI prints and on report.json.
+
+``collect(trace)`` runs the commands once (``steps``, ``host``, ``stalls``, ``breakdown --steady``,
+``graphs``, ``kernels``, ``api`` with ``--format json``, and ``report``) and keeps what each printed.
+Each checker below takes those outputs and returns the violations it found, as sentences (an empty
+list: the invariant holds).  The checkers read only the outputs, never profkit's code: they are
+what a reader of the outputs would check by hand, so a planted violation in an output is caught
+(tests/test_invariants.py plants one per invariant).
+
+Figures in sentences are parsed back from profkit's printed durations ("2.41 ms", "947 µs"): three
+significant digits, so two figures agree when they are within 1% (a mean and a median of the same
+steps usually differ by more).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner
+
+from profkit.cli import cli
+
+COMMANDS = {"steps": ["steps"], "host": ["host"], "stalls": ["stalls"], "breakdown": ["breakdown", "--steady"],
+            "graphs": ["graphs"], "kernels": ["kernels"], "api": ["api"]}
+RAW_SYNC_TEXT = "profkit.sync|"
+FIGURE_REL_TOL = 0.01  # printed durations have three significant digits
+UNITS_NS = {"ns": 1.0, "µs": 1e3, "us": 1e3, "ms": 1e6, "s": 1e9}
+DURATION = r"(\d[\d,]*(?:\.\d+)?)\s?(ns|µs|us|ms|s)\b"
+# profkit's own code, which must stay transparent in a host table: the launcher and the sync hook.
+OWN_FRAME = re.compile(r"(^|[/\\])profkit[/\\]")
+# Advice to do what a trace shows is done already.
+# ("replays of 2 CUDA graphs" reports what was done; "replaying them as a CUDA graph" advises it.)
+GRAPH_ADVICE = re.compile(r"\b(replay(ing)? (them|it|these|the \w+) (as|in)|captur(e|ing)|us(e|ing)|try(ing)?)"
+                          r"\s+(an? |the |one )?([\w-]+ )?CUDA graphs?\b", re.IGNORECASE)
+COMPILE_ADVICE = re.compile(r"\b(fus(e|ing) (them|it|these|kernels)|us(e|ing)|try(ing)?|with)\b[^.;]{0,20}"
+                            r"\btorch\.compile\b", re.IGNORECASE)
+
+
+@dataclass
+class Outputs:
+    """What each command printed for one trace: its JSON (None when it refused, with ``refusals``
+    holding its one-line message), the report's JSON and Markdown."""
+
+    name: str
+    json: dict[str, Any] = field(default_factory=dict)
+    refusals: dict[str, str] = field(default_factory=dict)
+    report: dict[str, Any] | None = None
+    report_md: str = ""
+
+    @property
+    def steps(self) -> dict | None:
+        return _rank0(self.json.get("steps"))
+
+    @property
+    def host(self) -> dict | None:
+        return self.json.get("host")
+
+    @property
+    def findings(self) -> list[str]:
+        return list((self.report or {}).get("findings") or [])
+
+
+def _rank0(value: Any) -> Any:
+    """A whole-job export prints one object per rank: its first rank stands for it."""
+    return value[0] if isinstance(value, list) and value and isinstance(value[0], dict) else value
+
+
+def collect(trace: Path) -> Outputs:
+    """Run every command on ``trace`` (in this process) and keep its outputs."""
+    runner = CliRunner()
+    out = Outputs(Path(trace).name)
+    for key, args in COMMANDS.items():
+        result = runner.invoke(cli, [*args, str(trace), "--format", "json"])
+        if result.exit_code == 0:
+            out.json[key] = json.loads(result.stdout) if result.stdout.strip() else None
+        elif result.exit_code == 2:  # a one-line refusal ("has no Python stacks")
+            out.refusals[key] = result.output.strip()
+        else:
+            raise AssertionError(f"profkit {' '.join(args)} {trace}: exit {result.exit_code}\n{result.output}") \
+                from result.exception
+    with tempfile.TemporaryDirectory() as folder:
+        result = runner.invoke(cli, ["report", str(trace), "-o", folder])
+        if result.exit_code != 0:
+            raise AssertionError(f"profkit report {trace}: exit {result.exit_code}\n{result.output}") \
+                from result.exception
+        out.report = json.loads((Path(folder) / "report.json").read_text())
+        out.report_md = (Path(folder) / "report.md").read_text()
+    return out
+
+
+# -- helpers ---------------------------------------------------------------------------------
+def parse_ns(text: str) -> float:
+    """"2.41 ms" -> 2410000.0."""
+    match = re.fullmatch(DURATION, text.strip())
+    if not match:
+        raise ValueError(f"not a duration: {text!r}")
+    return float(match.group(1).replace(",", "")) * UNITS_NS[match.group(2)]
+
+
+def close(printed: float, exact: float, rel: float = FIGURE_REL_TOL) -> bool:
+    return abs(printed - exact) <= rel * max(abs(exact), 1.0)
+
+
+def strings(value: Any) -> Iterator[str]:
+    """Every string inside a JSON value."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from strings(item)
+
+
+def numbers(value: Any, path: str = "") -> Iterator[tuple[str, float]]:
+    """(path, number) for every number inside a JSON value; the path ends with its key."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from numbers(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from numbers(item, f"{path}[{index}]")
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        yield path, float(value)
+
+
+def sentences(out: Outputs) -> list[str]:
+    """Every text of every output: findings, verdicts, notes (tables' cells too; they hold no advice)."""
+    found = dict.fromkeys(strings(out.json))
+    found.update(dict.fromkeys(strings(out.report)))
+    return list(found)
+
+
+def verdict_sentences(out: Outputs) -> list[str]:
+    """The host verdict, as ``host`` prints it and as the report's findings repeat it."""
+    found = []
+    if out.host and (out.host.get("verdict") or {}).get("sentence"):
+        found.append(out.host["verdict"]["sentence"])
+    found += [text for text in out.findings if "causes explain" in text or " meanwhile in " in text]
+    return found
+
+
+@dataclass
+class Verdict:
+    """A verdict sentence taken apart: the step and idle it quotes, its named causes, its claim."""
+
+    step_ns: float | None
+    idle_ns: float | None
+    causes: list[tuple[str, float]]
+    claimed_pct: float | None
+    claim_of: str | None
+
+
+def parse_verdict(text: str) -> Verdict:
+    idle = re.search(rf"idles {DURATION} of the {DURATION} step", text)
+    causes_text = re.search(r"meanwhile in (.*?)(?:;|$)", text)
+    causes = []
+    if causes_text:
+        for part in re.split(r",\s(?=[^,]*\s\d)", causes_text.group(1)):
+            match = re.match(rf"(.*\S)\s+{DURATION}$", part.strip())
+            if match:
+                causes.append((match.group(1), float(match.group(2).replace(",", "")) * UNITS_NS[match.group(3)]))
+    claim = re.search(r"explain (\d+(?:\.\d+)?)% of the (step|GPU idle|idle)", text)
+    return Verdict(step_ns=parse_ns(f"{idle.group(3)} {idle.group(4)}") if idle else None,
+                   idle_ns=parse_ns(f"{idle.group(1)} {idle.group(2)}") if idle else None,
+                   causes=causes, claimed_pct=float(claim.group(1)) if claim else None,
+                   claim_of=claim.group(2) if claim else None)
+
+
+def host_rows(host: dict) -> list[dict]:
+    """The host table's rows, most GPU idle first (the order it is printed in)."""
+    return sorted(host.get("functions") or [], key=lambda r: -(r.get("gpu_idle_ns_per_step") or 0.0))
+
+
+def row_label(row: dict) -> str:
+    return f"{row['function']} ({Path(str(row.get('file') or '')).name}:{row.get('line')})"
+
+
+# -- the invariants --------------------------------------------------------------------------
+def one_median(out: Outputs) -> list[str]:
+    """Every output that quotes the step median quotes ``steps``' median, of the same steady steps."""
+    steps = out.steps
+    if not steps or not (steps.get("summary") or {}).get("median_ns"):
+        return []
+    median = steps["summary"]["median_ns"]
+    steady = steps["summary"].get("steady_count")
+    bad = []
+
+    def same(where: str, value: float | None, rel: float = 1e-9) -> None:
+        if value is not None and not close(value, median, rel):
+            bad.append(f"{where} quotes a {value / 1e6:.4g} ms step where steps' median is {median / 1e6:.4g} ms")
+
+    if out.host:
+        same("host summary", out.host["summary"].get("step_median_ns"))
+        same("host verdict", (out.host.get("verdict") or {}).get("step_ns"))
+    for text in verdict_sentences(out):
+        same(f"verdict {text[:60]!r}", parse_verdict(text).step_ns, FIGURE_REL_TOL)
+    report = out.report or {}
+    sections = report.get("sections") or {}
+    same("report steps section", (((sections.get("steps") or {}).get("data") or {}).get("summary") or {})
+         .get("median_ns"))
+    same("report stalls section", (((sections.get("stalls") or {}).get("data") or {}).get("step_stats") or {})
+         .get("median_ns"))
+    for text in out.findings:
+        for pattern in (rf"{DURATION} median\b", rf"median [^,;()]*? time,? {DURATION}",
+                        rf"median [^;()]*? time without them: {DURATION} instead of {DURATION}"):
+            for match in re.finditer(pattern, text):
+                same(f"finding {text[:60]!r}", parse_ns(f"{match.group(match.lastindex - 1)} "
+                                                        f"{match.group(match.lastindex)}"), FIGURE_REL_TOL)
+    # The same steady steps under every per-step figure.
+    for where, count in [("host", (out.host or {}).get("summary", {}).get("steady_steps")),
+                         *[(f"breakdown --steady rank {row.get('rank')}", (row.get("window") or {}).get("steady_steps"))
+                           for row in out.json.get("breakdown") or [] if isinstance(row, dict)],
+                         *[(f"stalls row {row.get('source')}", (row.get("per_step") or {}).get("steady_steps"))
+                           for row in (out.json.get("stalls") or {}).get("rows") or []]]:
+        if steady is not None and count is not None and count != steady:
+            bad.append(f"{where} counts {count} steady steps where steps counts {steady}")
+    return bad
+
+
+def steady_costs(out: Outputs) -> list[str]:
+    """No per-step cost is charged for what happened outside the steady steps, and no share over
+    100% without saying what it is a share of."""
+    bad = []
+    outside = []
+    for row in (out.json.get("stalls") or {}).get("rows") or []:
+        per_step = row.get("per_step") or {}
+        if per_step.get("steps_with_sync") == 0:
+            if per_step.get("gpu_idle_ns") or per_step.get("cpu_blocked_ns"):
+                bad.append(f"stalls row {row.get('source')} has no sync in a steady step but a per-step cost")
+            if row.get("file") and row.get("line") is not None:
+                outside.append(f"{Path(row['file']).name}:{row['line']}")
+    texts = sentences(out)
+    for text in texts:
+        for site in outside:
+            if re.search(rf"(?<![\w/.]){re.escape(site)}\b", text) and re.search(r"per (\w+ )?step\b", text) \
+                    and re.search(r"cost", text):
+                bad.append(f"{site} syncs only outside the steady steps, yet {text[:120]!r}")
+        for match in re.finditer(r"(\d[\d,]*(?:\.\d+)?)%(?!\s+of\b)", text):
+            if float(match.group(1).replace(",", "")) > 100.0:
+                bad.append(f"a share over 100% without saying of what: {text[:160]!r}")
+    for path, value in numbers(out.json):
+        if path.endswith("_pct") and value > 100.0 + 1e-6:
+            bad.append(f"{path} = {value:.4g} (over 100%)")
+    return bad
+
+
+def named_causes_add_up(out: Outputs) -> list[str]:
+    """The causes a verdict names add up to the share it claims they explain."""
+    bad = []
+    for text in verdict_sentences(out):
+        verdict = parse_verdict(text)
+        if verdict.claimed_pct is None or not verdict.causes:
+            continue
+        whole = verdict.step_ns if verdict.claim_of == "step" else verdict.idle_ns
+        if not whole:
+            continue
+        named = sum(ns for _, ns in verdict.causes)
+        share = 100.0 * named / whole
+        # Each cause is printed with three significant digits, the claim as a whole percent.
+        if abs(share - verdict.claimed_pct) > 1.0 + FIGURE_REL_TOL * share:
+            bad.append(f"the named causes add up to {share:.1f}% of the {verdict.claim_of}, the verdict claims "
+                       f"{verdict.claimed_pct:g}%: {text[:160]!r}")
+    return bad
+
+
+def verdict_is_table_top(out: Outputs) -> list[str]:
+    """The causes the verdict names are the host table's top rows, in order, with the table's figures."""
+    if not out.host:
+        return []
+    rows = host_rows(out.host)
+    bad = []
+    for text in verdict_sentences(out):
+        causes = parse_verdict(text).causes
+        for (label, ns), row in zip(causes, rows):
+            if label != row_label(row):
+                bad.append(f"the verdict names {label} where the table's row is {row_label(row)}: {text[:100]!r}")
+                break
+            if not close(ns, row["gpu_idle_ns_per_step"], FIGURE_REL_TOL):
+                bad.append(f"the verdict gives {label} {ns / 1e3:.4g} µs, the table "
+                           f"{row['gpu_idle_ns_per_step'] / 1e3:.4g} µs")
+    return bad
+
+
+def no_own_frames(out: Outputs) -> list[str]:
+    """No frame of profkit's own code (launcher, sync hook) in a host table or verdict."""
+    if not out.host:
+        return []
+    rows = [*(out.host.get("functions") or []), *(out.host.get("other_threads") or [])]
+    bad = [f"host row {row_label(row)} is profkit's own code ({row.get('file')})"
+           for row in rows if OWN_FRAME.search(str(row.get("file") or ""))]
+    for causes in ((out.host.get("verdict") or {}).get("named") or {}).values():
+        bad += [f"the verdict names profkit's own {cause.get('function')}" for cause in causes
+                if OWN_FRAME.search(str(cause.get("file") or ""))]
+    return bad
+
+
+def no_raw_sync_text(out: Outputs) -> list[str]:
+    """profkit's internal sync-site encoding ('profkit.sync|kind|file:line|code') never reaches a reader."""
+    bad = [f"{where} shows {RAW_SYNC_TEXT!r}" for where, value in
+           [*out.json.items(), ("report.json", out.report), ("report.md", out.report_md)]
+           if RAW_SYNC_TEXT in json.dumps(value, ensure_ascii=False)]
+    return bad
+
+
+def graphs_replayed(out: Outputs) -> bool:
+    """Whether the trace launched CUDA graphs, from the API summary and the graphs command."""
+    api = out.json.get("api") or []
+    launched = any(re.match(r"cu(da)?GraphLaunch", str(row.get("name"))) and row.get("instances") for row in api)
+    return launched or bool(out.json.get("graphs"))
+
+
+def compiled(out: Outputs) -> bool:
+    """Whether the trace ran torch.compile'd (Triton) kernels."""
+    return any("triton" in str(row.get("name")).lower() for row in out.json.get("kernels") or [])
+
+
+def advice_not_done(out: Outputs) -> list[str]:
+    """Advice never recommends what the trace shows is already done."""
+    bad = []
+    graphs, fused = graphs_replayed(out), compiled(out)
+    for text in sentences(out):
+        if graphs and GRAPH_ADVICE.search(text):
+            bad.append(f"advises CUDA graphs where the trace launches graphs: {text[:160]!r}")
+        if fused and COMPILE_ADVICE.search(text):
+            bad.append(f"advises torch.compile where the trace runs Triton kernels: {text[:160]!r}")
+    return bad
+
+
+INVARIANTS: dict[str, Callable[[Outputs], list[str]]] = {
+    "one_median": one_median,
+    "steady_costs": steady_costs,
+    "named_causes_add_up": named_causes_add_up,
+    "verdict_is_table_top": verdict_is_table_top,
+    "no_own_frames": no_own_frames,
+    "no_raw_sync_text": no_raw_sync_text,
+    "advice_not_done": advice_not_done,
+}
