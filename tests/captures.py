@@ -12,6 +12,7 @@ from tests.conftest import DATA, _decompressed
 FAST_CAPTURES = frozenset({"nsys/nsys2023_nvtx", "nsys/nsys2023_sync_apis", "nsys/nsys2025_nvtx",
                            "nsys/nsys2025_sync", "nsys/nsys2025_train_print", "kineto/mlp_print",
                            "kineto/mlp_annotated", "hta_zoo/alexnet", "hta_zoo/triton_example",
+                           "hta_zoo/sampled_rank-0", "hta_zoo/sampled_rank-1",
                            "hta_rocm/mi250_minitoy_train_ROCm6_2_kineto"})
 # Exports that are broken on purpose (tests/test_bad_input.py reads them): no invariant applies.
 BROKEN = frozenset({"nsys/nsys2025_bad"})

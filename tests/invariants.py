@@ -71,6 +71,16 @@ def _rank0(value: Any) -> Any:
     return value[0] if isinstance(value, list) and value and isinstance(value[0], dict) else value
 
 
+class _Cache(dict):
+    def __missing__(self, trace: Path) -> Outputs:
+        value = self[trace] = collect(trace)
+        return value
+
+
+# One run of the commands per trace and test session, shared by the test modules that read them.
+OUTPUTS: dict[Path, Outputs] = _Cache()
+
+
 def collect(trace: Path) -> Outputs:
     """Run every command on ``trace`` (in this process) and keep its outputs."""
     runner = CliRunner()

@@ -15,7 +15,7 @@ import pytest
 
 from tests.captures import FAST_CAPTURES, committed_captures, readable
 from tests.conftest import Lazy
-from tests.invariants import (INVARIANTS, Outputs, collect, host_rows, named_causes_add_up, parse_verdict,
+from tests.invariants import (INVARIANTS, OUTPUTS, Outputs, host_rows, named_causes_add_up, parse_verdict,
                               row_label, verdict_sentences)
 
 CAPTURES = committed_captures()
@@ -65,7 +65,7 @@ def cases() -> list:
 @pytest.fixture(scope="module")
 def outputs() -> dict[str, Outputs]:
     """Every command's output per capture, made once for the module when a test first asks."""
-    return Lazy(lambda capture: collect(readable(CAPTURES[capture])))
+    return Lazy(lambda capture: OUTPUTS[readable(CAPTURES[capture])])
 
 
 @pytest.mark.parametrize("capture, invariant", cases())
