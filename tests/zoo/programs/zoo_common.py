@@ -31,16 +31,17 @@ PLANTS: dict[str, str] = {}
 def parser(description: str) -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--steps", type=int, default=20, help="steps to run (default 20)")
-    ap.add_argument("--dry", action="store_true", help="CPU dry run: tiny sizes, 3 steps, no GPU needed")
+    ap.add_argument("--dry", action="store_true", help="CPU dry run: tiny sizes, at most 5 steps, no GPU needed")
     ap.add_argument("--device", default=None, help="cuda or cpu (default: cuda when there is one)")
-    ap.add_argument("--trace-out", default=None, help="write a torch.profiler trace here (with stacks)")
+    ap.add_argument("--trace-out", default=None,
+                    help="write a torch.profiler trace here (with stacks); {rank} becomes the rank under torchrun")
     return ap
 
 
 def setup(args: argparse.Namespace) -> torch.device:
-    """The device to run on; a dry run is 3 steps on the CPU."""
+    """The device to run on; a dry run is at most 5 steps on the CPU."""
     if args.dry:
-        args.steps = min(args.steps, 3)
+        args.steps = min(args.steps, 5)
         args.device = "cpu"
     torch.manual_seed(0)
     return torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -63,18 +64,20 @@ def sync(device: torch.device) -> None:
 
 @contextlib.contextmanager
 def profiler(args: argparse.Namespace, device: torch.device) -> Iterator[object | None]:
-    """torch.profiler around the loop when --trace-out is given (stacks, shapes, one cycle of
-    every step after the first two), else nothing."""
+    """torch.profiler around the loop when --trace-out is given (stacks, shapes), else nothing."""
     if not args.trace_out:
         yield None
         return
     from torch.profiler import ProfilerActivity, profile, schedule
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    with profile(activities=activities, schedule=schedule(wait=0, warmup=2, active=max(1, args.steps - 2)),
+    path = args.trace_out.format(rank=os.environ.get("RANK", "0"))
+    # One cycle: the first two steps warm up, every later step is recorded; the trace is written
+    # when the cycle ends (on the last prof.step()).
+    with profile(activities=activities, schedule=schedule(wait=0, warmup=2, active=max(1, args.steps - 2), repeat=1),
+                 on_trace_ready=lambda done: done.export_chrome_trace(path),
                  record_shapes=True, with_stack=True) as prof:
         yield prof
-    prof.export_chrome_trace(args.trace_out)
 
 
 class Steps:
