@@ -54,15 +54,9 @@ def truth(name: str) -> Truth:
     return truth_of(ZOO / f"{name}.json.gz")
 
 
-def alexnet_forwards() -> int:
-    """AlexNet's trace has no ProfilerStep: its iterations are its forward-pass annotations."""
-    events = load(ZOO / "alexnet.json.gz")["traceEvents"]
-    return sum(e.get("cat") == "user_annotation" and str(e.get("name")).endswith("|forward") for e in events)
-
-
 @pytest.mark.parametrize("name", traces("steps"))
 def test_step_count(name: str) -> None:
-    expected = truth(name).steps or (alexnet_forwards() if name == "alexnet" else 0)
+    expected = truth(name).steps or truth(name).forward_annotations
     assert expected, "every zoo trace has iterations"
     assert outputs(name).steps["summary"]["count"] == expected
 
@@ -154,3 +148,13 @@ def test_ranks_of_one_job() -> None:
         assert row["kernel_ns"] == pytest.approx(1e3 * sum(e["dur"] for e in events))
         assert row["comm_kernel_ns"] == pytest.approx(1e3 * sum(e["dur"] for e in events if "nccl" in e["name"].lower()))
     assert sorted(rows) == [0, 1]
+
+
+@pytest.mark.slow
+def test_readme_table() -> None:
+    """tests/zoo/README.md's table is what `python -m tests.zoo.table` prints today."""
+    from tests.zoo.table import table
+
+    readme = (Path(__file__).parent / "zoo" / "README.md").read_text()
+    held = readme.split("<!-- zoo-table -->\n", 1)[1].split("<!-- /zoo-table -->", 1)[0].strip()
+    assert held == table(), "rerun: python -m tests.zoo.table, and paste it between the zoo-table marks"

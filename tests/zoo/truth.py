@@ -6,7 +6,9 @@ reproduce on the public traces (tests/data/hta_zoo).  Nothing here imports profk
 - kernels: ``cat == "kernel"`` events, per name; Triton's by name;
 - CUDA graphs: ``cudaGraphLaunch`` runtime calls, and the kernels they launched (same correlation id);
 - copies and sets: ``gpu_memcpy`` / ``gpu_memset`` events; syncs: ``cuda_sync`` events;
-- ranks: ``distributedInfo`` (rank, world size); Python stacks: ``python_function`` events.
+- ranks: ``distributedInfo`` (rank, world size); Python stacks: ``python_function`` events;
+- forward passes: ``user_annotation`` ranges named like ``[param|...|forward]`` (PyTorch's operator
+  benchmark, in the AlexNet trace, marks each forward pass so instead of ``ProfilerStep#N``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 STEP_NAME = re.compile(r"ProfilerStep#(\d+)$")
+FORWARD_ANNOTATION = re.compile(r"^\[param\|.*\|forward\]$")
 GRAPH_LAUNCH = re.compile(r"^(cudaGraphLaunch|cuGraphLaunch|hipGraphLaunch)")
 
 
@@ -41,6 +44,7 @@ class Truth:
     world_size: int | None
     python_frames: int
     gpu: str | None
+    forward_annotations: int
 
     @property
     def step_median_ns(self) -> float | None:
@@ -50,7 +54,8 @@ class Truth:
         return {"steps": self.steps, "step_median_ms": round(self.step_median_ns / 1e6, 2) if self.steps else None,
                 "kernels": self.kernels, "kernel_names": len(self.kernel_names), "triton": self.triton_kernels,
                 "graph_launches": self.graph_launches, "graph_kernels": self.graph_kernels,
-                "memcpys": self.memcpys, "rank": self.rank, "world_size": self.world_size}
+                "memcpys": self.memcpys, "rank": self.rank, "world_size": self.world_size,
+                "forward_annotations": self.forward_annotations}
 
 
 def load(path: Path) -> dict:
@@ -79,7 +84,9 @@ def truth_of(path: Path) -> Truth:
         cuda_syncs=sum(e.get("cat") == "cuda_sync" for e in events),
         rank=info.get("rank"), world_size=info.get("world_size"),
         python_frames=sum(e.get("cat") == "python_function" for e in events),
-        gpu=devices[0].get("name") if devices else None)
+        gpu=devices[0].get("name") if devices else None,
+        forward_annotations=sum(e.get("cat") == "user_annotation" and bool(FORWARD_ANNOTATION.match(str(e.get("name"))))
+                                for e in events))
 
 
 if __name__ == "__main__":  # python -m tests.zoo.truth FILE...: each trace's truth as one JSON line
