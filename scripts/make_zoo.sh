@@ -105,7 +105,8 @@ run_entry() {  # name, gpus, program args...
   echo "== $name: torch.profiler"
   # under torchrun each rank writes its own trace ({rank} in --trace-out)
   timeout "$LIMIT" "${launch[@]}" "$PROGRAMS/${program[0]}" "${program[@]:1}" --steps "$STEPS" \
-    --trace-out "$name.kineto.rank{rank}.json" > "$name.kineto.stdout" 2>&1 || echo "  exit $? (see $name.kineto.stdout)"
+    --trace-out "$name.kineto.rank{rank}.json" > "$name.kineto.stdout" 2>&1 \
+    || echo "  exit $? (see $name.kineto.stdout)"
   if [ "${program[0]}" = triton_suite.py ]; then
     echo "== $name: ncu"
     timeout "$LIMIT" ncu --section SpeedOfLight_RooflineChart --page raw --csv --launch-skip 3 --launch-count 6 \

@@ -37,8 +37,9 @@ KNOWN_WRONG: dict[tuple[str, str], str] = {
     ("nsys/nsys2025_softmax", "advice_not_done"): COMPILE,
     ("nsys/nsys2023_vector_add", "steady_costs"):
         "stalls' finding gives sync idle per step as 278% with no 'of what' (it is idle outside the steps)",
-    **{(capture, "no_raw_sync_text"): RAW for capture in ("nsys/nsys2023_sync_sites", "nsys/nsys2025_sync",
-                                                            "nsys/nsys2025_train_noprint", "nsys/nsys2025_train_print")},
+    **{(capture, "no_raw_sync_text"): RAW
+       for capture in ("nsys/nsys2023_sync_sites", "nsys/nsys2025_sync", "nsys/nsys2025_train_noprint",
+                       "nsys/nsys2025_train_print")},
     **{(capture, invariant): reason
        for capture in ("host/kineto/llama_generate_kineto", "host/kineto/llama_train_kineto",
                        "host/nsys/llama_generate_nsys", "host/nsys/llama_train_nsys",
@@ -46,7 +47,8 @@ KNOWN_WRONG: dict[tuple[str, str], str] = {
        for invariant, reason in (("one_median", MEDIAN), ("named_causes_add_up", CAUSES),
                                  ("verdict_is_table_top", TOP))},
     **{(capture, invariant): reason
-       for capture in ("kineto/review/mlp_gpu_noprint", "kineto/review/mlp_gpu_noprint_b", "kineto/review/mlp_gpu_print")
+       for capture in ("kineto/review/mlp_gpu_noprint", "kineto/review/mlp_gpu_noprint_b",
+                       "kineto/review/mlp_gpu_print")
        for invariant, reason in (("one_median", MEDIAN), ("verdict_is_table_top", TOP))},
 }
 

@@ -8,6 +8,7 @@ xfail(strict=True) with what is wrong (#30), so it flips when the fix lands.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import Counter
 from pathlib import Path
@@ -52,6 +53,15 @@ def outputs(name: str) -> Outputs:
 
 def truth(name: str) -> Truth:
     return truth_of(ZOO / f"{name}.json.gz")
+
+
+def test_traces_are_htas_unchanged() -> None:
+    """Each trace is byte for byte HTA's (SHA256SUMS), with its licence beside it."""
+    sums = dict(reversed(line.split()) for line in (ZOO / "SHA256SUMS").read_text().splitlines())
+    assert sorted(sums) == sorted(f"{name}.json.gz" for name in TRACES)
+    for file, digest in sums.items():
+        assert hashlib.sha256((ZOO / file).read_bytes()).hexdigest() == digest, file
+    assert "MIT License" in (ZOO / "LICENSE").read_text()
 
 
 @pytest.mark.parametrize("name", traces("steps"))
@@ -146,7 +156,8 @@ def test_ranks_of_one_job() -> None:
         assert row["steps"] == expected.steps
         events = [e for e in load(path)["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "kernel"]
         assert row["kernel_ns"] == pytest.approx(1e3 * sum(e["dur"] for e in events))
-        assert row["comm_kernel_ns"] == pytest.approx(1e3 * sum(e["dur"] for e in events if "nccl" in e["name"].lower()))
+        nccl = [e for e in events if "nccl" in e["name"].lower()]
+        assert row["comm_kernel_ns"] == pytest.approx(1e3 * sum(e["dur"] for e in nccl))
     assert sorted(rows) == [0, 1]
 
 

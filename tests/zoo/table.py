@@ -38,9 +38,9 @@ def rows(path: Path) -> Iterator[tuple[str, str, str, bool]]:
     yield "kernels (names)", f"{truth.kernels:,} ({len(truth.kernel_names)})", \
         f"{kernels:,} ({len(out.json['kernels'])})", kernels == truth.kernels
     graphs = out.json.get("graphs") or {}
+    replays = (graphs.get("replays", 0), graphs.get("kernels_in_replays", 0))
     yield ("CUDA graph launches (their kernels)", f"{truth.graph_launches} ({truth.graph_kernels})",
-           f"{graphs.get('replays', 0)} ({graphs.get('kernels_in_replays', 0)})",
-           (graphs.get("replays", 0), graphs.get("kernels_in_replays", 0)) == (truth.graph_launches, truth.graph_kernels))
+           f"{replays[0]} ({replays[1]})", replays == (truth.graph_launches, truth.graph_kernels))
     events = load(path)["traceEvents"]
     blocking = sum(e.get("ph") == "X" and e.get("name") in BLOCKING_SYNCS for e in events)
     found = sum(row["count"] for row in (out.json.get("stalls") or {}).get("rows") or []
