@@ -265,6 +265,11 @@ def steady_costs(out: Outputs) -> list[str]:
 def named_causes_add_up(out: Outputs) -> list[str]:
     """The causes a verdict names add up to the share it claims they explain."""
     bad = []
+    named = [cause for causes in ((out.host or {}).get("verdict") or {}).get("named", {}).values() for cause in causes]
+    sentence = ((out.host or {}).get("verdict") or {}).get("sentence") or ""
+    if named and not parse_verdict(sentence).causes:
+        # A reworded verdict must stay checkable: update parse_verdict with it, never skip it.
+        bad.append(f"the verdict names {len(named)} causes but none can be read back from {sentence[:120]!r}")
     for text in verdict_sentences(out):
         verdict = parse_verdict(text)
         if verdict.claimed_pct is None or not verdict.causes:

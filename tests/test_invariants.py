@@ -189,6 +189,12 @@ def test_planted_claim_is_caught(host_out: Outputs) -> None:
     assert any("claims 94%" in v for v in named_causes_add_up(host_out))
 
 
+def test_unreadable_verdict_is_caught(host_out: Outputs) -> None:
+    """A verdict whose causes the parser cannot find fails: a rewording never passes unchecked."""
+    host_out.host["verdict"]["sentence"] = "Bound by Python/framework overhead: mostly the backward pass."
+    assert any("none can be read back" in v for v in named_causes_add_up(host_out))
+
+
 def test_planted_verdict_off_the_table_is_caught(host_out: Outputs) -> None:
     rows = host_rows(host_out.host)
     sentence = host_out.host["verdict"]["sentence"]
