@@ -1,7 +1,8 @@
 """Invariants every profkit output keeps, checked on the JSON the CLI prints and on report.json.
 
-``collect(trace)`` runs the commands once (``steps``, ``host``, ``stalls``, ``breakdown --steady``,
-``graphs``, ``kernels``, ``api`` with ``--format json``, and ``report``) and keeps what each printed.
+``collect(trace)`` runs the commands once (``steps``, ``host`` and ``host --steady``, ``stalls``,
+``breakdown --steady``, ``graphs``, ``kernels``, ``api`` with ``--format json``, and ``report``) and keeps
+what each printed.
 Each checker below takes those outputs and returns the violations it found, as sentences (an empty
 list: the invariant holds).  The checkers read only the outputs, never profkit's code: they are
 what a reader of the outputs would check by hand, so a planted violation in an output is caught
@@ -26,7 +27,8 @@ from click.testing import CliRunner
 
 from profkit.cli import cli
 
-COMMANDS = {"steps": ["steps"], "host": ["host"], "stalls": ["stalls"], "breakdown": ["breakdown", "--steady"],
+COMMANDS = {"steps": ["steps"], "host": ["host"], "host_steady": ["host", "--steady"], "stalls": ["stalls"],
+            "breakdown": ["breakdown", "--steady"],
             "graphs": ["graphs"], "kernels": ["kernels"], "api": ["api"]}
 RAW_SYNC_TEXT = "profkit.sync|"
 FIGURE_REL_TOL = 0.01  # printed durations have three significant digits
@@ -60,6 +62,12 @@ class Outputs:
     @property
     def host(self) -> dict | None:
         return self.json.get("host")
+
+    @property
+    def hosts(self) -> list[tuple[str, dict]]:
+        """(command, output) of ``host`` and ``host --steady``, those that printed a table."""
+        return [(key.replace("_steady", " --steady"), self.json[key]) for key in ("host", "host_steady")
+                if self.json.get(key)]
 
     @property
     def findings(self) -> list[str]:
@@ -150,11 +158,9 @@ def sentences(out: Outputs) -> list[str]:
 
 def verdict_sentences(out: Outputs) -> list[str]:
     """The host verdict, as ``host`` prints it and as the report's findings repeat it."""
-    found = []
-    if out.host and (out.host.get("verdict") or {}).get("sentence"):
-        found.append(out.host["verdict"]["sentence"])
+    found = [host["verdict"]["sentence"] for _, host in out.hosts if (host.get("verdict") or {}).get("sentence")]
     found += [text for text in out.findings if "causes explain" in text or " meanwhile in " in text]
-    return found
+    return list(dict.fromkeys(found))
 
 
 @dataclass
@@ -207,9 +213,9 @@ def one_median(out: Outputs) -> list[str]:
         if value is not None and not close(value, median, rel):
             bad.append(f"{where} quotes a {value / 1e6:.4g} ms step where steps' median is {median / 1e6:.4g} ms")
 
-    if out.host:
-        same("host summary", out.host["summary"].get("step_median_ns"))
-        same("host verdict", (out.host.get("verdict") or {}).get("step_ns"))
+    for command, host in out.hosts:
+        same(f"{command} summary", host["summary"].get("step_median_ns"))
+        same(f"{command} verdict", (host.get("verdict") or {}).get("step_ns"))
     for text in verdict_sentences(out):
         same(f"verdict {text[:60]!r}", parse_verdict(text).step_ns, FIGURE_REL_TOL)
     report = out.report or {}
@@ -225,7 +231,7 @@ def one_median(out: Outputs) -> list[str]:
                 same(f"finding {text[:60]!r}", parse_ns(f"{match.group(match.lastindex - 1)} "
                                                         f"{match.group(match.lastindex)}"), FIGURE_REL_TOL)
     # The same steady steps under every per-step figure.
-    for where, count in [("host", (out.host or {}).get("summary", {}).get("steady_steps")),
+    for where, count in [*[(command, host["summary"].get("steady_steps")) for command, host in out.hosts],
                          *[(f"breakdown --steady rank {row.get('rank')}", (row.get("window") or {}).get("steady_steps"))
                            for row in out.json.get("breakdown") or [] if isinstance(row, dict)],
                          *[(f"stalls row {row.get('source')}", (row.get("per_step") or {}).get("steady_steps"))
@@ -265,11 +271,13 @@ def steady_costs(out: Outputs) -> list[str]:
 def named_causes_add_up(out: Outputs) -> list[str]:
     """The causes a verdict names add up to the share it claims they explain."""
     bad = []
-    named = [cause for causes in ((out.host or {}).get("verdict") or {}).get("named", {}).values() for cause in causes]
-    sentence = ((out.host or {}).get("verdict") or {}).get("sentence") or ""
-    if named and not parse_verdict(sentence).causes:
-        # A reworded verdict must stay checkable: update parse_verdict with it, never skip it.
-        bad.append(f"the verdict names {len(named)} causes but none can be read back from {sentence[:120]!r}")
+    for command, host in out.hosts:
+        verdict = host.get("verdict") or {}
+        named = [cause for causes in (verdict.get("named") or {}).values() for cause in causes]
+        if named and not parse_verdict(verdict.get("sentence") or "").causes:
+            # A reworded verdict must stay checkable: update parse_verdict with it, never skip it.
+            bad.append(f"{command}'s verdict names {len(named)} causes but none can be read back from "
+                       f"{(verdict.get('sentence') or '')[:120]!r}")
     for text in verdict_sentences(out):
         verdict = parse_verdict(text)
         if verdict.claimed_pct is None or not verdict.causes:
@@ -288,32 +296,31 @@ def named_causes_add_up(out: Outputs) -> list[str]:
 
 def verdict_is_table_top(out: Outputs) -> list[str]:
     """The causes the verdict names are the host table's top rows, in order, with the table's figures."""
-    if not out.host:
-        return []
-    rows = host_rows(out.host)
     bad = []
-    for text in verdict_sentences(out):
-        causes = parse_verdict(text).causes
-        for (label, ns), row in zip(causes, rows):
+    for command, host in out.hosts:
+        rows = host_rows(host)
+        sentence = (host.get("verdict") or {}).get("sentence") or ""
+        for (label, ns), row in zip(parse_verdict(sentence).causes, rows):
             if label != row_label(row):
-                bad.append(f"the verdict names {label} where the table's row is {row_label(row)}: {text[:100]!r}")
+                bad.append(f"{command}'s verdict names {label} where its table's row is {row_label(row)}: "
+                           f"{sentence[:100]!r}")
                 break
             if not close(ns, row["gpu_idle_ns_per_step"], FIGURE_REL_TOL):
-                bad.append(f"the verdict gives {label} {ns / 1e3:.4g} µs, the table "
+                bad.append(f"{command}'s verdict gives {label} {ns / 1e3:.4g} µs, its table "
                            f"{row['gpu_idle_ns_per_step'] / 1e3:.4g} µs")
     return bad
 
 
 def no_own_frames(out: Outputs) -> list[str]:
     """No frame of profkit's own code (launcher, sync hook) in a host table or verdict."""
-    if not out.host:
-        return []
-    rows = [*(out.host.get("functions") or []), *(out.host.get("other_threads") or [])]
-    bad = [f"host row {row_label(row)} is profkit's own code ({row.get('file')})"
-           for row in rows if OWN_FRAME.search(str(row.get("file") or ""))]
-    for causes in ((out.host.get("verdict") or {}).get("named") or {}).values():
-        bad += [f"the verdict names profkit's own {cause.get('function')}" for cause in causes
-                if OWN_FRAME.search(str(cause.get("file") or ""))]
+    bad = []
+    for command, host in out.hosts:
+        rows = [*(host.get("functions") or []), *(host.get("other_threads") or [])]
+        bad += [f"{command} row {row_label(row)} is profkit's own code ({row.get('file')})"
+                for row in rows if OWN_FRAME.search(str(row.get("file") or ""))]
+        for causes in ((host.get("verdict") or {}).get("named") or {}).values():
+            bad += [f"{command}'s verdict names profkit's own {cause.get('function')}" for cause in causes
+                    if OWN_FRAME.search(str(cause.get("file") or ""))]
     return bad
 
 
