@@ -365,3 +365,20 @@ INVARIANTS: dict[str, Callable[[Outputs], list[str]]] = {
     "no_raw_sync_text": no_raw_sync_text,
     "advice_not_done": advice_not_done,
 }
+
+
+if __name__ == "__main__":
+    # python -m tests.invariants [CAPTURE_ID...]: each (capture, invariant) that fails today, with its first
+    # violation: what tests/test_invariants.py's KNOWN_WRONG must list (ids as in tests/captures.py).
+    import sys
+
+    from tests.captures import committed_captures, readable
+
+    for capture, path in committed_captures().items():
+        if sys.argv[1:] and capture not in sys.argv[1:]:
+            continue
+        outputs = OUTPUTS[readable(path)]
+        for invariant, check in INVARIANTS.items():
+            violations = check(outputs)
+            if violations:
+                print(f"{capture} {invariant}: {violations[0][:200]}", flush=True)
