@@ -230,10 +230,16 @@ def one_median(out: Outputs) -> list[str]:
             for match in re.finditer(pattern, text):
                 same(f"finding {text[:60]!r}", parse_ns(f"{match.group(match.lastindex - 1)} "
                                                         f"{match.group(match.lastindex)}"), FIGURE_REL_TOL)
-    # The same steady steps under every per-step figure.
+    # The same steady steps under every per-step figure; a whole-job export's breakdown, rank by rank.
+    per_rank = {item.get("rank"): (item.get("summary") or {}).get("steady_count")
+                for item in out.json.get("steps") or [] if isinstance(item, dict) and "rank" in item}
+    for row in out.json.get("breakdown") or []:
+        count = (row.get("window") or {}).get("steady_steps")
+        expected = per_rank.get(row.get("rank"), steady)
+        if expected is not None and count is not None and count != expected:
+            bad.append(f"breakdown --steady rank {row.get('rank')} counts {count} steady steps where steps counts "
+                       f"{expected}")
     for where, count in [*[(command, host["summary"].get("steady_steps")) for command, host in out.hosts],
-                         *[(f"breakdown --steady rank {row.get('rank')}", (row.get("window") or {}).get("steady_steps"))
-                           for row in out.json.get("breakdown") or [] if isinstance(row, dict)],
                          *[(f"stalls row {row.get('source')}", (row.get("per_step") or {}).get("steady_steps"))
                            for row in (out.json.get("stalls") or {}).get("rows") or []]]:
         if steady is not None and count is not None and count != steady:

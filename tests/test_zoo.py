@@ -55,6 +55,16 @@ def truth(name: str) -> Truth:
     return truth_of(ZOO / f"{name}.json.gz")
 
 
+def test_truth_never_asks_profkit() -> None:
+    """The truth is read from the JSON alone: truth.py imports nothing of profkit's."""
+    import ast
+
+    tree = ast.parse((Path(__file__).parent / "zoo" / "truth.py").read_text())
+    modules = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    modules |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert not {name for name in modules if name.split(".")[0] in ("profkit", "tests")}
+
+
 def test_traces_are_htas_unchanged() -> None:
     """Each trace is byte for byte HTA's (SHA256SUMS), with its licence beside it."""
     sums = dict(reversed(line.split()) for line in (ZOO / "SHA256SUMS").read_text().splitlines())
