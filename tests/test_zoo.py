@@ -179,3 +179,16 @@ def test_readme_table() -> None:
     readme = (Path(__file__).parent / "zoo" / "README.md").read_text()
     held = readme.split("<!-- zoo-table -->\n", 1)[1].split("<!-- /zoo-table -->", 1)[0].strip()
     assert held == table(), "rerun: python -m tests.zoo.table, and paste it between the zoo-table marks"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["nccl_rank0", "graphs_triton_rank0"])
+def test_ranks_of_one_rank_file(name: str) -> None:
+    """`profkit ranks` on one rank's file: its rank, steps, and each collective's count and bytes."""
+    path, expected = ZOO / f"{name}.json.gz", truth(name)
+    result = CliRunner().invoke(cli, ["ranks", str(path), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    [row] = json.loads(result.stdout)
+    assert (row["rank"], row["steps"]) == (expected.rank, expected.steps)
+    nccl = [c for c in row["collectives"] if c["sized"]]
+    assert {c["calls"][0]: (c["count"], c["bytes_total"]) for c in nccl} == expected.collectives

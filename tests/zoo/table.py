@@ -5,9 +5,13 @@ tests/test_zoo.py checks that the README holds what it prints today.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
+from click.testing import CliRunner
+
+from profkit.cli import cli
 from tests.conftest import DATA
 from tests.invariants import OUTPUTS
 from tests.zoo.truth import load, truth_of
@@ -19,6 +23,10 @@ HEADER = ["| trace | what | truth (from the JSON) | profkit | same |", "| --- | 
 
 def ms(ns: float | None) -> str:
     return "–" if ns is None else f"{ns / 1e6:,.1f} ms"
+
+
+def describe(collectives: dict[str, tuple[int, int]]) -> str:
+    return "; ".join(f"{name} {count}, {size:,} B" for name, (count, size) in sorted(collectives.items()))
 
 
 def rows(path: Path) -> Iterator[tuple[str, str, str, bool]]:
@@ -49,6 +57,11 @@ def rows(path: Path) -> Iterator[tuple[str, str, str, bool]]:
     waits = [row for row in (out.json.get("stalls") or {}).get("rows") or [] if row["cpu_blocked_ns"] == 0]
     charged = sum(row["per_step"]["gpu_idle_ns"] for row in waits)
     yield "GPU idle per step charged to calls that never block the CPU", "0 ms", ms(charged), charged == 0
+    if truth.collectives:
+        ranks = json.loads(CliRunner().invoke(cli, ["ranks", str(path), "--format", "json"]).stdout)[0]
+        found = {c["calls"][0]: (c["count"], c["bytes_total"]) for c in ranks["collectives"] if c["sized"]}
+        yield ("collectives: count, bytes (`ranks`)", describe(truth.collectives), describe(found),
+               found == truth.collectives)
     yield "host table", "no Python stacks: refuses" if not truth.python_frames else "stacks", \
         "refuses" if "host" in out.refusals else "a table", ("host" in out.refusals) == (not truth.python_frames)
 

@@ -7,6 +7,8 @@ reproduce on the public traces (tests/data/hta_zoo).  Nothing here imports profk
 - CUDA graphs: ``cudaGraphLaunch`` runtime calls, and the kernels they launched (same correlation id);
 - copies and sets: ``gpu_memcpy`` / ``gpu_memset`` events; syncs: ``cuda_sync`` events;
 - ranks: ``distributedInfo`` (rank, world size); Python stacks: ``python_function`` events;
+- collectives: NCCL kernels that carry ``Collective name``, ``In msg nelems`` and ``dtype`` (Kineto
+  copies them from ``record_param_comms``): count and bytes per collective;
 - forward passes: ``user_annotation`` ranges named like ``[param|...|forward]`` (PyTorch's operator
   benchmark, in the AlexNet trace, marks each forward pass so instead of ``ProfilerStep#N``).
 """
@@ -23,6 +25,9 @@ from pathlib import Path
 
 STEP_NAME = re.compile(r"ProfilerStep#(\d+)$")
 FORWARD_ANNOTATION = re.compile(r"^\[param\|.*\|forward\]$")
+# Bytes per element of the dtypes Kineto names in a collective's arguments.
+DTYPE_BYTES = {"Float": 4, "Half": 2, "BFloat16": 2, "Double": 8, "Int": 4, "Long": 8, "Short": 2, "Char": 1,
+               "Byte": 1, "Bool": 1}
 GRAPH_LAUNCH = re.compile(r"^(cudaGraphLaunch|cuGraphLaunch|hipGraphLaunch)")
 
 
@@ -45,6 +50,7 @@ class Truth:
     python_frames: int
     gpu: str | None
     forward_annotations: int
+    collectives: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (count, bytes)
 
     @property
     def step_median_ns(self) -> float | None:
@@ -85,8 +91,21 @@ def truth_of(path: Path) -> Truth:
         rank=info.get("rank"), world_size=info.get("world_size"),
         python_frames=sum(e.get("cat") == "python_function" for e in events),
         gpu=devices[0].get("name") if devices else None,
+        collectives=collectives(kernels),
         forward_annotations=sum(e.get("cat") == "user_annotation" and bool(FORWARD_ANNOTATION.match(str(e.get("name"))))
                                 for e in events))
+
+
+def collectives(kernels: list[dict]) -> dict[str, tuple[int, int]]:
+    """(count, input bytes) per collective name, from the NCCL kernels that carry their arguments."""
+    found: dict[str, tuple[int, int]] = {}
+    for kernel in kernels:
+        args = kernel.get("args") or {}
+        if "nccl" not in kernel["name"].lower() or "Collective name" not in args:
+            continue
+        count, size = found.get(args["Collective name"], (0, 0))
+        found[args["Collective name"]] = (count + 1, size + int(args["In msg nelems"]) * DTYPE_BYTES[args["dtype"]])
+    return found
 
 
 if __name__ == "__main__":  # python -m tests.zoo.truth FILE...: each trace's truth as one JSON line
