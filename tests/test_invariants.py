@@ -25,7 +25,6 @@ CAUSES = "the verdict's 'these causes explain N%' counts more than the causes it
 TOP = "the verdict ranks its own per-(function, line) split, not the host table's rows and figures"
 GRAPHS = "the short-kernel advice (fuse / replay as a CUDA graph) ignores the graph launches in the trace"
 COMPILE = "the short-kernel advice (fuse with torch.compile) ignores the Triton kernels in the trace"
-RAW = "the raw 'profkit.sync|' NVTX text reaches steps' sync_sites_once_per_step and the report's NVTX tables"
 # What is wrong today, per (capture, invariant): each flips to a pass when #30's fixes land.
 KNOWN_WRONG: dict[tuple[str, str], str] = {
     ("graphs/gpt_graphs_kineto", "advice_not_done"): f"{GRAPHS}; {COMPILE}",
@@ -38,9 +37,6 @@ KNOWN_WRONG: dict[tuple[str, str], str] = {
     ("nsys/nsys2023_vector_add", "steady_costs"):
         "stalls' finding divides the mean sync idle per step (216 ms; one 635 ms step of 3) by the median step "
         "(77.7 ms): '(278%)', with no 'of what'",
-    **{(capture, "no_raw_sync_text"): RAW
-       for capture in ("nsys/nsys2023_sync_sites", "nsys/nsys2025_sync", "nsys/nsys2025_train_noprint",
-                       "nsys/nsys2025_train_print")},
     **{(capture, invariant): reason
        for capture in ("host/kineto/llama_generate_kineto", "host/kineto/llama_train_kineto",
                        "host/nsys/llama_generate_nsys", "host/nsys/llama_train_nsys",
