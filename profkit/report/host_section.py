@@ -33,8 +33,9 @@ def fill_host(section: Section, trace: Trace, top: int, found: dict[str, Any]) -
     section.facts = [
         ("Verdict", said["sentence"]),
         ("Source", "torch.profiler Python stacks" if s["source"] == "kineto_stacks" else "nsys Python sampling"),
-        ("GPU idle per step", f"{duration(s['gpu_idle_ns_per_step'])} of a {duration(s['step_median_ns'])} "
-                              f"median step, {s['explained_idle_pct']}% of it in a named Python function"),
+        ("GPU idle", f"{said['idle_pct']:.0f}% of the step time (mean {duration(s['gpu_idle_ns_per_step'])} "
+                     f"per step; median step {duration(s['step_median_ns'])}), {s['explained_idle_pct']}% of it "
+                     f"in a named Python function"),
     ]
     rows = [{**r, "site": f"{Path(r['file']).name}:{r['line']}"} for r in result.functions[:top]]
     section.tables.append(Table("host", "Python functions (main thread)", HOST_COLUMNS, rows, label_key="function"))

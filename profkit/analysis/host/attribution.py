@@ -10,6 +10,8 @@ import numpy as np
 import pandas as pd
 
 from profkit.analysis.steps import find_steps
+from profkit.analysis.host.data_loading import loading_mask, loop_files
+from profkit.analysis.host.own_frames import without_own_frames
 from profkit.analysis.steps.activity import load_activity
 from profkit.analysis.timeline.intervals import complement, covered_within, union
 from profkit.errors import ProfkitError
@@ -38,6 +40,8 @@ class HostResult:
     segments: tuple[np.ndarray, np.ndarray, list[str]] | None = None
     idle: tuple[np.ndarray, np.ndarray] | None = None
     main: tuple[int, int] | None = None
+    # the main thread's data-loading frames (``data_loading``): "function (file:line)" -> (starts, ends)
+    loading: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"summary": self.summary, "functions": self.functions, "other_threads": self.other_threads}
@@ -48,7 +52,8 @@ def host_time(trace: Trace, steady_only: bool = True) -> HostResult:
     steady-state steps, or with ``steady_only=False`` over every step (warm-up too)."""
     if not trace.has("python_frames"):
         raise ProfkitError(f"{trace.name} has no Python stacks", hint=HOW)
-    frames = trace.table("python_frames")
+    # profkit's own frames (its launcher, its sync hook) are transparent: their time is the caller's
+    frames = without_own_frames(trace.table("python_frames"))
     if frames.empty:
         raise ProfkitError(f"{trace.name} has no Python stacks", hint=HOW)
     steps = find_steps(trace)
@@ -68,17 +73,20 @@ def host_time(trace: Trace, steady_only: bool = True) -> HostResult:
     others: list[dict[str, Any]] = []
     attributed = 0
     main_segments = None
+    loading: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for pid, tid in threads:
-        rows, covered, segs = _thread_rows(frames[(pids == pid) & (tids == tid)], lo, hi, idle_start, idle_end, n)
+        thread_frames = frames[(pids == pid) & (tids == tid)]
+        rows, covered, segs = _thread_rows(thread_frames, lo, hi, idle_start, idle_end, n)
         if (pid, tid) == main:
             functions, attributed, main_segments = rows, covered, segs
+            loading = _loading_frames(thread_frames, rows, int(lo[0]), int(hi[-1]))
         else:
             others += [{"tid": tid, **r} for r in rows if r["self_ns_per_step"] > 0]
     others.sort(key=lambda r: (-r["gpu_idle_ns_per_step"], -r["self_ns_per_step"]))
     summary = {
         "steady_steps": n,
         "steady_only": steady_only,
-        "step_median_ns": float(np.median(hi - lo)),
+        "step_median_ns": steps.summary["median_ns"],  # the steady median, as `profkit steps` says it
         "gpu_idle_ns_per_step": idle_total / n,
         "explained_idle_pct": round(100.0 * attributed / idle_total, 2) if idle_total else None,
         "source": KINETO_STACKS if trace.meta.source == KINETO else NSYS_SAMPLING,
@@ -86,7 +94,27 @@ def host_time(trace: Trace, steady_only: bool = True) -> HostResult:
         "step_source": steps.source,
     }
     return HostResult(summary, functions, others, np.column_stack((lo, hi)), main_segments,
-                      (idle_start, idle_end), main)
+                      (idle_start, idle_end), main, loading)
+
+
+def function_label(function: str, file: str, line: int) -> str:
+    """How the verdict names a function: as the table's row, "forward (linear.py:130)"."""
+    return f"{function} ({Path(file).name}:{line})"
+
+
+def _loading_frames(frames: pd.DataFrame, rows: list[dict[str, Any]], first_ns: int,
+                    last_ns: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The thread's data-loading frames per function (labelled as its table row), as merged intervals."""
+    mask = loading_mask(frames, loop_files(frames, first_ns, last_ns))
+    if not mask.any():
+        return {}
+    line = {(r["function"], r["file"]): r["line"] for r in rows}
+    hits = frames[mask]
+    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for (fn, file), group in hits.groupby([hits["function"].astype(str), hits["file"].astype(str)]):
+        label = function_label(fn, file, line.get((fn, file), int(group["line"].iloc[0])))
+        out[label] = union(group["start"].to_numpy(np.int64), group["end"].to_numpy(np.int64))
+    return out
 
 
 def idle_intervals(trace: Trace, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -167,14 +195,19 @@ def _thread_rows(frames: pd.DataFrame, lo: np.ndarray, hi: np.ndarray, idle_s: n
             ms, me = union(start[group], end[group])
             incl[codes[group[0]]] = int(covered_within(window_s, window_e, ms, me).sum())
     rows = []
+    row_line = np.full(m, -1, dtype=np.int64)
     for k in range(m):
         if incl[k] <= 0:
             continue
         fn, file = keys[k]
         ln = best_line.get(k) if self_k[k] > 0 else None
-        rows.append({"function": fn, "file": file, "line": int(ln if ln is not None else first_line.get(k, -1)),
+        row_line[k] = int(ln if ln is not None else first_line.get(k, -1))
+        rows.append({"function": fn, "file": file, "line": int(row_line[k]),
                      "self_ns_per_step": float(self_k[k]) / n, "inclusive_ns_per_step": float(incl[k]) / n,
                      "gpu_idle_ns_per_step": float(idle_k[k]) / n})
     rows.sort(key=lambda r: (-r["gpu_idle_ns_per_step"], -r["self_ns_per_step"], -r["inclusive_ns_per_step"]))
-    label = [f"{fn} ({Path(file).name}:{line[seg_f[i]]})" for i, (fn, file) in enumerate(keys[seg_key])]
+    # a segment is named as its function's table row (one label per function, the row's line): the
+    # verdict's causes are then the table's rows, with the table's figures
+    names = [function_label(fn, file, int(row_line[k])) for k, (fn, file) in enumerate(keys)]
+    label = [names[k] for k in seg_key.tolist()]
     return rows, int(idle_t.sum()), (seg_s, seg_e, label)

@@ -1,4 +1,4 @@
-"""A step's verdict in plain words: what bounds it, and how much of the step the named causes explain.
+"""A step's verdict in plain words: what bounds it, and which causes, named, make up how much of the step.
 
 The step time (steady state, per step) splits into GPU busy time and GPU idle
 time (``attribution``).  The idle time is split further by what the main
@@ -6,17 +6,24 @@ thread was doing at each idle instant, first match wins:
 
 - **sync**: inside a blocking CUDA call (``calls.api_role``: a
   synchronize, a synchronous copy or memset): *sync-bound*, named by the Python
-  lines those calls were made from;
+  functions those calls were made from;
 - **launch**: inside a launch call (``breakdown.launch`` APIs): the GPU drains
   while the CPU issues work: *launch-bound*;
-- **data loading**: in a frame of ``torch/utils/data`` (a DataLoader): *data-loading-bound*;
+- **data loading**: with a data-loading frame on the stack (``data_loading``: a
+  DataLoader, or a loader/batch-building function of the user's loop):
+  *data-loading-bound*, named by the loading function holding the most of it;
 - **python**: anywhere else in Python: *bound by Python/framework overhead*,
-  named by the functions holding the most of it.
+  named by the host table's top rows (the functions the GPU waited in most).
 
 Busy time is *GPU-bound*, or *communication-bound* where NCCL kernels run most
-of it.  The verdict is the largest part.  ``explained_pct``: the busy time plus
-the idle time of the named causes (the sync lines, launch and data loading, and
-the top Python functions, at most ``TOP``), as a share of the step time.
+of it.  The verdict is the largest part.
+
+Every figure is per steady step: a total over the steps divided by their
+number, as in the host table, so a cause's time is its table row's and shares
+are of the step time (the steps' total).  The one step length the sentence
+states is the steps' median (``profkit steps``).  ``causes``: the named causes,
+disjoint, each with its time and share; ``explained_pct`` is their sum: what
+the sentence claims they explain.
 """
 
 from __future__ import annotations
@@ -26,24 +33,23 @@ from typing import Any
 import numpy as np
 
 from profkit.analysis.breakdown.launch import LAUNCH_APIS, MEMORY_LAUNCH_APIS
-from profkit.analysis.host.attribution import HostResult
+from profkit.analysis.host.attribution import HostResult, function_label
 from profkit.analysis.timeline.intervals import covered_within, difference, intersection, union
 from profkit.analysis.steps.result import format_duration
 from profkit.analysis.sync.calls import api_role, base_api_name
 from profkit.model import Trace
 
-TOP = 5
-DATA_LOADING_FILES = ("torch/utils/data/",)
+TOP = 3
 WORDS = {"gpu": "GPU-bound", "communication": "communication-bound", "sync": "sync-bound",
          "launch": "launch-bound", "data": "data-loading-bound", "python": "bound by Python/framework overhead"}
 
 
 def verdict(trace: Trace, result: HostResult) -> dict[str, Any]:
-    """``kind`` (a key of ``WORDS``), ``parts_ns_per_step``, ``named`` causes, ``explained_pct``, ``sentence``."""
+    """``kind`` (a key of ``WORDS``), ``parts_ns_per_step``, ``causes``, ``explained_pct``, ``sentence``."""
     s = result.summary
     n = s["steady_steps"]
     windows = result.step_windows
-    step_ns = float((windows[:, 1] - windows[:, 0]).sum()) / n
+    step_ns = float((windows[:, 1] - windows[:, 0]).sum()) / n  # per step: the steps' total over their number
     idle_ns = float(s["gpu_idle_ns_per_step"])
     busy_ns = step_ns - idle_ns
     comm_ns = _communication(trace, windows) / n
@@ -56,52 +62,79 @@ def verdict(trace: Trace, result: HostResult) -> dict[str, Any]:
     rest = difference(idle_s, idle_e, *sync_iv)
     launch_iv = intersection(*rest, launch_s, launch_e)
     rest = difference(*rest, *launch_iv)
-    seg_in_rest = covered_within(*rest, seg_s, seg_e)
-    seg_in_sync = covered_within(*sync_iv, seg_s, seg_e)
-    data_mask = np.array([any(d in lab for d in DATA_LOADING_FILES) for lab in labels], dtype=bool)
-    per_label: dict[str, float] = {}
-    sync_lines: dict[str, float] = {}
-    for lab, t_rest, t_sync, is_data in zip(labels, seg_in_rest.tolist(), seg_in_sync.tolist(), data_mask.tolist()):
-        if not is_data and t_rest:
-            per_label[lab] = per_label.get(lab, 0) + t_rest / n
+    loading = result.loading
+    if loading:
+        load_s, load_e = union(np.concatenate([v[0] for v in loading.values()]),
+                               np.concatenate([v[1] for v in loading.values()]))
+    else:
+        load_s, load_e = np.empty(0, np.int64), np.empty(0, np.int64)
+    data_iv = intersection(*rest, load_s, load_e)
+    sync_by_function: dict[str, float] = {}
+    for lab, t_sync in zip(labels, covered_within(*sync_iv, seg_s, seg_e).tolist()):
         if t_sync:
-            sync_lines[lab] = sync_lines.get(lab, 0) + t_sync / n
+            sync_by_function[lab] = sync_by_function.get(lab, 0) + t_sync / n
     parts = {
         "gpu": busy_ns - comm_ns, "communication": comm_ns,
-        "sync": _length(*sync_iv) / n, "launch": _length(*launch_iv) / n,
-        "data": float(seg_in_rest[data_mask].sum()) / n if len(data_mask) else 0.0,
+        "sync": _length(*sync_iv) / n, "launch": _length(*launch_iv) / n, "data": _length(*data_iv) / n,
     }
     parts["python"] = max(idle_ns - parts["sync"] - parts["launch"] - parts["data"], 0.0)
     kind = max(parts, key=lambda k: parts[k])
-    top = sorted(per_label.items(), key=lambda kv: -kv[1])[:TOP]
-    top_sync = sorted(sync_lines.items(), key=lambda kv: -kv[1])[:TOP]
-    explained = parts["gpu"] + parts["communication"] + parts["sync"] + parts["launch"] + parts["data"] + \
-        sum(t for _, t in top)
-    explained_pct = round(100.0 * explained / step_ns, 1) if step_ns else None
-    sentence = _sentence(kind, parts, step_ns, idle_ns, top, top_sync, explained_pct)
-    return {"kind": kind, "words": WORDS[kind], "step_ns": step_ns,
+    causes = _causes(kind, parts, result, sync_by_function, data_iv, n)
+    pct = (lambda v: 100.0 * v / step_ns) if step_ns else (lambda v: 0.0)
+    causes = [{**c, "pct": round(pct(c["ns_per_step"]), 1)} for c in causes]
+    explained_pct = round(pct(sum(c["ns_per_step"] for c in causes)), 1) if step_ns else None
+    median = s.get("step_median_ns")
+    sentence = _sentence(kind, parts, step_ns, idle_ns, median, causes, explained_pct)
+    return {"kind": kind, "words": WORDS[kind], "step_median_ns": median, "mean_step_ns": step_ns,
             "parts_ns_per_step": {k: round(v, 1) for k, v in parts.items()},
-            "named": {"python": [{"function": k, "gpu_idle_ns_per_step": v} for k, v in top],
-                      "sync": [{"function": k, "gpu_idle_ns_per_step": v} for k, v in top_sync]},
-            "explained_pct": explained_pct, "sentence": sentence}
+            "parts_pct": {k: round(pct(v), 1) for k, v in parts.items()}, "idle_pct": round(pct(idle_ns), 1),
+            "causes": causes, "explained_pct": explained_pct, "sentence": sentence}
 
 
-def _sentence(kind: str, parts: dict[str, float], step_ns: float, idle_ns: float, top: list[tuple[str, float]],
-              top_sync: list[tuple[str, float]], explained_pct: float | None) -> str:
+def _causes(kind: str, parts: dict[str, float], result: HostResult, sync_by_function: dict[str, float],
+            data_iv: tuple[np.ndarray, np.ndarray], n: int) -> list[dict[str, Any]]:
+    """The named causes of the verdict's kind, disjoint: their times add up to what they explain."""
+    if kind in ("gpu", "communication"):
+        return [{"cause": kind, "label": "NCCL kernels" if kind == "communication" else "GPU work",
+                 "ns_per_step": parts[kind]}]
+    if kind == "launch":
+        return [{"cause": "launch", "label": "launch calls", "ns_per_step": parts["launch"]}]
+    if kind == "sync":
+        top = sorted(sync_by_function.items(), key=lambda kv: -kv[1])[:TOP]
+        return [{"cause": "sync", "label": k, "ns_per_step": v} for k, v in top]
+    if kind == "data":
+        # named by the loading function that holds the most of it (the outermost: a DataLoader's
+        # __next__, or the user's load_batch), with the whole data-loading time
+        held = {k: float(covered_within(*data_iv, *iv).sum()) for k, iv in result.loading.items()}
+        name = max(held, key=lambda k: held[k]) if held else "data loading"
+        return [{"cause": "data", "label": name, "ns_per_step": parts["data"]}]
+    # Python: the host table's top rows, with the table's GPU idle per step (innermost frames: disjoint)
+    rows = [r for r in result.functions if r["gpu_idle_ns_per_step"] > 0][:TOP]
+    return [{"cause": "python", "label": function_label(r["function"], r["file"], r["line"]),
+             "ns_per_step": float(r["gpu_idle_ns_per_step"])} for r in rows]
+
+
+def _sentence(kind: str, parts: dict[str, float], step_ns: float, idle_ns: float, median_ns: float | None,
+              causes: list[dict[str, Any]], explained_pct: float | None) -> str:
     pct = (lambda v: f"{100.0 * v / step_ns:.0f}%") if step_ns else (lambda v: "?")
     text = f"{WORDS[kind][0].upper()}{WORDS[kind][1:]}: "
+    median = f" ({format_duration(median_ns)} median step)" if median_ns else ""
     if kind in ("gpu", "communication"):
-        text += f"the GPU works {pct(step_ns - idle_ns)} of the {format_duration(step_ns)} step"
+        text += f"the GPU works {pct(step_ns - idle_ns)} of the step time{median}"
+        if kind == "communication":
+            text += f", NCCL kernels {pct(parts['communication'])}"
     else:
-        text += f"the GPU idles {format_duration(idle_ns)} of the {format_duration(step_ns)} step ({pct(idle_ns)})"
-    if kind == "sync" and top_sync:
-        text += ", waiting in " + ", ".join(f"{k} {format_duration(v)}" for k, v in top_sync[:3])
-    elif top:
-        text += ", the host meanwhile in " + ", ".join(f"{k} {format_duration(v)}" for k, v in top[:3])
+        text += f"the GPU idles {pct(idle_ns)} of the step time{median}"
+        lead = {"sync": "waiting in", "data": "loading data in", "launch": "in",
+                "python": "the host meanwhile in"}[kind]
+        named = ", ".join(f"{c['label']} {format_duration(c['ns_per_step'])}" for c in causes)
+        if named:
+            text += f", {lead} {named} per step"
+        if explained_pct is not None and causes:
+            text += f"; {'these causes explain' if len(causes) > 1 else 'which is'} {explained_pct:.0f}% " \
+                    f"of the step time"
     if parts["sync"] >= 0.01 * step_ns and kind != "sync":
-        text += f"; syncs {format_duration(parts['sync'])}"
-    if explained_pct is not None:
-        text += f"; these causes explain {explained_pct:.0f}% of the step time"
+        text += f"; blocking syncs take {pct(parts['sync'])} of the step time, within that idle"
     return text
 
 
