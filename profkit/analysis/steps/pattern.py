@@ -13,10 +13,13 @@ On the sequence of launched names (integers, see ``activity``):
    repeats with that period; the most common segment (by content) is the
    candidate's unit.  The step's unit contains (nearly) every name the loop
    launches; a layer's unit does not (the backward pass and the optimizer
-   are missing).  A period that also covers everything but is a multiple of
-   the step (a supercycle, e.g. an eval pass every ten steps) is longer: the
-   shortest candidate whose unit covers at least 90% of what the best one
-   covers wins.
+   are missing).  What counts is **GPU time**, not launches: the copies of the
+   candidate's unit must hold at least 90% of the GPU time that the best
+   candidate's copies hold.  (Autotuning repeats a 2-operation benchmark
+   hundreds of times, so by count it beats a step of two CUDA graph replays
+   that hold 88% of the GPU time.)  A period that also covers everything but
+   is a multiple of the step (a supercycle, e.g. an eval pass every ten
+   steps) is longer: among those, the shortest unit wins.
 3. **Where a step begins.**  Within the unit, at the launch preceded by the
    longest wait (GPU idle before it plus CPU time since the previous
    launch), the median over the unit's repetitions: that is where the loop
@@ -146,9 +149,12 @@ class _Split:
     coverage: float          # share of all launches whose name is in the unit
     explained: float         # share of launches inside copies of the unit
     distinct: int            # names in the unit
+    explained_time: float    # share of the GPU time inside copies of the unit
 
 
-def _split(tokens: np.ndarray, period: int, anchors: list[int]) -> _Split | None:
+def _split(tokens: np.ndarray, period: int, anchors: list[int], time: np.ndarray) -> _Split | None:
+    """The candidate ``period`` split at its most frequent anchor; ``time``: running GPU time
+    (0, then the cumulative sum of each operation's duration, in launch order)."""
     counts = np.bincount(tokens, minlength=int(tokens.max()) + 1)
     anchor = max(anchors, key=lambda t: (counts[t], -int(np.argmax(tokens == t))))
     boundaries = np.flatnonzero(tokens == anchor)
@@ -164,19 +170,24 @@ def _split(tokens: np.ndarray, period: int, anchors: list[int]) -> _Split | None
     in_unit[np.unique(tokens[start:start + length])] = True
     coverage = float(counts[in_unit].sum()) / len(tokens)
     explained = float(freq[mode] * length) / len(tokens)
-    return _Split(period, boundaries, start, length, int(freq[mode]), coverage, explained, int(in_unit.sum()))
+    copies = first[where]
+    explained_time = float((time[copies + length] - time[copies]).sum()) / time[-1] if time[-1] > 0 else explained
+    return _Split(period, boundaries, start, length, int(freq[mode]), coverage, explained, int(in_unit.sum()),
+                  explained_time)
 
 
-def _choose(tokens: np.ndarray) -> _Split | None:
+def _choose(tokens: np.ndarray, durations: np.ndarray) -> _Split | None:
+    time = np.zeros(len(tokens) + 1, dtype=np.float64)
+    np.cumsum(np.maximum(durations, 0), out=time[1:])
     # A unit of one name (a kernel launched over and over) is a stream of launches, not a loop body.
     splits = [s for p, anchors in candidate_periods(tokens).items()
-              if (s := _split(tokens, p, anchors)) is not None and s.unit_count >= 2 and s.distinct >= 2]
+              if (s := _split(tokens, p, anchors, time)) is not None and s.unit_count >= 2 and s.distinct >= 2]
     if not splits:
         return None
-    best_cov = max(s.coverage for s in splits)
-    best_expl = max(s.explained for s in splits)
-    good = [s for s in splits if s.coverage >= UNIT_COVERAGE_TOLERANCE * best_cov and s.explained >= 0.5 * best_expl]
-    return min(good, key=lambda s: (s.unit_len, -s.coverage))
+    # the loop is the pattern that holds the GPU's time, not the one repeated most often
+    best_time = max(s.explained_time for s in splits)
+    good = [s for s in splits if s.explained_time >= UNIT_COVERAGE_TOLERANCE * best_time]
+    return min(good, key=lambda s: (s.unit_len, -s.explained_time))
 
 
 def _wait_before(act: Activity) -> np.ndarray:
@@ -207,7 +218,7 @@ def find_pattern_steps(act: Activity) -> tuple[PatternSteps | None, str]:
     tokens = act.token
     if len(tokens) < 4:
         return None, f"only {len(tokens)} GPU operations: too few to find a repeating pattern"
-    split = _choose(tokens)
+    split = _choose(tokens, act.end - act.start)
     if split is None:
         return None, (f"no repeating pattern in the {len(tokens):,} GPU operations "
                       f"({len(act.names)} distinct names): nothing repeats with a fixed period")
