@@ -31,12 +31,14 @@ from profkit.analysis.steps.ranges import NVTX, PROFILER_STEP, find_range_steps,
 from profkit.analysis.steps.result import (
     STEADY,
     STEP_COLUMNS,
+    TEARDOWN,
     WARMUP,
     StepResult,
     format_duration,
     headline,
     nothing_found,
     summarize,
+    teardown_start,
     warmup_count,
 )
 from profkit.model import Trace
@@ -45,7 +47,8 @@ from profkit.model.sync_sites import readable_range
 KERNEL_PATTERN = "kernel_pattern"
 SOURCES = (NVTX, PROFILER_STEP, KERNEL_PATTERN)
 
-__all__ = ["KERNEL_PATTERN", "NVTX", "PROFILER_STEP", "SOURCES", "STEADY", "STEP_COLUMNS", "WARMUP", "StepResult",
+__all__ = ["KERNEL_PATTERN", "NVTX", "PROFILER_STEP", "SOURCES", "STEADY", "STEP_COLUMNS", "TEARDOWN", "WARMUP",
+           "StepResult",
            "find_steps", "format_duration", "headline", "is_library_range"]
 
 _cache: weakref.WeakKeyDictionary[Trace, dict[Any, StepResult]] = weakref.WeakKeyDictionary()
@@ -120,14 +123,19 @@ def _result(trace: Trace, act: Activity, source: str, name: str, first: np.ndarr
     signature = segment_signatures(act.token, first, last) if len(act) else np.zeros(n, dtype=np.uint64)
     duration = end - start
     k = warmup_count(duration, signature)
+    phase = np.where(np.arange(n) < k, WARMUP, STEADY).astype(object)
+    # the last step has no next step to end at: ended by its last GPU operation (no range end after
+    # it), it lacks the host time that leads to a next step, and would be the steady state's "min"
+    if n - k >= 2 and gpu_end[-1] >= cpu_end[-1]:
+        phase[-1] = TEARDOWN
     steps = pd.DataFrame({
         "index": np.arange(n, dtype=np.int64), "start_ns": start, "end_ns": end, "duration_ns": duration,
-        "gpu_busy_ns": busy, "phase": np.where(np.arange(n) < k, WARMUP, STEADY).astype(object),
+        "gpu_busy_ns": busy, "phase": phase,
         "cpu_start_ns": cpu_start.astype(np.int64), "cpu_end_ns": cpu_end.astype(np.int64),
         "launches": (last - first).astype(np.int64),
         "name": names if names is not None else np.array([f"step {i}" for i in range(n)], dtype=object)})
     startup = (span[0], int(start[0]))
-    teardown = (int(end[-1]), max(span[1], int(end[-1])))
+    teardown = (teardown_start(steps), max(span[1], int(end[-1])))
     evidence = {**evidence, **_sync_sites_once_per_step(trace, steps)}
     return StepResult(source, name, steps, startup, teardown, summarize(steps, source, name, span), None, evidence)
 

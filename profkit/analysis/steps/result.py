@@ -17,7 +17,11 @@ Definitions (ns, on the trace's clock):
   sequence of GPU operations -- compilation, autotuning, cudnn benchmark,
   optimizer state creation -- or take more than 1.5 times the steady median);
   steady state is every step after them; teardown is everything after the
-  last step.  The summary's figures are over steady-state steps only.
+  last step.  A last step that ends at its last GPU operation (no range end
+  after it) is cut off: the host time that would take it to a next step is
+  missing, so its time is no period.  It is teardown (phase 'teardown'),
+  where at least one other step is steady.  The summary's figures are over
+  steady-state steps only.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import pandas as pd
 
 WARMUP = "warmup"
 STEADY = "steady"
+TEARDOWN = "teardown"
 WARMUP_SLOWER = 1.5
 
 STEP_COLUMNS = ("index", "start_ns", "end_ns", "duration_ns", "gpu_busy_ns", "phase",
@@ -41,8 +46,8 @@ class StepResult:
     """What ``find_steps`` found.
 
     ``steps`` columns: ``index`` (0-based, in time order), ``start_ns``,
-    ``end_ns``, ``duration_ns``, ``gpu_busy_ns``, ``phase`` ('warmup' or
-    'steady'), ``cpu_start_ns``/``cpu_end_ns`` (the step range on the CPU;
+    ``end_ns``, ``duration_ns``, ``gpu_busy_ns``, ``phase`` ('warmup',
+    'steady', or 'teardown' for a cut-off last step), ``cpu_start_ns``/``cpu_end_ns`` (the step range on the CPU;
     for pattern steps the launch of the first and last operation; -1 when
     unknown), ``launches`` (GPU operations launched in the step) and ``name``
     (the step range's own text, e.g. "step 7" or "ProfilerStep#12"; "step N"
@@ -175,8 +180,14 @@ def summarize(steps: pd.DataFrame, source: str | None, name: str | None,
     }
     if trace_span is not None and not steps.empty:
         out["startup_ns"] = int(max(0, steps["start_ns"].iloc[0] - trace_span[0]))
-        out["teardown_ns"] = int(max(0, trace_span[1] - steps["end_ns"].iloc[-1]))
+        out["teardown_ns"] = int(max(0, trace_span[1] - teardown_start(steps)))
     return out
+
+
+def teardown_start(steps: pd.DataFrame) -> int:
+    """Where teardown begins: at a cut-off last step (phase 'teardown'), else at the last step's end."""
+    cut = steps[steps["phase"] == TEARDOWN]
+    return int(cut["start_ns"].iloc[0]) if not cut.empty else int(steps["end_ns"].iloc[-1])
 
 
 def format_duration(ns: float) -> str:
