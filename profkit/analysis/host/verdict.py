@@ -40,6 +40,7 @@ from profkit.analysis.sync.calls import api_role, base_api_name
 from profkit.model import Trace
 
 TOP = 3
+HOST_LEAD = 0.2  # a GPU-bound step that idles at least this share of its time also names the host's top rows
 WORDS = {"gpu": "GPU-bound", "communication": "communication-bound", "sync": "sync-bound",
          "launch": "launch-bound", "data": "data-loading-bound", "python": "bound by Python/framework overhead"}
 
@@ -95,8 +96,12 @@ def _causes(kind: str, parts: dict[str, float], result: HostResult, sync_by_func
             data_iv: tuple[np.ndarray, np.ndarray], n: int) -> list[dict[str, Any]]:
     """The named causes of the verdict's kind, disjoint: their times add up to what they explain."""
     if kind in ("gpu", "communication"):
-        return [{"cause": kind, "label": "NCCL kernels" if kind == "communication" else "GPU work",
+        busy = [{"cause": kind, "label": "NCCL kernels" if kind == "communication" else "GPU work",
                  "ns_per_step": parts[kind]}]
+        # where the GPU also idles a good part of the step, what the host does then is the next lead
+        idle = parts["sync"] + parts["launch"] + parts["data"] + parts["python"]
+        step = sum(parts.values())
+        return busy + (_python_rows(result) if step and idle >= HOST_LEAD * step else [])
     if kind == "launch":
         return [{"cause": "launch", "label": "launch calls", "ns_per_step": parts["launch"]}]
     if kind == "sync":
@@ -108,7 +113,11 @@ def _causes(kind: str, parts: dict[str, float], result: HostResult, sync_by_func
         held = {k: float(covered_within(*data_iv, *iv).sum()) for k, iv in result.loading.items()}
         name = max(held, key=lambda k: held[k]) if held else "data loading"
         return [{"cause": "data", "label": name, "ns_per_step": parts["data"]}]
-    # Python: the host table's top rows, with the table's GPU idle per step (innermost frames: disjoint)
+    return _python_rows(result)
+
+
+def _python_rows(result: HostResult) -> list[dict[str, Any]]:
+    """The host table's top rows, with the table's GPU idle per step (innermost frames: disjoint)."""
     rows = [r for r in result.functions if r["gpu_idle_ns_per_step"] > 0][:TOP]
     return [{"cause": "python", "label": function_label(r["function"], r["file"], r["line"]),
              "ns_per_step": float(r["gpu_idle_ns_per_step"])} for r in rows]
@@ -119,10 +128,15 @@ def _sentence(kind: str, parts: dict[str, float], step_ns: float, idle_ns: float
     pct = (lambda v: f"{100.0 * v / step_ns:.0f}%") if step_ns else (lambda v: "?")
     text = f"{WORDS[kind][0].upper()}{WORDS[kind][1:]}: "
     median = f" ({format_duration(median_ns)} median step)" if median_ns else ""
+    host = [c for c in causes if c["cause"] == "python"]
     if kind in ("gpu", "communication"):
         text += f"the GPU works {pct(step_ns - idle_ns)} of the step time{median}"
         if kind == "communication":
             text += f", NCCL kernels {pct(parts['communication'])}"
+        if host:
+            text += f"; in the {pct(idle_ns)} it idles, the host is in " + \
+                ", ".join(f"{c['label']} {format_duration(c['ns_per_step'])}" for c in host) + " per step"
+            text += f"; these causes explain {explained_pct:.0f}% of the step time"
     else:
         text += f"the GPU idles {pct(idle_ns)} of the step time{median}"
         lead = {"sync": "waiting in", "data": "loading data in", "launch": "in",
