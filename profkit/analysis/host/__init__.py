@@ -23,9 +23,13 @@ the steady-state steps of ``profkit.analysis.steps.find_steps``:
 - **explained_idle_pct**: the share of the steady state's GPU idle time that
   falls in a main-thread Python frame (nsys: covered by a sample).
 - Other threads' frames are attributed the same way and listed apart.
+- profkit's own frames (its launcher, its sync hook: any file of the package,
+  ``own_frames``) are transparent: their time goes to the caller's frame.
+- ``step_median_ns`` is the steady median of ``find_steps``, whatever steps
+  the rows cover: one step median everywhere.
 
 The figures come from ``attribution``; what they mean for a step (the verdict)
-from ``verdict``.
+from ``verdict``; which frames load data from ``data_loading``.
 """
 
 from profkit.analysis.host.attribution import HostResult, host_time
