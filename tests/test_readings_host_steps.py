@@ -214,6 +214,7 @@ def test_library_getitem_and_batch_norm_are_not_data_loading() -> None:
     assert not is_loading("batch_norm", "torch/nn/functional.py", user)
     assert not is_loading("__getitem__", "torch/nn/modules/container.py", user)
     assert not is_loading("train_step", "train.py", user)
+    assert not is_loading("<module>", "torch/utils/data/dataloader.py", user)  # an import
 
 
 @pytest.mark.parametrize("path", [GENERATE["kineto"], HOST / "kineto" / "llama_train_kineto.json.gz"],

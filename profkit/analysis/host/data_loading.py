@@ -33,6 +33,8 @@ def loop_files(frames: pd.DataFrame, first_ns: int, last_ns: int) -> set[str]:
 
 def is_loading(function: str, file: str, user_files: set[str]) -> bool:
     """Whether a frame of ``function`` in ``file`` loads data (see the module docstring)."""
+    if function == "<module>":  # importing torch.utils.data loads no data
+        return False
     path = file.replace("\\", "/")
     if any(folder in path for folder in LOADER_FILES):
         return True
