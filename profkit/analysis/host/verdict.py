@@ -145,7 +145,7 @@ def _sentence(kind: str, parts: dict[str, float], step_ns: float, idle_ns: float
         if named:
             text += f", {lead} {named} per step"
         if explained_pct is not None and causes:
-            text += f"; {'these causes explain' if len(causes) > 1 else 'which is'} {explained_pct:.0f}% " \
+            text += f"; {'these causes explain' if len(causes) > 1 else 'that is'} {explained_pct:.0f}% " \
                     f"of the step time"
     if parts["sync"] >= 0.01 * step_ns and kind != "sync":
         text += f"; blocking syncs take {pct(parts['sync'])} of the step time, within that idle"
