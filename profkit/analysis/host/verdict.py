@@ -83,9 +83,11 @@ def verdict(trace: Trace, result: HostResult) -> dict[str, Any]:
     causes = _causes(kind, parts, result, sync_by_function, data_iv, n)
     pct = (lambda v: 100.0 * v / step_ns) if step_ns else (lambda v: 0.0)
     causes = [{**c, "pct": round(pct(c["ns_per_step"]), 1)} for c in causes]
-    explained_pct = round(pct(sum(c["ns_per_step"] for c in causes)), 1) if step_ns else None
+    explained = pct(sum(c["ns_per_step"] for c in causes)) if step_ns else None
+    explained_pct = round(explained, 1) if explained is not None else None
     median = s.get("step_median_ns")
-    sentence = _sentence(kind, parts, step_ns, idle_ns, median, causes, explained_pct)
+    # the sentence rounds the unrounded sum once (80.54% is "81%", not 80.5 -> "80%")
+    sentence = _sentence(kind, parts, step_ns, idle_ns, median, causes, explained)
     return {"kind": kind, "words": WORDS[kind], "step_median_ns": median, "mean_step_ns": step_ns,
             "parts_ns_per_step": {k: round(v, 1) for k, v in parts.items()},
             "parts_pct": {k: round(pct(v), 1) for k, v in parts.items()}, "idle_pct": round(pct(idle_ns), 1),
