@@ -86,8 +86,8 @@ def test_synthetic_warmup_step_with_autotuning_is_warmup():
     kernels, spans = loop([first] + [STEP] * 9)
     result = find_steps(synthetic_trace(kernels))
     assert result.steps["phase"].tolist() == ["warmup"] + ["steady"] * 8 + ["teardown"]  # the last: cut off
-    assert result.summary["steady_count"] == 9
-    assert result.steady_window == (spans[1][0], spans[-1][1])
+    assert result.summary["steady_count"] == 8
+    assert result.steady_window == (spans[1][0], spans[-1][0])  # the last steady step ends where the cut one starts
 
 
 def test_synthetic_forward_backward_without_optimizer_is_startup():
