@@ -180,7 +180,8 @@ def parse_verdict(text: str) -> Verdict:
     causes = []
     if causes_text:
         for part in re.split(r",\s(?=[^,]*\s\d)", causes_text.group(1)):
-            match = re.match(rf"(.*\S)\s+{DURATION}$", part.strip())
+            # the last cause may read "93.1 µs per step" (every figure is per steady step)
+            match = re.match(rf"(.*\S)\s+{DURATION}(?: per step)?$", part.strip())
             if match:
                 causes.append((match.group(1), float(match.group(2).replace(",", "")) * UNITS_NS[match.group(3)]))
     claim = re.search(r"explain (\d+(?:\.\d+)?)% of the (step|GPU idle|idle)", text)
@@ -279,11 +280,21 @@ def named_causes_add_up(out: Outputs) -> list[str]:
     bad = []
     for command, host in out.hosts:
         verdict = host.get("verdict") or {}
-        named = [cause for causes in (verdict.get("named") or {}).values() for cause in causes]
-        if named and not parse_verdict(verdict.get("sentence") or "").causes:
+        # the JSON's causes (``causes``: each with its ns and pct per step; older: ``named``)
+        causes = verdict.get("causes") or [c for cs in (verdict.get("named") or {}).values() for c in cs]
+        python_causes = [c for c in causes if not isinstance(c, dict) or c.get("cause") not in ("gpu", "communication")]
+        parsed = parse_verdict(verdict.get("sentence") or "")
+        if python_causes and not parsed.causes:
             # A reworded verdict must stay checkable: update parse_verdict with it, never skip it.
-            bad.append(f"{command}'s verdict names {len(named)} causes but none can be read back from "
+            bad.append(f"{command}'s verdict names {len(causes)} causes but none can be read back from "
                        f"{(verdict.get('sentence') or '')[:120]!r}")
+            continue
+        shares = [c.get("pct") for c in causes if isinstance(c, dict)]
+        if parsed.claimed_pct is not None and shares and all(isinstance(x, (int, float)) for x in shares):
+            # the sentence's whole percent against the causes' own shares (each to 0.1%)
+            if abs(sum(shares) - parsed.claimed_pct) > 0.5 + 0.05 * len(shares):
+                bad.append(f"{command}'s causes add up to {sum(shares):.1f}% of the step, the verdict claims "
+                           f"{parsed.claimed_pct:g}%")
     for text in verdict_sentences(out):
         verdict = parse_verdict(text)
         if verdict.claimed_pct is None or not verdict.causes:

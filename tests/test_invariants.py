@@ -37,16 +37,6 @@ KNOWN_WRONG: dict[tuple[str, str], str] = {
     ("nsys/nsys2023_vector_add", "steady_costs"):
         "stalls' finding divides the mean sync idle per step (216 ms; one 635 ms step of 3) by the median step "
         "(77.7 ms): '(278%)', with no 'of what'",
-    **{(capture, invariant): reason
-       for capture in ("host/kineto/llama_generate_kineto", "host/kineto/llama_train_kineto",
-                       "host/nsys/llama_generate_nsys", "host/nsys/llama_train_nsys",
-                       "kineto/mlp_noprint", "kineto/mlp_noprint_b", "kineto/mlp_print")
-       for invariant, reason in (("one_median", MEDIAN), ("named_causes_add_up", CAUSES),
-                                 ("verdict_is_table_top", TOP))},
-    **{(capture, invariant): reason
-       for capture in ("kineto/review/mlp_gpu_noprint", "kineto/review/mlp_gpu_noprint_b",
-                       "kineto/review/mlp_gpu_print")
-       for invariant, reason in (("one_median", MEDIAN), ("verdict_is_table_top", TOP))},
 }
 
 
@@ -107,6 +97,9 @@ def consistent_verdict(out: Outputs) -> Outputs:
         named = sum(row["gpu_idle_ns_per_step"] for row in top)
         idle = host["summary"]["gpu_idle_ns_per_step"]
         causes = ", ".join(f"{row_label(row)} {ms(row['gpu_idle_ns_per_step'])}" for row in top)
+        host["verdict"]["causes"] = [{"cause": "python", "label": row_label(row),
+                                      "ns_per_step": row["gpu_idle_ns_per_step"],
+                                      "pct": round(100 * row["gpu_idle_ns_per_step"] / median, 1)} for row in top]
         host["verdict"]["sentence"] = (f"Bound by Python/framework overhead: the GPU idles {ms(idle)} of the "
                                        f"{ms(median)} step, the host meanwhile in {causes}; these causes explain "
                                        f"{100 * named / median:.0f}% of the step time")

@@ -58,7 +58,7 @@ def host(trace_path: Path, steady: bool, top: int, wide: bool, fmt: str) -> None
     say = echo_for(fmt)
     say(f"{trace_path.name}: {said['sentence']}")
     # the median is the steps' one; idle is a mean (a total over the steps), so it is said as a share
-    say(f"{s['steady_steps']} {'steady-state ' if s['steady_only'] else ''}steps (steady median "
+    say(f"{s['steps']} {'steady-state ' if s['steady_only'] else ''}steps (steady median "
         f"{s['step_median_ns'] / 1e6:.2f} ms), GPU idle {said['idle_pct']:.0f}% of the step time "
         f"(mean {s['gpu_idle_ns_per_step'] / 1e6:.2f} ms per step), "
         f"{s['explained_idle_pct']}% of it in a named Python function ({s['source']})")

@@ -27,7 +27,8 @@ FUNCTION_COLUMNS = ("function", "file", "line", "self_ns_per_step", "inclusive_n
 
 @dataclass
 class HostResult:
-    """``summary``: steady_steps, step_median_ns, gpu_idle_ns_per_step, explained_idle_pct, source,
+    """``summary``: steps (those the per-step figures are over), steady_steps, step_median_ns,
+    gpu_idle_ns_per_step, explained_idle_pct, source,
     main_tid; ``functions``: rows of ``FUNCTION_COLUMNS`` (main thread), most GPU idle first;
     ``other_threads``: rows of ``tid`` + ``FUNCTION_COLUMNS``."""
 
@@ -84,7 +85,8 @@ def host_time(trace: Trace, steady_only: bool = True) -> HostResult:
             others += [{"tid": tid, **r} for r in rows if r["self_ns_per_step"] > 0]
     others.sort(key=lambda r: (-r["gpu_idle_ns_per_step"], -r["self_ns_per_step"]))
     summary = {
-        "steady_steps": n,
+        "steps": n,  # the steps every per-step figure is over: the steady ones, or every step
+        "steady_steps": int(len(steps.steady)),
         "steady_only": steady_only,
         "step_median_ns": steps.summary["median_ns"],  # the steady median, as `profkit steps` says it
         "gpu_idle_ns_per_step": idle_total / n,

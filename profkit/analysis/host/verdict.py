@@ -48,7 +48,7 @@ WORDS = {"gpu": "GPU-bound", "communication": "communication-bound", "sync": "sy
 def verdict(trace: Trace, result: HostResult) -> dict[str, Any]:
     """``kind`` (a key of ``WORDS``), ``parts_ns_per_step``, ``causes``, ``explained_pct``, ``sentence``."""
     s = result.summary
-    n = s["steady_steps"]
+    n = s["steps"]  # the steps the per-step figures are over
     windows = result.step_windows
     step_ns = float((windows[:, 1] - windows[:, 0]).sum()) / n  # per step: the steps' total over their number
     idle_ns = float(s["gpu_idle_ns_per_step"])
