@@ -6,8 +6,23 @@ names, ``distributedInfo``) and the paths of its stacks.  Every string of
 the document, keys included, passes through one ``Redactor``; an object
 member named like an environment (``env``, ``environ``, ``environment``)
 is dropped whole after its secret values were noted.  The copy keeps the
-input's shape (gzip when the output name ends in ``.gz``) and is written
-under a temporary name, then renamed.
+input's compression (gzip, level 6, when the output name ends in ``.gz``)
+and is written under a temporary name, then renamed.
+
+Why it streams.  A trace with Python stacks holds millions of events (a
+52 MB .json.gz: 3.5M events, 1 GB of JSON); decoding it whole took 6 GB and
+walking every dict twice in Python most of a minute.  Here the events are
+cut into chunks at the separator Kineto's writers put between top-level
+events (the reader's cut, ``parse._separator``), each chunk decoded,
+scrubbed and written before the next is read, so memory holds one chunk.
+The decisions are made once per distinct string and once per distinct
+key (``_Walker``): an event whose keys are all known-plain costs one set
+test and a dict lookup per string value.  A layout that cannot be cut
+(one-line JSON, a bare list) is scrubbed whole, as before.
+
+An environment found part-way (a ``metadata.env`` after the events) names
+secrets that strings already written may hold: then the copy is written
+again from the start, knowing it (a second pass, only for such a trace).
 """
 
 from __future__ import annotations
@@ -15,106 +30,147 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import sys
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import orjson
+import msgspec
 
+from profkit import limits as trace_limits
 from profkit.atomic import atomic_path
 from profkit.errors import ProfkitError
-from profkit.readers.kineto.parse import open_binary, read_events
-from profkit.scrub.text import Anonymizer, Redactor, parse_environment, secret_values
+from profkit.readers.kineto.parse import BLOCK, EVENTS_KEY, MAX_HEADER, gc_paused, open_binary, _separator
+from profkit.scrub.text import Anonymizer, Redactor, is_secret_option, parse_environment, secret_values
 
 ENVIRONMENT_KEYS = {"env", "environ", "environment", "envvars", "environment_variables"}
-# orjson refuses documents nested deeper than this; so does the walk below.
-MAX_DEPTH = 1024
+# zlib's default: a third of level 9's time on a Kineto trace, a few percent larger.
+GZIP_LEVEL = 6
+_DECODE = msgspec.json.Decoder()
+_ENCODE = msgspec.json.Encoder()
+
+
+class _NotChunkable(Exception):
+    """The layout is not one the chunked pass knows: scrub the whole document."""
 
 
 def scrub_kineto(source: str | os.PathLike[str], output: str | os.PathLike[str], *, anonymize: bool = False,
                  environment: Mapping[str, str] | None = None) -> dict[str, int]:
     """Write a scrubbed copy of the Kineto trace ``source`` to ``output``; return what was removed."""
     src, out = Path(source), Path(output)
-    document = _load(src)
     environments = [dict(environment or {})]
-    dropped = _drop_environments(document, environments)
-    anonymizer = Anonymizer() if anonymize else None
-    secrets: set[str] = set()
-    for env in environments:
-        secrets |= secret_values(env)
-        if anonymizer is not None:
-            anonymizer.learn(env)
-    redact = Redactor(secrets, anonymizer)
-    document = _map_strings(document, redact)
-    data = _dumps(document, src)
-    with atomic_path(out) as tmp:
-        with open(tmp, "wb") as fh:
-            # mtime=0: the same input gives the same bytes.
-            fh.write(gzip.compress(data, mtime=0) if out.name.endswith(".gz") else data)
-    removed = {"environment members": dropped, **redact.summary()}
+    with _read_errors(src), gc_paused(), atomic_path(out) as tmp:
+        while True:
+            walker = _Walker(environments, anonymize)
+            try:
+                _write(tmp, out.name.endswith(".gz"), lambda sink: _scrub_chunked(src, walker, sink))
+            except _NotChunkable:
+                walker = _Walker(environments, anonymize)
+                _write(tmp, out.name.endswith(".gz"), lambda sink: _scrub_whole(src, walker, sink))
+            found = [env for env in walker.environments if env not in environments]
+            if not found:
+                break
+            environments += found  # strings written before they were seen may hold their secrets
+    removed = {"environment members": walker.dropped, **walker.redact.summary()}
     return {k: v for k, v in removed.items() if v}
 
 
-def _dumps(document: Any, src: Path) -> bytes:
-    """The scrubbed document as JSON.  orjson stops at 255 levels; the reader accepts up to
-    the interpreter's recursion limit, and so does the standard library's C encoder."""
-    try:
-        return orjson.dumps(document)
-    except TypeError as exc:
-        if "Recursion" not in str(exc):
-            raise
-    try:
-        return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
-    except RecursionError:
-        raise ProfkitError(f"{src.name} is nested too deep to write back") from None
+def _write(tmp: Path, compress: bool, scrub_into: Callable[[Callable[[bytes], object]], None]) -> None:
+    with open(tmp, "wb") as fh:
+        if not compress:
+            scrub_into(fh.write)
+            return
+        # mtime=0 and no file name: the same input gives the same bytes.
+        with gzip.GzipFile(filename="", mode="wb", fileobj=fh, compresslevel=GZIP_LEVEL, mtime=0) as gz:
+            scrub_into(gz.write)
 
 
-class _Count:
-    """A sink that keeps nothing: the reader's pass checks the limits before the document is built."""
+class _Walker:
+    """Scrubs decoded JSON values in place, deciding once per distinct string and key."""
 
-    def add(self, events: list[Any]) -> None:
-        events.clear()
+    def __init__(self, environments: list[dict[str, str]], anonymize: bool) -> None:
+        anonymizer = Anonymizer() if anonymize else None
+        secrets: set[str] = set()
+        for env in environments:
+            secrets |= secret_values(env)
+            if anonymizer is not None:
+                anonymizer.learn(env)
+        self.redact = Redactor(secrets, anonymizer)
+        self.environments: list[dict[str, str]] = []  # found in this pass
+        self.dropped = 0
+        self.strings: dict[str, str] = {}  # each distinct string, scrubbed
+        # keys that stay as they are: no environment, nothing to redact, not secret-named
+        self.plain_keys: set[str] = set()
+        self.other_keys: set[str] = set()
 
+    def clean(self, text: str) -> str:
+        out = self.strings.get(text)
+        if out is None:
+            out = self.redact(text)
+            self.strings[text] = out = text if out == text else out
+        return out
 
-def _load(src: Path) -> Any:
-    # The reader's own pass first: the same limits (bytes, events, string length, depth)
-    # as every other command, before a million dicts are made.
-    read_events(src, _Count)
-    try:
-        with open_binary(src) as fh:
-            raw = fh.read()
-    except (OSError, EOFError, zlib.error) as exc:
-        raise ProfkitError(f"{src} is damaged or truncated ({exc})") from None
-    try:
-        document = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise ProfkitError(f"{src} is not valid JSON ({exc})", hint="is it a complete torch.profiler trace?") from None
-    if not isinstance(document, (dict, list)):
-        raise ProfkitError(f"{src} is not a Kineto trace (a JSON {type(document).__name__}, not an object)")
-    return document
+    def _plain(self, key: str) -> bool:
+        if key in self.plain_keys:
+            return True
+        if key in self.other_keys:
+            return False
+        plain = key.lower() not in ENVIRONMENT_KEYS and self.clean(key) is key and not is_secret_option(key)
+        (self.plain_keys if plain else self.other_keys).add(key)
+        return plain
 
+    def walk(self, root: Any) -> Any:
+        """``root`` with every string (keys too) scrubbed and environment members dropped."""
+        if isinstance(root, str):
+            return self.clean(root)
+        strings, plain_keys, clean = self.strings, self.plain_keys, self.clean
+        stack = [root]
+        while stack:
+            node = stack.pop()
+            if type(node) is dict:
+                if not plain_keys.issuperset(node) and not all(self._plain(k) for k in list(node)):
+                    self._scrub_members(node, stack)
+                    continue
+                for key, value in node.items():
+                    kind = type(value)
+                    if kind is str:
+                        out = strings.get(value)
+                        if out is None:
+                            out = clean(value)
+                        if out is not value:
+                            node[key] = out  # same keys: safe while iterating
+                    elif kind is dict or kind is list:
+                        stack.append(value)
+            else:
+                self._scrub_list(node, stack)
+        return root
 
-def _children(node: Any) -> list[Any]:
-    if isinstance(node, dict):
-        return list(node.values())
-    if isinstance(node, list):
-        return node
-    return []
+    def _scrub_members(self, node: dict[str, Any], stack: list[Any]) -> None:
+        """A dict with an environment, a key to redact or a secret-named key."""
+        for key in [k for k in node if k.lower() in ENVIRONMENT_KEYS]:
+            self.environments.append(_as_environment(node.pop(key)))
+            self.dropped += 1
+        items = list(node.items())
+        node.clear()
+        for key, value in items:
+            if isinstance(value, str):
+                value = self.redact.redact_member(key, self.clean(value))
+            node[self.clean(key)] = value
+            if isinstance(value, (dict, list)):
+                stack.append(value)
 
-
-def _drop_environments(document: Any, environments: list[dict[str, str]]) -> int:
-    """Remove members named like an environment; collect their NAME=VALUE pairs."""
-    dropped = 0
-    stack = [document]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            for key in [k for k in node if k.lower() in ENVIRONMENT_KEYS]:
-                environments.append(_as_environment(node.pop(key)))
-                dropped += 1
-        stack.extend(c for c in _children(node) if isinstance(c, (dict, list)))
-    return dropped
+    def _scrub_list(self, node: list[Any], stack: list[Any]) -> None:
+        previous = None
+        for i, value in enumerate(node):
+            if isinstance(value, str):
+                node[i] = self.clean(value)
+                if isinstance(previous, str):  # ["--password", "VALUE"]: an argv list
+                    node[i] = self.redact.redact_pair(previous, node[i])
+            elif isinstance(value, (dict, list)):
+                stack.append(value)
+            previous = value
 
 
 def _as_environment(value: Any) -> dict[str, str]:
@@ -127,38 +183,145 @@ def _as_environment(value: Any) -> dict[str, str]:
     return {}
 
 
-def _map_strings(document: Any, redact: Redactor) -> Any:
-    """``document`` with every string (keys too) passed through ``redact``, once per distinct string."""
-    seen: dict[str, str] = {}
+def _scrub_chunked(src: Path, walker: _Walker, write: Callable[[bytes], object]) -> None:
+    """Header keys, then the events a chunk at a time, then the keys after the events."""
+    with open_binary(src) as f:
+        limits = trace_limits.current()
+        chunks = _Chunks(f)
+        pieces = iter(chunks)
+        header = next(pieces)
+        try:
+            head = _DECODE.decode(header + b"]}")
+        except msgspec.DecodeError:
+            raise _NotChunkable from None
+        if not isinstance(head, dict):
+            raise _NotChunkable
+        head.pop("traceEvents")
+        head = walker.walk(head)
+        write(b"{" + b"".join(_ENCODE.encode(k) + b":" + _encode(v) + b"," for k, v in head.items())
+              + b'\n"traceEvents":[\n')
+        first, events = True, 0
+        for chunk in pieces:
+            try:
+                batch = _DECODE.decode(chunk)
+            except msgspec.DecodeError:
+                raise _NotChunkable from None
+            if not isinstance(batch, list) or not all(type(e) is dict for e in batch):
+                raise _NotChunkable  # cut inside something: not a Kineto layout
+            events += len(batch)
+            if events > limits.max_events_for(f.read_bytes):
+                raise trace_limits.LimitExceeded(
+                    f"holds more than {limits.max_events_for(f.read_bytes):,} events ({events:,} so far)",
+                    trace_limits.VARIABLES["max_events"])
+            if batch:
+                write((b"" if first else b",\n") + b",\n".join(map(_encode, walker.walk(batch))))
+                first = False
+        rest = chunks.tail
+    try:
+        tail = _DECODE.decode(b'{"traceEvents":[' + rest)
+    except msgspec.DecodeError:
+        raise _NotChunkable from None
+    if not isinstance(tail, dict) or not isinstance(tail.get("traceEvents"), list):
+        raise _NotChunkable
+    last = walker.walk(tail.pop("traceEvents"))
+    if last:
+        write((b"" if first else b",\n") + b",\n".join(map(_encode, last)))
+    tail = walker.walk(tail)
+    write(b"\n]" + b"".join(b"," + _ENCODE.encode(k) + b":" + _encode(v) for k, v in tail.items()) + b"}\n")
 
-    def clean(text: str) -> str:
-        if text not in seen:
-            seen[text] = redact(text)
-        return seen[text]
 
-    if isinstance(document, str):
-        return clean(document)
-    root = [document]
-    stack: list[Any] = [root]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            items = list(node.items())
-            node.clear()
-            for key, value in items:
-                if isinstance(value, str):
-                    value = redact.redact_member(key, clean(value))
-                node[clean(key)] = value
-                if isinstance(value, (dict, list)):
-                    stack.append(value)
-        else:
-            previous = None
-            for i, value in enumerate(node):
-                if isinstance(value, str):
-                    node[i] = clean(value)
-                    if isinstance(previous, str):  # ["--password", "VALUE"]: an argv list
-                        node[i] = redact.redact_pair(previous, node[i])
-                elif isinstance(value, (dict, list)):
-                    stack.append(value)
-                previous = value
-    return root[0]
+class _Chunks:
+    """The header (through the events' ``[``), then chunks of whole events as JSON arrays;
+    ``tail`` is what follows the last cut (the last events, ``]`` and the keys after them)."""
+
+    def __init__(self, f: Any) -> None:
+        self.f = f
+        self.tail = b""
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self._cut()
+
+    def _cut(self) -> Iterator[bytes]:
+        f = self.f
+        buffer = f.read(BLOCK)
+        while True:
+            key_at = buffer.find(EVENTS_KEY)
+            if key_at >= 0 and buffer.find(b"[", key_at) >= 0:
+                break
+            more = f.read(BLOCK)
+            if not more or len(buffer) > MAX_HEADER:
+                raise _NotChunkable
+            buffer += more
+        array_at = buffer.find(b"[", key_at) + 1
+        if buffer[key_at + len(EVENTS_KEY):array_at - 1].strip(b" \t\r\n:"):
+            raise _NotChunkable  # '"traceEvents"' inside some string, not the key
+        if not buffer[:key_at].lstrip().startswith(b"{"):
+            raise _NotChunkable
+        separator = _separator(buffer[array_at:array_at + 4096])
+        if separator is None:
+            raise _NotChunkable
+        yield buffer[:array_at]
+        data = bytearray(buffer[array_at - 1:])  # from the "[" that opens the first chunk
+        del buffer
+        while True:
+            cut = data.rfind(separator, 1)
+            if cut >= 0:  # the separator's "}" ends the last whole event of the block
+                comma = cut + 1
+                data[comma] = ord("]")
+                yield bytes(data[:comma + 1])
+                del data[:comma]
+                data[0] = ord("[")
+            more = f.read(BLOCK)
+            if not more:
+                break
+            data += more
+        self.tail = bytes(data[1:])
+
+
+def _scrub_whole(src: Path, walker: _Walker, write: Callable[[bytes], object]) -> None:
+    with open_binary(src) as fh:
+        raw = fh.read()
+    if not raw.strip():
+        raise ProfkitError(f"{src.name} is empty: not a PyTorch profiler trace")
+    try:
+        document = _DECODE.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise ProfkitError(f"{src} is not valid JSON ({exc})", hint="is it a complete torch.profiler trace?") from None
+    del raw
+    if not isinstance(document, (dict, list)):
+        raise ProfkitError(f"{src} is not a Kineto trace (a JSON {type(document).__name__}, not an object)")
+    events = document if isinstance(document, list) else document.get("traceEvents")
+    if isinstance(events, list):
+        limits = trace_limits.current()
+        size = fh.read_bytes
+        if len(events) > limits.max_events_for(size):
+            raise trace_limits.LimitExceeded(f"holds more than {limits.max_events_for(size):,} events "
+                                             f"({len(events):,})", trace_limits.VARIABLES["max_events"])
+    write(_encode(walker.walk(document)))
+
+
+def _encode(value: Any) -> bytes:
+    """JSON of ``value``; the standard library's encoder where msgspec's refuses (a float that
+    is no number, as the reader allows none anyway, or an odd nesting)."""
+    try:
+        return _ENCODE.encode(value)
+    except (TypeError, ValueError, OverflowError):
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+
+
+@contextmanager
+def _read_errors(src: Path) -> Iterator[None]:
+    """The reader's one-line errors (``parse.read_events``) for the same failures."""
+    try:
+        yield
+    except trace_limits.LimitExceeded as exc:
+        raise trace_limits.LimitExceeded(f"{src.name} {exc.message}", exc.variable) from None
+    except RecursionError:
+        raise ProfkitError(f"{src.name} is nested deeper than the reader allows (about "
+                           f"{sys.getrecursionlimit():,} levels; a real trace has under 10)") from None
+    except (gzip.BadGzipFile, zlib.error) as exc:
+        raise ProfkitError(f"{src.name} is a corrupt gzip file ({exc})") from None
+    except EOFError:
+        raise ProfkitError(f"{src.name} is truncated: the gzip stream ends early") from None
+    except UnicodeDecodeError as exc:
+        raise ProfkitError(f"{src.name} is not valid JSON: bytes that are not UTF-8 ({exc.reason})") from None
