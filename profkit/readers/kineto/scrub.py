@@ -42,7 +42,7 @@ import msgspec
 from profkit import limits as trace_limits
 from profkit.atomic import atomic_path
 from profkit.errors import ProfkitError
-from profkit.readers.kineto.parse import BLOCK, EVENTS_KEY, MAX_HEADER, gc_paused, open_binary, _separator
+from profkit.readers.kineto.parse import BLOCK, EVENTS_KEY, MAX_HEADER, _separator, gc_paused, open_binary
 from profkit.scrub.text import Anonymizer, Redactor, is_secret_option, parse_environment, secret_values
 
 ENVIRONMENT_KEYS = {"env", "environ", "environment", "envvars", "environment_variables"}
@@ -50,6 +50,13 @@ ENVIRONMENT_KEYS = {"env", "environ", "environment", "envvars", "environment_var
 GZIP_LEVEL = 6
 _DECODE = msgspec.json.Decoder()
 _ENCODE = msgspec.json.Encoder()
+
+
+class _Object(msgspec.Struct):
+    """Any JSON object, its members skipped: checks a chunk is whole events without building them."""
+
+
+_OBJECTS = msgspec.json.Decoder(list[_Object])
 
 
 class _NotChunkable(Exception):
@@ -104,6 +111,7 @@ class _Walker:
         # keys that stay as they are: no environment, nothing to redact, not secret-named
         self.plain_keys: set[str] = set()
         self.other_keys: set[str] = set()
+        self.plain_tokens: set[bytes] = set()  # strings as the JSON text spells them, known plain
 
     def clean(self, text: str) -> str:
         out = self.strings.get(text)
@@ -111,6 +119,20 @@ class _Walker:
             out = self.redact(text)
             self.strings[text] = out = text if out == text else out
         return out
+
+    def unchanged(self, chunk: bytes) -> bool:
+        """Whether no string of the JSON text ``chunk`` (keys included) would change or be
+        dropped, by its distinct strings.  Outside a string JSON has no quote and inside one a
+        quote is escaped, so the text split at quotes gives the strings at odd places; a chunk
+        with an escaped quote is not judged this way (False: it is walked)."""
+        if b'\\"' in chunk:
+            return False
+        for token in set(chunk.split(b'"')[1::2]) - self.plain_tokens:
+            text = _DECODE.decode(b'"' + token + b'"') if b"\\" in token else token.decode()
+            if not self._plain(text):
+                return False
+            self.plain_tokens.add(token)
+        return True
 
     def _plain(self, key: str) -> bool:
         if key in self.plain_keys:
@@ -184,7 +206,12 @@ def _as_environment(value: Any) -> dict[str, str]:
 
 
 def _scrub_chunked(src: Path, walker: _Walker, write: Callable[[bytes], object]) -> None:
-    """Header keys, then the events a chunk at a time, then the keys after the events."""
+    """Header keys, then the events a chunk at a time, then the keys after the events.
+
+    A chunk none of whose strings changes (``_Walker.unchanged``: the common case) is
+    written as it was read, only checked to be JSON objects; any other is decoded,
+    walked and encoded.  Either way events are joined as the input joins them (a
+    line break and its indentation), so the copy is cut by the reader the same way."""
     with open_binary(src) as f:
         limits = trace_limits.current()
         chunks = _Chunks(f)
@@ -198,23 +225,38 @@ def _scrub_chunked(src: Path, walker: _Walker, write: Callable[[bytes], object])
             raise _NotChunkable
         head.pop("traceEvents")
         head = walker.walk(head)
+        between = b"," + chunks.between  # "}" + this + "{" is the input's separator
         write(b"{" + b"".join(_ENCODE.encode(k) + b":" + _encode(v) + b"," for k, v in head.items())
-              + b'\n"traceEvents":[\n')
+              + b'\n"traceEvents":[' + chunks.between)
         first, events = True, 0
         for chunk in pieces:
-            try:
-                batch = _DECODE.decode(chunk)
-            except msgspec.DecodeError:
-                raise _NotChunkable from None
-            if not isinstance(batch, list) or not all(type(e) is dict for e in batch):
-                raise _NotChunkable  # cut inside something: not a Kineto layout
-            events += len(batch)
+            if walker.unchanged(chunk):
+                try:
+                    count = len(_OBJECTS.decode(chunk))
+                except msgspec.ValidationError:
+                    count = -1  # some event is no object: the slow path below keeps it as it is
+                except msgspec.DecodeError:
+                    raise _NotChunkable from None
+                if count >= 0:
+                    events += count
+                    body = chunk[1:-1]
+            else:
+                count = -1
+            if count < 0:
+                try:
+                    batch = _DECODE.decode(chunk)
+                except msgspec.DecodeError:
+                    raise _NotChunkable from None
+                if not isinstance(batch, list):
+                    raise _NotChunkable
+                events += len(batch)
+                body = between.join(map(_encode, walker.walk(batch)))
             if events > limits.max_events_for(f.read_bytes):
                 raise trace_limits.LimitExceeded(
                     f"holds more than {limits.max_events_for(f.read_bytes):,} events ({events:,} so far)",
                     trace_limits.VARIABLES["max_events"])
-            if batch:
-                write((b"" if first else b",\n") + b",\n".join(map(_encode, walker.walk(batch))))
+            if body:
+                write(body if first else between + body)
                 first = False
         rest = chunks.tail
     try:
@@ -225,7 +267,7 @@ def _scrub_chunked(src: Path, walker: _Walker, write: Callable[[bytes], object])
         raise _NotChunkable
     last = walker.walk(tail.pop("traceEvents"))
     if last:
-        write((b"" if first else b",\n") + b",\n".join(map(_encode, last)))
+        write((b"" if first else between) + between.join(map(_encode, last)))
     tail = walker.walk(tail)
     write(b"\n]" + b"".join(b"," + _ENCODE.encode(k) + b":" + _encode(v) for k, v in tail.items()) + b"}\n")
 
@@ -237,7 +279,7 @@ class _Chunks:
     def __init__(self, f: Any) -> None:
         self.f = f
         self.tail = b""
-
+        self.between = b"\n"  # what stands between "}," and "{" of two events
     def __iter__(self) -> Iterator[bytes]:
         return self._cut()
 
@@ -260,6 +302,7 @@ class _Chunks:
         separator = _separator(buffer[array_at:array_at + 4096])
         if separator is None:
             raise _NotChunkable
+        self.between = separator[2:-1]
         yield buffer[:array_at]
         data = bytearray(buffer[array_at - 1:])  # from the "[" that opens the first chunk
         del buffer
