@@ -37,9 +37,10 @@ Row = dict[str, Any]
 
 def kernels_json(trace: Trace) -> list[Row]:
     """``profkit kernels --format json``: one row per kernel name (= nsys's cuda_gpu_kern_sum)."""
+    from profkit.analysis.cpu_only import is_cpu_only
     from profkit.analysis.kernels.summaries import kernel_summary
 
-    return kernel_summary(trace)
+    return [] if is_cpu_only(trace) else kernel_summary(trace)
 
 
 def api_json(trace: Trace) -> list[Row]:

@@ -19,6 +19,7 @@ from profkit.analysis.kernels import summaries
 from profkit.api import api_json, kernels_json, nvtx_json
 from profkit.analysis.timeline.capture import capture_info
 from profkit.analysis.kernels.graphs import unrecorded_kernels_note
+from profkit.analysis.cpu_only import cpu_only_note
 from profkit.cli.kernel_code_options import kernel_target_options
 from profkit.model import Trace
 from profkit.readers import open_trace
@@ -121,7 +122,7 @@ def kernels(export: Path, top: int | None, wide: bool, fmt: str, with_code: bool
         _print_kernels_with_code(export, top, fmt, wide, code_dirs, ncu_csv, kernel_targets)
         return
     _print_summary(kernels_json, KERNEL_COLUMNS, "CUDA kernels", export, top, fmt, wide,
-                   note=unrecorded_kernels_note)
+                   note=lambda trace: cpu_only_note(trace) or unrecorded_kernels_note(trace))
 
 
 def _print_kernels_with_code(export: Path, top: int | None, fmt: str, wide: bool, code_dirs: tuple[Path, ...],

@@ -25,6 +25,7 @@ from typing import Any
 
 from profkit import allocator
 from profkit._version import __version__
+from profkit.analysis.cpu_only import is_cpu_only
 from profkit.analysis.kernels import summaries
 from profkit.analysis.kernels.graphs import GRAPH_LEVEL
 from profkit.analysis.kernels.launches import launch_profile
@@ -59,7 +60,7 @@ def build_report(trace: Trace, *, ncu_csv: Path | None = None, partial: bool = F
     sources to compile for the kernels (--kernels; both kernel_table.py)."""
     if top < 1:
         raise ProfkitError("--top must be at least 1")
-    if not partial and not (trace.has("kernels") or trace.has("api")):
+    if not partial and not (trace.has("kernels") or trace.has("api")) and not is_cpu_only(trace):
         hint = ("re-run nsys profile with -t cuda" if trace.meta.source == NSYS else
                 "profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]")
         raise ProfkitError(f"{trace.name} has no CUDA trace data (no kernels, no CUDA API calls)", hint=hint)

@@ -16,7 +16,8 @@ thread was doing at each idle instant, first match wins:
   named by the host table's top rows (the functions the GPU waited in most).
 
 Busy time is *GPU-bound*, or *communication-bound* where NCCL kernels run most
-of it.  The verdict is the largest part.
+of it.  The verdict is the largest part.  A CPU-only trace (``profkit.analysis.cpu_only``)
+has no GPU to wait for: its verdict is *host time only*, named by the host table's top rows.
 
 Every figure is per steady step: a total over the steps divided by their
 number, as in the host table, so a cause's time is its table row's and shares
@@ -33,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from profkit.analysis.breakdown.launch import LAUNCH_APIS, MEMORY_LAUNCH_APIS
+from profkit.analysis.cpu_only import CPU_ONLY, is_cpu_only
 from profkit.analysis.host.attribution import HostResult, function_label
 from profkit.analysis.timeline.intervals import covered_within, difference, intersection, union
 from profkit.analysis.steps.result import format_duration
@@ -42,7 +44,8 @@ from profkit.model import Trace
 TOP = 3
 HOST_LEAD = 0.2  # a GPU-bound step that idles at least this share of its time also names the host's top rows
 WORDS = {"gpu": "GPU-bound", "communication": "communication-bound", "sync": "sync-bound",
-         "launch": "launch-bound", "data": "data-loading-bound", "python": "bound by Python/framework overhead"}
+         "launch": "launch-bound", "data": "data-loading-bound", "python": "bound by Python/framework overhead",
+         "host": "host time only"}
 
 
 def verdict(trace: Trace, result: HostResult) -> dict[str, Any]:
@@ -80,6 +83,8 @@ def verdict(trace: Trace, result: HostResult) -> dict[str, Any]:
     }
     parts["python"] = max(idle_ns - parts["sync"] - parts["launch"] - parts["data"], 0.0)
     kind = max(parts, key=lambda k: parts[k])
+    if is_cpu_only(trace):  # nothing runs on a GPU: the whole step is host time
+        kind = "host"
     causes = _causes(kind, parts, result, sync_by_function, data_iv, n)
     pct = (lambda v: 100.0 * v / step_ns) if step_ns else (lambda v: 0.0)
     causes = [{**c, "pct": round(pct(c["ns_per_step"]), 1)} for c in causes]
@@ -131,6 +136,13 @@ def _sentence(kind: str, parts: dict[str, float], step_ns: float, idle_ns: float
     text = f"{WORDS[kind][0].upper()}{WORDS[kind][1:]}: "
     median = f" ({format_duration(median_ns)} median step)" if median_ns else ""
     host = [c for c in causes if c["cause"] == "python"]
+    if kind == "host":
+        text += f"{CPU_ONLY}{median}"
+        if host:
+            text += "; the host is in " + \
+                ", ".join(f"{c['label']} {format_duration(c['ns_per_step'])}" for c in host) + " per step"
+            text += f"; {'these causes explain' if len(host) > 1 else 'that is'} {explained_pct:.0f}% of the step time"
+        return text
     if kind in ("gpu", "communication"):
         text += f"the GPU works {pct(step_ns - idle_ns)} of the step time{median}"
         if kind == "communication":

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from profkit.analysis.cpu_only import is_cpu_only
 from profkit.analysis.steps.activity import Activity, load_activity
 from profkit.analysis.timeline.intervals import covered_within, union
 from profkit.analysis.steps.pattern import find_pattern_steps, forget_prefix_sums, segment_signatures
@@ -137,7 +138,10 @@ def _result(trace: Trace, act: Activity, source: str, name: str, first: np.ndarr
     startup = (span[0], int(start[0]))
     teardown = (teardown_start(steps), max(span[1], int(end[-1])))
     evidence = {**evidence, **_sync_sites_once_per_step(trace, steps)}
-    return StepResult(source, name, steps, startup, teardown, summarize(steps, source, name, span), None, evidence)
+    summary = summarize(steps, source, name, span)
+    if not len(act):
+        summary["cpu_only"] = is_cpu_only(trace)
+    return StepResult(source, name, steps, startup, teardown, summary, None, evidence)
 
 
 def _segment_reduce(ufunc: np.ufunc, values: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:

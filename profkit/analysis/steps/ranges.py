@@ -147,7 +147,8 @@ def find_range_steps(trace: Trace, act: Activity, step_range: str | None = None)
             seen = ", ".join(sorted({c["label"] for c in candidates})[:10]) or "none"
             raise ProfkitError(f"no range named {step_range!r} in this trace", hint=f"ranges: {seen}")
         candidates = named
-    chosen = max(candidates, key=lambda c: (c["count"], c["gpu_share"])) if step_range else _pick(candidates)
+    chosen = max(candidates, key=lambda c: (c["count"], c["gpu_share"])) if step_range else \
+        _pick(candidates, cpu_only=len(act) == 0)
     if chosen is None:
         seen = ", ".join(sorted({c["label"] for c in candidates})[:8]) or "none"
         lib = f"; library ranges (never steps): {', '.join(libraries[:5])}" if libraries else ""
@@ -206,12 +207,14 @@ def _launched_share(s: np.ndarray, e: np.ndarray, pid: int, act: Activity, work:
     return float(int((last - first).sum()) / len(act))
 
 
-def _pick(candidates: list[dict]) -> dict | None:
+def _pick(candidates: list[dict], cpu_only: bool = False) -> dict | None:
+    """``cpu_only``: the trace holds no GPU work (a CPU training loop), so no range launches
+    any; the step is then told by its name and repeats alone."""
     repeating = [c for c in candidates if c["count"] >= 2 and c["overlapping"] <= 0.1 * c["count"]
-                 and c["gpu_share"] > 0]
+                 and (c["gpu_share"] > 0 or cpu_only)]
     if repeating:
         best_share = max(c["gpu_share"] for c in repeating)
         fair = [c for c in repeating if c["gpu_share"] >= 0.5 * best_share]
         return max(fair, key=lambda c: (c["rank"], round(c["gpu_share"], 1), c["count"]))
-    single = [c for c in candidates if c["count"] == 1 and c["rank"] >= 2 and c["gpu_share"] > 0]
+    single = [c for c in candidates if c["count"] == 1 and c["rank"] >= 2 and (c["gpu_share"] > 0 or cpu_only)]
     return max(single, key=lambda c: (c["rank"], c["gpu_share"])) if single else None

@@ -32,6 +32,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from profkit.analysis.cpu_only import CPU_ONLY
+
 WARMUP = "warmup"
 STEADY = "steady"
 TEARDOWN = "teardown"
@@ -220,4 +222,6 @@ def headline(result: StepResult) -> str:
         text += f"; start-up {format_duration(s['startup_ns'])}"
     if s.get("teardown_ns"):
         text += f", teardown {format_duration(s['teardown_ns'])}"
+    if s.get("cpu_only"):
+        text += f"; {CPU_ONLY}"
     return text
