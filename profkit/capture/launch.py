@@ -31,6 +31,19 @@ the window opens and closes on the main thread, at the first module forward (a g
 pre-hook) or optimizer step at or after START and END; a loop of plain tensor code with
 neither records from START to the program's end.
 
+PROFKIT_TORCH_FORWARD=AFTER:LENGTH (with PROFKIT_TORCH_STEPS, as ``profkit trace --backend
+torch`` sets both by default): a program that made no optimizer step after AFTER seconds of
+module forward calls (inference, ``generate()``) is recorded for LENGTH seconds of them instead,
+from there (``ForwardFallback``).
+
+PROFKIT_TORCH_STACKS=1 records Python stacks (``with_stack=True``: every Python call, which
+slows a Python-heavy program several times); by default the profiler records none and
+``profkit trace`` samples the stacks from outside (py-spy, ``profkit.capture.samples``).
+
+PROFKIT_CLOCK_MARK=PATH: before the program, the shim spins for CLOCK_MARK_S in
+``_profkit_clock_mark`` and writes the wall-clock times around it to PATH, so that a
+sampler's samples of that function put its clock on the trace's.
+
 PROFKIT_SYNC_SITES=0 turns the sync-site hook off.
 """
 
@@ -46,6 +59,12 @@ LAUNCH_MODULE = "profkit.capture.launch"  # this module, as `python -m` names it
 TORCH_TRACE_ENV = "PROFKIT_TORCH_TRACE"
 TORCH_STEPS_ENV = "PROFKIT_TORCH_STEPS"
 TORCH_WINDOW_ENV = "PROFKIT_TORCH_WINDOW"
+TORCH_FORWARD_ENV = "PROFKIT_TORCH_FORWARD"
+TORCH_STACKS_ENV = "PROFKIT_TORCH_STACKS"
+CLOCK_MARK_ENV = "PROFKIT_CLOCK_MARK"
+CLOCK_MARK_FUNCTION = "_profkit_clock_mark"
+# Long enough for a few samples at 100 Hz: the offset is known to within a sample period.
+CLOCK_MARK_S = 0.06
 DISTRIBUTED = "--distributed"
 RANK_FIELD = "{rank}"
 
@@ -60,13 +79,31 @@ def main(argv: list[str]) -> None:
         from profkit.capture import sync_hook
 
         sync_hook.install_when_imported()
+    mark = os.environ.get(CLOCK_MARK_ENV)
+    if mark:
+        _profkit_clock_mark(mark.replace(RANK_FIELD, os.environ.get("RANK", "0")))
     trace_path = os.environ.get(TORCH_TRACE_ENV)
     if trace_path:
         trace_path = trace_path.replace(RANK_FIELD, os.environ.get("RANK", "0"))
         run_under_torch_profiler(lambda: run_program(argv), trace_path, os.environ.get(TORCH_STEPS_ENV),
-                                 os.environ.get(TORCH_WINDOW_ENV))
+                                 os.environ.get(TORCH_WINDOW_ENV), with_stack=os.environ.get(TORCH_STACKS_ENV) == "1",
+                                 forward=os.environ.get(TORCH_FORWARD_ENV))
     else:
         run_program(argv)
+
+
+def _profkit_clock_mark(path: str) -> None:
+    """Spin CLOCK_MARK_S seconds; write the wall-clock nanoseconds before and after to ``path``
+    (the name of this function is what the sampler's samples are matched by)."""
+    import json
+    import time
+
+    start = time.time_ns()
+    while time.time_ns() - start < CLOCK_MARK_S * 1e9:
+        pass
+    end = time.time_ns()
+    with open(path, "w") as fh:
+        json.dump({"start_ns": start, "end_ns": end, "pid": os.getpid()}, fh)
 
 
 def run_program(argv: list[str]) -> None:
@@ -152,13 +189,50 @@ class TimeWindow:
         self.state = "done"
 
 
+class ForwardFallback:
+    """For a program without an optimizer: once AFTER seconds passed since its first module
+    forward call with no optimizer step, a ``TimeWindow`` of LENGTH seconds opens there."""
+
+    def __init__(self, make_profiler: Callable[[], object], forward: str, save: Callable[[], None]) -> None:
+        import time
+
+        after, length = (float(v) for v in forward.split(":"))
+        self.after, self.length, self.make_profiler, self.save = after, length, make_profiler, save
+        self.clock = time.monotonic
+        self.first: float | None = None
+        self.optimizer = False
+        self.window: TimeWindow | None = None
+
+    def tick(self, *_: object) -> None:
+        if self.window is not None:
+            self.window.tick()
+            return
+        if self.optimizer:
+            return
+        now = self.clock()
+        if self.first is None:
+            self.first = now
+        elif now - self.first >= self.after:
+            self.window = TimeWindow(self.make_profiler(), (0.0, self.length), self.save)
+            self.window.tick()
+
+    def finish(self) -> bool:
+        """Stop and export the window if it opened; whether it did."""
+        if self.window is None:
+            return False
+        self.window.finish()
+        return True
+
+
 def run_under_torch_profiler(run: Callable[[], None], trace_path: str, steps: str | None = None,
-                             window: str | None = None) -> None:
+                             window: str | None = None, *, with_stack: bool = True,
+                             forward: str | None = None) -> None:
     """run() inside torch.profiler; the trace is exported however run() ends.
 
     ``steps`` ("SKIP:COUNT", PROFKIT_TORCH_STEPS): only that window of optimizer steps is
     recorded; ``window`` ("START:END" seconds, PROFKIT_TORCH_WINDOW): only that window of
-    time (see the module docstring)."""
+    time; ``forward`` ("AFTER:LENGTH", with ``steps``): LENGTH seconds of forward calls when
+    there is no optimizer (see the module docstring)."""
     import torch
     from torch.profiler import ProfilerActivity, profile, schedule
 
@@ -175,7 +249,7 @@ def run_under_torch_profiler(run: Callable[[], None], trace_path: str, steps: st
         from torch.nn.modules.module import register_module_forward_pre_hook
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
-        prof = profile(activities=activities, with_stack=True)
+        prof = profile(activities=activities, with_stack=with_stack)
         timer = TimeWindow(prof, parse_window(window), save)
         # the hooks stay registered once the window closed (a no-op then): removing a global
         # hook would make torch.compile recompile the program's graphs
@@ -190,17 +264,32 @@ def run_under_torch_profiler(run: Callable[[], None], trace_path: str, steps: st
             for hook in hooks:
                 hook.remove()
         return
+    fallback = None
     if steps:
         skip, count = (int(v) for v in steps.split(":"))
         # one step of warm-up (Kineto's start-up is not in the figures), inside the skipped ones
         warmup = 1 if skip >= 1 else 0
-        prof = profile(activities=activities, with_stack=True, on_trace_ready=save,
+        prof = profile(activities=activities, with_stack=with_stack, on_trace_ready=save,
                        schedule=schedule(wait=skip - warmup, warmup=warmup, active=count, repeat=1))
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
-        hooks = [register_optimizer_step_post_hook(lambda *_: prof.step())]
+        if forward:
+            from torch.nn.modules.module import register_module_forward_pre_hook
+
+            fallback = ForwardFallback(lambda: profile(activities=activities, with_stack=with_stack), forward, save)
+
+        def optimizer_step(*_: object) -> None:
+            if fallback is not None:
+                fallback.optimizer = True
+                if fallback.window is not None:  # the forward window recorded already
+                    return
+            prof.step()
+
+        hooks = [register_optimizer_step_post_hook(optimizer_step)]
+        if fallback is not None:
+            hooks.append(register_module_forward_pre_hook(fallback.tick))
     else:
-        prof = profile(activities=activities, with_stack=True)
+        prof = profile(activities=activities, with_stack=with_stack)
     prof.start()
     try:
         run()
@@ -210,7 +299,9 @@ def run_under_torch_profiler(run: Callable[[], None], trace_path: str, steps: st
         for hook in hooks:
             hook.remove()
         prof.stop()
-        if not steps:
+        if fallback is not None and fallback.finish():
+            pass  # the forward window's trace is the one written
+        elif not steps:
             prof.export_chrome_trace(trace_path)
         elif not exported:  # the program ended inside the window, or before it: keep what there is
             try:

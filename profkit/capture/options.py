@@ -39,11 +39,23 @@ class TraceOptions:
     # unless keep_rep.
     keep_env: bool = False
     keep_rep: bool = False
-    # torch backend: record only optimizer steps skip_steps+1 .. skip_steps+steps (0: the whole program)
-    steps: int = 0
+    # torch backend: record only optimizer steps skip_steps+1 .. skip_steps+steps; 0 (or whole): the
+    # whole program; None: bounded by default (DEFAULT_SKIP, DEFAULT_STEPS, or DEFAULT_FORWARD)
+    steps: int | None = None
     skip_steps: int = 0
+    whole: bool = False
+    # torch backend: record every Python call (with_stack=True) instead of sampling stacks (py-spy)
+    with_stack: bool = False
+    sample: bool = True
     # torch backend: record only this window of seconds since the program started ("START:END")
     window: str | None = None
+
+
+# The torch backend's default window: after 3 optimizer steps of warm-up, 4 steps; a program
+# with no optimizer step after 5 s of module forward calls gets 3 s of them instead.
+DEFAULT_SKIP = 3
+DEFAULT_STEPS = 4
+DEFAULT_FORWARD = "5:3"
 
 
 class ProgramFailed(ProfkitError):

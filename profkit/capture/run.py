@@ -74,6 +74,8 @@ class RunRecord:
     kernel_caches: dict[str, str] = field(default_factory=kernel_caches)
     # what `profkit scrub` removed from the kept trace ({"scrubbed": False} with --keep-env)
     scrub: dict[str, Any] = field(default_factory=dict)
+    # torch backend: what was recorded (window, stacks) and the sampler's figures
+    recorded: dict[str, Any] = field(default_factory=dict)
     profkit_version: str = __version__
     host: str = field(default_factory=platform.node)
     python: str = field(default_factory=platform.python_version)

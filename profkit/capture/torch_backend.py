@@ -22,8 +22,25 @@ from pathlib import Path
 
 from profkit.capture import nsys as nsys_mod
 from profkit.capture.keep import keep_trace
-from profkit.capture.launch import DISTRIBUTED, LAUNCH_MODULE, TORCH_STEPS_ENV, TORCH_TRACE_ENV, TORCH_WINDOW_ENV
-from profkit.capture.options import ProgramFailed, TraceOptions, launcher_env
+from profkit.capture import samples as sampler
+from profkit.capture.launch import (
+    CLOCK_MARK_ENV,
+    DISTRIBUTED,
+    LAUNCH_MODULE,
+    TORCH_FORWARD_ENV,
+    TORCH_STACKS_ENV,
+    TORCH_STEPS_ENV,
+    TORCH_TRACE_ENV,
+    TORCH_WINDOW_ENV,
+)
+from profkit.capture.options import (
+    DEFAULT_FORWARD,
+    DEFAULT_SKIP,
+    DEFAULT_STEPS,
+    ProgramFailed,
+    TraceOptions,
+    launcher_env,
+)
 from profkit.capture.run import RunRecord, Stopwatch
 from profkit.readers.run_folder import KINETO_JSON, LOG
 from profkit.capture.sync_hook import RANGES_ENV, RECORD_FUNCTION
@@ -74,7 +91,9 @@ def program_argv(options: TraceOptions) -> list[str]:
 
 
 def torch_environment(base: Mapping[str, str], trace_path: Path, *, sync_sites: bool,
-                      steps: tuple[int, int] | None = None, window: str | None = None) -> dict[str, str]:
+                      steps: tuple[int, int] | None = None, window: str | None = None,
+                      forward: str | None = None, with_stack: bool = False,
+                      clock_mark: Path | None = None) -> dict[str, str]:
     """The program's environment: where the shim writes the trace, and record_function sync ranges."""
     env = launcher_env(base)
     env[TORCH_TRACE_ENV] = str(trace_path)
@@ -83,6 +102,12 @@ def torch_environment(base: Mapping[str, str], trace_path: Path, *, sync_sites: 
         env[TORCH_STEPS_ENV] = f"{steps[0]}:{steps[1]}"
     if window is not None:
         env[TORCH_WINDOW_ENV] = window
+    if forward is not None:
+        env[TORCH_FORWARD_ENV] = forward
+    if with_stack:
+        env[TORCH_STACKS_ENV] = "1"
+    if clock_mark is not None:
+        env[CLOCK_MARK_ENV] = str(clock_mark)
     if not sync_sites:
         env["PROFKIT_SYNC_SITES"] = "0"
     return env
@@ -102,9 +127,20 @@ def profile(options: TraceOptions, program: list[str], run_dir: Path, base_env: 
     try:
         distributed = is_distributed(options)
         raw = temp_dir / (RANK_TRACE if distributed else KINETO_JSON)
-        steps = (options.skip_steps, options.steps) if options.steps else None
+        steps, forward = recorded_window(options)
+        py_spy = sampler.find_py_spy(base_env) if options.sample and not distributed else None
+        mark = temp_dir / sampler.MARK_FILE if py_spy else None
         env = torch_environment(base_env, raw, sync_sites=options.sync_sites, steps=steps,
-                                window=options.window)
+                                window=options.window, forward=forward, with_stack=options.with_stack,
+                                clock_mark=mark)
+        record.recorded = {"steps": f"{steps[1]} after {steps[0]}" if steps else None, "window": options.window,
+                           "forward_fallback": forward, "with_stack": options.with_stack,
+                           "whole_program": steps is None and options.window is None}
+        if py_spy:
+            program = sampler.sampler_argv(py_spy, temp_dir / sampler.SAMPLES_FILE, program)
+        elif options.sample and not options.with_stack and not distributed:
+            record.warnings.append("no py-spy: the trace holds no Python stacks, so profkit host has nothing to "
+                                   "attribute (pip install py-spy, or pass --with-stack)")
         log_path = run_dir / LOG
         reporter.stage("profiling", " ".join([options.target, *options.args]))
         with clock("torch.profiler"):
@@ -124,6 +160,10 @@ def profile(options: TraceOptions, program: list[str], run_dir: Path, base_env: 
                                     "give a START within the program's run time (seconds since it started)")
             raise ProgramFailed(f"torch.profiler wrote no trace (exit status {result.returncode}; "
                                 f"last output: {last.strip()})", result.returncode, f"see {log_path}")
+        if py_spy and mark is not None:
+            with clock("samples"):
+                record.recorded["sampler"] = {"tool": "py-spy", **sampler.merge_samples(
+                    written[0], temp_dir / sampler.SAMPLES_FILE, mark)}
         kept = [run_dir / (f"{path.stem}.json.gz" if distributed else KINETO_JSON) for path in written]
         for path, target in zip(written, kept):
             keep_trace(path, target, keep_env=options.keep_env, environment=env, record=record,
@@ -134,6 +174,16 @@ def profile(options: TraceOptions, program: list[str], run_dir: Path, base_env: 
     if distributed:
         record.files["rank_traces"] = [p.name for p in kept]  # type: ignore[assignment]
     return kept, result.returncode, result.interrupted
+
+
+def recorded_window(options: TraceOptions) -> tuple[tuple[int, int] | None, str | None]:
+    """(SKIP, COUNT) optimizer steps to record, and the forward-call fallback ("AFTER:LENGTH"):
+    bounded by default; the whole program with --whole or --steps 0; none with --window."""
+    if options.window is not None or options.whole or options.steps == 0:
+        return None, None
+    if options.steps is None:
+        return (DEFAULT_SKIP, DEFAULT_STEPS), DEFAULT_FORWARD
+    return (options.skip_steps, options.steps), None
 
 
 def _rank_of(path: Path) -> int:

@@ -37,12 +37,19 @@ from profkit.errors import ProfkitError
                    "is scrubbed of the environment and secrets: profkit scrub).")
 @click.option("--keep-rep", is_flag=True,
               help="Keep trace.nsys-rep (for the Nsight Systems GUI; it holds the environment).")
-@click.option("--steps", "steps", type=click.IntRange(min=0), default=0, show_default="0: the whole program",
-              metavar="N", help="--backend torch: record only N training steps (each optimizer step ends one) "
-                                "as ProfilerStep#N ranges, not the whole program: the trace and the profiler's "
-                                "memory stay small on long runs.")
+@click.option("--steps", "steps", type=click.IntRange(min=0), default=None,
+              show_default="4 after --skip 3 (0: the whole program)",
+              metavar="N", help="--backend torch: record N training steps (each optimizer step ends one) as "
+                                "ProfilerStep#N ranges, not the whole program; a program without an optimizer "
+                                "gets 3 s of its forward calls after 5 s of them.")
 @click.option("--skip", "skip_steps", type=click.IntRange(min=0), default=3, show_default=True, metavar="K",
               help="With --steps: the first K optimizer steps (start-up, compilation, warm-up) are not recorded.")
+@click.option("--whole", is_flag=True, help="--backend torch: record the whole program (= --steps 0).")
+@click.option("--with-stack", "with_stack", is_flag=True,
+              help="--backend torch: record every Python call (with_stack=True; slows Python-heavy code "
+                   "several times) instead of sampling the stacks with py-spy.")
+@click.option("--sample/--no-sample", "sample", default=True, show_default=True,
+              help="--backend torch: sample Python stacks with py-spy (when installed) for profkit host.")
 @click.option("--window", "window", metavar="START:END",
               help="--backend torch, for loops without an optimizer (inference, generate()): record only "
                    "from START to END seconds after the program started (END empty: to the end); the "
@@ -51,7 +58,8 @@ from profkit.errors import ProfkitError
 @click.pass_context
 def trace(ctx: click.Context, module: str | None, backend: str, output: Path | None, ncu_top: int, nvtx_range: str | None,
           sync_sites: bool, nsys_args: str, python: str, tmp_dir: Path | None, gpu_check: bool, top: int,
-          keep_env: bool, keep_rep: bool, steps: int, skip_steps: int, window: str | None,
+          keep_env: bool, keep_rep: bool, steps: int | None, skip_steps: int, whole: bool, with_stack: bool,
+          sample: bool, window: str | None,
           target_and_args: tuple[str, ...]) -> None:
     """Profile a program with Nsight Systems (or torch.profiler) and write profkit's report.
 
@@ -59,6 +67,7 @@ def trace(ctx: click.Context, module: str | None, backend: str, output: Path | N
       profkit trace train.py -- --steps 20
       profkit trace --backend torch train.py -- --steps 20
       profkit trace --backend torch --steps 5 --skip 3 train.py -- --steps 1000   # a window of 5 steps
+      profkit trace --backend torch --whole --with-stack train.py                 # all of it, every call
       profkit trace --backend torch --window 20:25 serve.py                       # 5 s of an inference loop
       profkit trace --ncu-top 3 sample_kernels/gelu.py --n 8192
       profkit trace -m my_pkg.bench -- --size 4096
@@ -83,7 +92,8 @@ def trace(ctx: click.Context, module: str | None, backend: str, output: Path | N
     options = TraceOptions(target=target, args=args, module=module is not None, output=output, ncu_top=ncu_top,
                            nvtx_range=nvtx_range, sync_sites=sync_sites, nsys_args=extra, python=python,
                            temp_root=tmp_dir, check_gpu=gpu_check, top=top, backend=backend, keep_env=keep_env,
-                           keep_rep=keep_rep, steps=steps, skip_steps=skip_steps, window=window)
+                           keep_rep=keep_rep, steps=steps, skip_steps=skip_steps, window=window,
+                           whole=whole, with_stack=with_stack, sample=sample)
     reporter = make_reporter()
     try:
         result = run_trace(options, reporter)
