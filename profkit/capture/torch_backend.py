@@ -154,6 +154,12 @@ def profile(options: TraceOptions, program: list[str], run_dir: Path, base_env: 
             record.finish("failed")
             record.write(run_dir)
             last = next((line for line in reversed(result.tail) if line.strip()), "no output")
+            if forward is not None and result.returncode == 0:
+                raise ProgramFailed("torch.profiler recorded nothing: the program made no optimizer step after "
+                                    f"{DEFAULT_SKIP} of warm-up and no module forward call for "
+                                    f"{DEFAULT_FORWARD.split(':')[0]} s, which open the default window",
+                                    result.returncode, "record the whole program with --whole, or a time "
+                                    "window with --window START:END")
             if options.window is not None and result.returncode == 0:
                 raise ProgramFailed(f"torch.profiler recorded nothing: the program ended before --window "
                                     f"{options.window} opened", result.returncode,
