@@ -21,10 +21,17 @@ def build(**kwargs) -> list[str]:
 def test_default_command_line():
     assert build() == [
         "/opt/nsys/bin/nsys", "profile",
-        "--trace=cuda,nvtx,osrt", "--sample=none", "--cpuctxsw=none",
-        "--force-overwrite=true", "--cuda-graph-trace=node", "--output=/tmp/pk/trace",
+        "--trace=cuda,nvtx", "--sample=none", "--cpuctxsw=none",
+        "--force-overwrite=true", "--cuda-graph-trace=graph", "--output=/tmp/pk/trace",
         *PROGRAM,
     ]
+
+
+def test_full_traces_osrt_every_graph_node_and_samples_at_nsys_rate():
+    cmd = build(full=True, python_sampling=True)
+    assert "--trace=cuda,nvtx,osrt" in cmd and "--cuda-graph-trace=node" in cmd
+    assert "--python-sampling-frequency=1000" in cmd
+    assert f"--python-sampling-frequency={nsys.PYTHON_SAMPLING_HZ}" in build(python_sampling=True)
 
 
 def test_python_sampling_where_nsys_has_it():
@@ -55,11 +62,11 @@ def test_nvtx_range_with_a_domain_is_kept():
 
 
 @pytest.mark.parametrize("user_args, dropped, kept", [
-    (["-t", "cuda,nvtx"], "--trace=cuda,nvtx,osrt", "-t"),
-    (["--trace=cuda,cublas"], "--trace=cuda,nvtx,osrt", "--trace=cuda,cublas"),
+    (["-t", "cuda,nvtx,osrt"], "--trace=cuda,nvtx", "-t"),
+    (["--trace=cuda,cublas"], "--trace=cuda,nvtx", "--trace=cuda,cublas"),
     (["--sample=process-tree"], "--sample=none", "--sample=process-tree"),
     (["--capture-range-end=repeat:3"], "--capture-range-end=stop", "--capture-range-end=repeat:3"),
-    (["--cuda-graph-trace=graph"], "--cuda-graph-trace=node", "--cuda-graph-trace=graph"),
+    (["--cuda-graph-trace=node"], "--cuda-graph-trace=graph", "--cuda-graph-trace=node"),
 ])
 def test_user_flags_replace_ours(user_args, dropped, kept):
     cmd = build(nvtx_range="step", extra_args=user_args)

@@ -345,7 +345,7 @@ def test_a_window_of_seconds_records_only_that_part_of_an_inference_loop(tmp_pat
     run_dir = tmp_path / "run"
     recorder = Recorder()
     options = TraceOptions(target="serve.py", backend="torch", output=run_dir, python=sys.executable, window="1:2",
-                           with_stack=True)
+                           with_stack=True, sample=False)
     run_trace(options, recorder)  # type: ignore[arg-type]
     total = int("".join(recorder.text).split("iterations")[-1].split()[0])
     events = raw_events(run_dir / KINETO_JSON)

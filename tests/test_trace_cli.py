@@ -107,7 +107,7 @@ def test_trace_end_to_end(workdir):
     # the command nsys got: the launcher with the sync-site hook, the script, its args
     (call,) = [c for c in nsys_calls(workdir) if c["argv"][0] == "profile"]
     assert call["argv"][-5:] == ["-m", "profkit.capture.launch", "prog.py", "--n", "4096"]
-    assert "--trace=cuda,nvtx,osrt" in call["argv"] and "--cuda-graph-trace=node" in call["argv"]
+    assert "--trace=cuda,nvtx" in call["argv"] and "--cuda-graph-trace=graph" in call["argv"]
     # exported afterwards, with the NVTX payloads (this fake nsys lists no --include-blobs: none asked)
     assert "--export=sqlite" not in call["argv"]
     (export,) = [c for c in nsys_calls(workdir) if c["argv"][0] == "export"]
@@ -208,7 +208,7 @@ def test_options_reach_nsys(workdir):
     argv = call["argv"]
     assert "--nvtx-capture=gelu/triton@*" in argv and "--capture-range=nvtx" in argv
     assert "--cuda-memory-usage=true" in argv
-    assert "-t" in argv and "--trace=cuda,nvtx,osrt" not in argv
+    assert "-t" in argv and "--trace=cuda,nvtx" not in argv
     assert "profkit.capture.launch" not in argv and argv[-1] == "prog.py"
     assert call["env"]["PROFKIT_SYNC_SITES"] == "0"
     assert call["env"]["NSYS_NVTX_PROFILER_REGISTER_ONLY"] == "0"

@@ -1,8 +1,15 @@
 """Run a program under `nsys profile` and export SQLite.
 
 Why the command line looks the way it does:
-- ``-t cuda,nvtx,osrt``: kernels and memcpys, the user's (and the sync
-  hook's) NVTX ranges, and OS runtime calls for CPU-side stalls;
+- ``-t cuda,nvtx``: kernels and memcpys, the user's (and the sync hook's)
+  NVTX ranges; OS runtime calls (``osrt``: what a thread blocked in while the
+  GPU idled) only with ``full``, since tracing every libc call costs a
+  host-bound loop the most;
+- CUDA graphs traced per replay (``--cuda-graph-trace=graph``: one row per
+  launch, which costs a graph-replaying decode loop least); ``full`` traces
+  every node of every replay;
+- Python sampling (where nsys has it) at PYTHON_SAMPLING_HZ, a fifth of
+  nsys's 1000 Hz; ``full`` keeps 1000 Hz;
 - ``--sample=none --cpuctxsw=none``: CPU sampling needs perf_event access
   and makes exports much bigger, and no profkit analysis reads it;
 - ``--export sqlite``: the export profkit reads, made in the same run;
@@ -32,14 +39,17 @@ from pathlib import Path
 
 from profkit.errors import ProfkitError
 
-TRACE_APIS = "cuda,nvtx,osrt"
+TRACE_APIS = "cuda,nvtx"
+TRACE_APIS_FULL = "cuda,nvtx,osrt"
+PYTHON_SAMPLING_HZ = 200
+PYTHON_SAMPLING_HZ_FULL = 1000
 
 # nsys options profkit sets itself; a user's --nsys-args replacing one of
 # them wins, so ours is dropped.  Short forms map to the long ones.
 _SHORT_OPTIONS = {"-t": "--trace", "-s": "--sample", "-c": "--capture-range", "-p": "--nvtx-capture",
                   "-f": "--force-overwrite", "-o": "--output"}
 _PROFKIT_SET = ("--trace", "--sample", "--cpuctxsw", "--export", "--force-overwrite", "--cuda-graph-trace",
-                "--python-sampling",
+                "--python-sampling", "--python-sampling-frequency",
                 "--capture-range", "--nvtx-capture", "--capture-range-end")
 # Options that would move or rename the files profkit has to find afterwards.
 _FORBIDDEN = {"--output": "use `profkit trace -o DIR` to choose the run folder"}
@@ -55,6 +65,8 @@ class ProfileRequest:
     extra_args: Sequence[str] = ()  # passed through from --nsys-args
     # Python periodic sampling (nsys 2024.1+): what `profkit host` reads, after an export with blobs
     python_sampling: bool = False
+    # every API (osrt too), every graph node, Python sampling at nsys's own rate: what costs most
+    full: bool = False
 
 
 def option_names(args: Sequence[str]) -> set[str]:
@@ -83,19 +95,21 @@ def build_profile_command(nsys: Path | str, request: ProfileRequest) -> list[str
         if name in user_names:
             raise ProfkitError(f"--nsys-args may not set {name}", hint=why)
     ours: list[tuple[str, ...]] = [
-        ("--trace", f"--trace={TRACE_APIS}"),
+        ("--trace", f"--trace={TRACE_APIS_FULL if request.full else TRACE_APIS}"),
         ("--sample", "--sample=none"),
         ("--cpuctxsw", "--cpuctxsw=none"),
         # no --export=sqlite: an export made during capture leaves NVTX payloads (the Python
         # samples, NCCL's) empty; profkit exports the report afterwards with --include-blobs=true
         ("--force-overwrite", "--force-overwrite=true"),
-        # every kernel of every CUDA graph replay, not one row per replay (nsys's default
-        # `graph`, whose kernels the kernel tables cannot show); measured on the committed
-        # reduce-overhead capture: the same 11.1 ms steps, cudaGraphLaunch 168 us instead of 48 us
-        ("--cuda-graph-trace", "--cuda-graph-trace=node"),
+        # full: every kernel of every CUDA graph replay, not one row per replay (whose kernels
+        # the kernel tables cannot show); measured on the committed reduce-overhead capture:
+        # the same 11.1 ms steps, but cudaGraphLaunch 168 us instead of 48 us
+        ("--cuda-graph-trace", f"--cuda-graph-trace={'node' if request.full else 'graph'}"),
     ]
     if request.python_sampling:
-        ours.append(("--python-sampling", "--python-sampling=true"))
+        rate = PYTHON_SAMPLING_HZ_FULL if request.full else PYTHON_SAMPLING_HZ
+        ours += [("--python-sampling", "--python-sampling=true"),
+                 ("--python-sampling-frequency", f"--python-sampling-frequency={rate}")]
     if request.nvtx_range:
         ours += [
             ("--capture-range", "--capture-range=nvtx"),

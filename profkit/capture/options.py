@@ -44,6 +44,8 @@ class TraceOptions:
     steps: int | None = None
     skip_steps: int = 0
     whole: bool = False
+    # nsys: trace OS runtime calls and every CUDA graph node, sample Python at nsys's full rate
+    full: bool = False
     # torch backend: record every Python call (with_stack=True) instead of sampling stacks (py-spy)
     with_stack: bool = False
     sample: bool = True

@@ -289,6 +289,15 @@ MEMORY = _cols(
     ("line", INT, "the line that allocated (-1 not recorded with the event)"),
 )
 
+# The profiler's own work on the program's threads (nsys PROFILER_OVERHEAD: CUPTI buffer
+# flushes, TLS and chunk allocations, its dlopen hooks): what the capture cost the program,
+# where it ran.  Kineto records none.
+PROFILER_OVERHEAD = _cols(
+    ("start", INT, "ns"), ("end", INT, "ns"),
+    ("pid", INT, ""), ("tid", INT, ""),
+    ("name", CATEGORY, "what nsys did: 'CUPTI Buffer flush', 'TLS allocation', 'dlopen(libcuda.so.1)'"),
+)
+
 PROCESSES = _cols(
     ("pid", INT, ""),
     ("name", CATEGORY, "process name ('' unknown)"),
@@ -317,6 +326,7 @@ TABLES: dict[str, tuple[Column, ...]] = {
     "syncs": SYNCS,
     "osrt": OSRT,
     "memory": MEMORY,
+    "profiler_overhead": PROFILER_OVERHEAD,
     "processes": PROCESSES,
     "threads": THREADS,
 }

@@ -26,6 +26,7 @@ import pandas as pd
 
 from profkit.analysis.cpu_only import is_cpu_only
 from profkit.analysis.steps.activity import Activity, load_activity
+from profkit.analysis.steps.overhead import profiler_overhead
 from profkit.analysis.timeline.intervals import covered_within, union
 from profkit.analysis.steps.pattern import find_pattern_steps, forget_prefix_sums, segment_signatures
 from profkit.analysis.steps.ranges import NVTX, PROFILER_STEP, find_range_steps, is_library_range
@@ -141,6 +142,11 @@ def _result(trace: Trace, act: Activity, source: str, name: str, first: np.ndarr
     summary = summarize(steps, source, name, span)
     if not len(act):
         summary["cpu_only"] = is_cpu_only(trace)
+    steady = steps[steps["phase"] == STEADY]
+    cost = profiler_overhead(trace, steady["start_ns"].to_numpy(np.int64), steady["end_ns"].to_numpy(np.int64),
+                             None)
+    if cost is not None:
+        summary["profiler_overhead_ns_per_step"] = round(cost["ns_per_step"], 1)
     return StepResult(source, name, steps, startup, teardown, summary, None, evidence)
 
 

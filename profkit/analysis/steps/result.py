@@ -224,4 +224,13 @@ def headline(result: StepResult) -> str:
         text += f", teardown {format_duration(s['teardown_ns'])}"
     if s.get("cpu_only"):
         text += f"; {CPU_ONLY}"
+    if s.get("profiler_overhead_ns_per_step") is not None:
+        text += f"; {capture_cost(s['profiler_overhead_ns_per_step'], s['median_ns'])}"
     return text
+
+
+def capture_cost(overhead_ns: float, median_ns: float) -> str:
+    """The profiler's own work per step (PROFILER_OVERHEAD), as a share of the median step."""
+    share = f" ({100.0 * overhead_ns / median_ns:.1f}% of the median)" if median_ns else ""
+    return (f"the profiler's own work inside the steps: {format_duration(overhead_ns)} per step{share}, "
+            "the least the capture added (tracing every call and sampling cost more; only a bare run measures that)")

@@ -249,6 +249,18 @@ def _osrt(export: NsysExport) -> TableSpec:
     })
 
 
+PROFILER_OVERHEAD = "PROFILER_OVERHEAD"
+
+
+def _profiler_overhead(export: NsysExport) -> TableSpec:
+    t = PROFILER_OVERHEAD
+    return TableSpec(t, columns={
+        "start": _int(export, t, "start"), "end": _int(export, t, "end"),
+        "pid": _pid(export, t, "globalTid"), "tid": _tid(export, t, "globalTid"),
+        "name": Spec(STRING_ID, _col(export, t, "nameId")),
+    })
+
+
 def _processes(export: NsysExport) -> TableSpec:
     t = "PROCESSES"
     pid = _int(export, t, "pid") if export.has_column(t, "pid") else _pid(export, t, "globalPid")
@@ -264,11 +276,13 @@ def _threads(export: NsysExport) -> TableSpec:
 _SPECS: dict[str, Callable[[NsysExport], TableSpec]] = {
     "kernels": _kernels, "memcpy": _memcpy, "memset": _memset, "graphs": _graphs, "api": _api, "ranges": _ranges,
     "syncs": _syncs, "osrt": _osrt, "processes": _processes, "threads": _threads,
+    "profiler_overhead": _profiler_overhead,
 }
 _NSYS_TABLES = {
     "devices": "TARGET_INFO_GPU", "kernels": queries.KERNELS.table, "memcpy": queries.MEMCPY.table,
     "memset": queries.MEMSET.table, "graphs": GRAPH_TRACE, "api": queries.RUNTIME.table, "ranges": queries.NVTX.table,
     "syncs": sync.SYNC, "osrt": queries.OSRT.table, "processes": "PROCESSES", "threads": "ThreadNames",
+    "profiler_overhead": PROFILER_OVERHEAD,
 }
 _RANGE_TEXT_COLUMNS = ("name", "domain", "kind")
 # kernels columns filled from NCCL's NVTX payloads after the scan (nccl_messages)
