@@ -86,6 +86,8 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sync-tokens", action=argparse.BooleanOptionalAction, default=True,
                         help="generate: copy each new token to the host (a sync per token)")
     parser.add_argument("--hf-generate", action="store_true", help="generate: model.generate() with a step-marking LogitsProcessor")
+    parser.add_argument("--cache-implementation", default=None,
+                        help="with --hf-generate: generate()'s cache_implementation ('static': a CUDA graph per token)")
     parser.add_argument("--plant-sleep-ms", type=float, default=0.0)
     parser.add_argument("--plant-busy-ms", type=float, default=0.0)
     add_profile_args(parser)
@@ -237,7 +239,8 @@ def hf_generate(args: argparse.Namespace, model, prompt: torch.Tensor, prof, tim
     marker.open()
     model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=args.steps,
                    min_new_tokens=args.steps, do_sample=False, pad_token_id=0,
-                   logits_processor=LogitsProcessorList([marker]))
+                   logits_processor=LogitsProcessorList([marker]),
+                   **({"cache_implementation": args.cache_implementation} if args.cache_implementation else {}))
     if marker.stack is not None and marker.done < args.steps:  # generate stopped early
         marker.stack.close()
         timer.stop()

@@ -1,0 +1,127 @@
+"""What each capture mode of `profkit trace` costs the program it profiles: step time traced / bare.
+
+Each program prints its own steady-state step time (the oracle: measured by the
+program, the same way bare and traced); each is run bare and under each capture
+mode, alternately, ``--repeat`` times, and the median of its step times is kept.
+
+    python benchmarks/capture_overhead.py            # GPU host: every program and mode
+    python benchmarks/capture_overhead.py --cpu      # the CPU part (CI runs it: tests/test_capture_overhead.py)
+
+Programs (GPU host): a GPU-bound training loop (sample_kernels/hf_llama.py train), a
+host-bound decode loop (hf_llama.py generate with HF generate(), dynamic cache and
+static cache: a CUDA graph per token), and a Python data loop (batches built in pure
+Python); on the CPU: a torch MLP training loop and that Python loop.
+
+Goals (issue 32): traced step <= 1.10x bare on the decode loop, <= 1.03x on GPU-bound
+training (nsys default); the torch backend's default on the Python loop <= 1.5x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CPU_TRAIN = ROOT / "benchmarks" / "programs" / "cpu_train.py"
+LLAMA = ROOT / "sample_kernels" / "hf_llama.py"
+MEAN_STEP_S = re.compile(r"mean_step_s (\S+)")
+STEADY_MS = re.compile(r"steady_mean_step_ms=(\S+)")
+
+
+@dataclass(frozen=True)
+class Program:
+    name: str
+    argv: list[str]  # script and its arguments
+    gpu: bool
+    step_pattern: re.Pattern[str]
+    to_ms: float  # the printed figure times this is ms
+
+
+PROGRAMS = [
+    Program("cpu MLP training (torch-bound)", [str(CPU_TRAIN), "--steps", "12"], False, MEAN_STEP_S, 1e3),
+    Program("Python data loop", [str(CPU_TRAIN), "--steps", "20", "--python-batches", "--rows", "128"], False,
+            MEAN_STEP_S, 1e3),
+    Program("GPU-bound training (Llama, bf16)", [str(LLAMA), "--mode", "train", "--steps", "20"], True,
+            STEADY_MS, 1.0),
+    Program("decode, HF generate, dynamic cache", [str(LLAMA), "--mode", "generate", "--steps", "64",
+                                                   "--hf-generate"], True, STEADY_MS, 1.0),
+    Program("decode, HF generate, static cache", [str(LLAMA), "--mode", "generate", "--steps", "64",
+                                                  "--hf-generate", "--cache-implementation", "static"], True,
+            STEADY_MS, 1.0),
+]
+# mode -> profkit trace flags (None: the bare program)
+GPU_MODES = {"bare": None, "nsys (default)": ["--backend", "nsys"], "nsys --full": ["--backend", "nsys", "--full"],
+             "nsys --no-python-sync-sites": ["--backend", "nsys", "--no-python-sync-sites"],
+             "torch (default)": ["--backend", "torch"]}
+CPU_MODES = {"bare": None, "torch (default)": ["--backend", "torch"],
+             "torch --with-stack": ["--backend", "torch", "--with-stack"]}
+
+
+def step_ms(program: Program, flags: list[str] | None, work: Path) -> float | None:
+    """The program's own steady step time, bare or under ``profkit trace FLAGS``."""
+    if flags is None:
+        argv = [sys.executable, *program.argv]
+    else:
+        run_dir = Path(tempfile.mkdtemp(dir=work))
+        argv = [sys.executable, "-m", "profkit", "trace", *flags, "-o", str(run_dir), program.argv[0], "--",
+                *program.argv[1:]]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=1800,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    found = program.step_pattern.findall(done.stdout + done.stderr)
+    return float(found[-1]) * program.to_ms if found else None
+
+
+def measure(programs: list[Program], modes: dict[str, list[str] | None], repeat: int) -> list[dict]:
+    """One row per program and mode: the median step time of ``repeat`` runs, and its ratio to bare."""
+    rows = []
+    work = Path(tempfile.mkdtemp(prefix="profkit-capture-overhead-"))
+    try:
+        for program in programs:
+            times: dict[str, list[float]] = {mode: [] for mode in modes}
+            for _ in range(repeat):  # alternate the modes: a change of load hits each alike
+                for mode, flags in modes.items():
+                    value = step_ms(program, flags, work)
+                    if value is not None:
+                        times[mode].append(value)
+            bare = statistics.median(times["bare"]) if times["bare"] else None
+            for mode, values in times.items():
+                median = statistics.median(values) if values else None
+                rows.append({"program": program.name, "mode": mode, "step_ms": median, "runs": len(values),
+                             "vs_bare": median / bare if median is not None and bare else None})
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| program | capture | step (ms) | vs bare |", "|---|---|--:|--:|"]
+    for r in rows:
+        step = f"{r['step_ms']:.2f}" if r["step_ms"] is not None else "failed"
+        ratio = f"{r['vs_bare']:.2f}x" if r["vs_bare"] is not None and r["mode"] != "bare" else "—"
+        lines.append(f"| {r['program']} | {r['mode']} | {step} | {ratio} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cpu", action="store_true", help="the CPU programs and modes only")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    if args.cpu:
+        rows = measure([p for p in PROGRAMS if not p.gpu], CPU_MODES, args.repeat)
+    else:
+        rows = measure(PROGRAMS, GPU_MODES, args.repeat)
+    print(table(rows))
+    return 0 if all(r["step_ms"] is not None for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
