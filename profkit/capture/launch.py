@@ -44,6 +44,11 @@ PROFKIT_CLOCK_MARK=PATH: before the program, the shim spins for CLOCK_MARK_S in
 ``_profkit_clock_mark`` and writes the wall-clock times around it to PATH, so that a
 sampler's samples of that function put its clock on the trace's.
 
+PROFKIT_STEP_TIMES=PATH (``profkit trace --bare-run``): the start time of every optimizer
+step's end and of every outermost module forward call is written to PATH as the program
+exits (``StepClock``), the same in the bare run and under the profiler, so that the two
+runs' steps can be compared.
+
 PROFKIT_SYNC_SITES=0 turns the sync-site hook off.
 """
 
@@ -62,6 +67,7 @@ TORCH_WINDOW_ENV = "PROFKIT_TORCH_WINDOW"
 TORCH_FORWARD_ENV = "PROFKIT_TORCH_FORWARD"
 TORCH_STACKS_ENV = "PROFKIT_TORCH_STACKS"
 CLOCK_MARK_ENV = "PROFKIT_CLOCK_MARK"
+STEP_TIMES_ENV = "PROFKIT_STEP_TIMES"
 CLOCK_MARK_FUNCTION = "_profkit_clock_mark"
 # Long enough for a few samples at 100 Hz: the offset is known to within a sample period.
 CLOCK_MARK_S = 0.06
@@ -79,6 +85,9 @@ def main(argv: list[str]) -> None:
         from profkit.capture import sync_hook
 
         sync_hook.install_when_imported()
+    step_times = os.environ.get(STEP_TIMES_ENV)
+    if step_times:
+        StepClock.install(step_times.replace(RANK_FIELD, os.environ.get("RANK", "0")))
     mark = os.environ.get(CLOCK_MARK_ENV)
     if mark:
         _profkit_clock_mark(mark.replace(RANK_FIELD, os.environ.get("RANK", "0")))
@@ -104,6 +113,52 @@ def _profkit_clock_mark(path: str) -> None:
     end = time.time_ns()
     with open(path, "w") as fh:
         json.dump({"start_ns": start, "end_ns": end, "pid": os.getpid()}, fh)
+
+
+class StepClock:
+    """perf_counter_ns at the end of each optimizer step and at the start of each outermost module
+    forward call (one per decode token of a generate() loop), written as JSON at exit."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.optimizer: list[int] = []
+        self.forward: list[int] = []
+        self.depth = 0
+
+    @classmethod
+    def install(cls, path: str) -> None:
+        import atexit
+        import time
+
+        try:
+            from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+            from torch.optim.optimizer import register_optimizer_step_post_hook
+        except ImportError:  # no PyTorch: no steps to time
+            return
+        clock = cls(path)
+        now = time.perf_counter_ns
+
+        def enter(*_: object) -> None:
+            if clock.depth == 0:
+                clock.forward.append(now())
+            clock.depth += 1
+
+        def leave(*_: object) -> None:
+            clock.depth = max(clock.depth - 1, 0)
+
+        register_optimizer_step_post_hook(lambda *_: clock.optimizer.append(now()))
+        register_module_forward_pre_hook(enter)
+        register_module_forward_hook(leave)
+        atexit.register(clock.write)
+
+    def write(self) -> None:
+        import json
+
+        try:
+            with open(self.path, "w") as fh:
+                json.dump({"optimizer_ns": self.optimizer, "forward_ns": self.forward}, fh)
+        except OSError:  # the folder went (profkit stopped): the timing is lost, not the program's exit
+            pass
 
 
 def run_program(argv: list[str]) -> None:

@@ -44,6 +44,8 @@ class TraceOptions:
     steps: int | None = None
     skip_steps: int = 0
     whole: bool = False
+    # run the program once without a profiler first, and compare its steps with the traced ones
+    bare_run: bool = False
     # nsys: trace OS runtime calls and every CUDA graph node, sample Python at nsys's full rate
     full: bool = False
     # torch backend: record every Python call (with_stack=True) instead of sampling stacks (py-spy)

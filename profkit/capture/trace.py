@@ -27,10 +27,11 @@ from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any
 
+from profkit.capture import bare_run
 from profkit.capture import ncu as ncu_mod
 from profkit.capture import nsys as nsys_mod
 from profkit.capture import torch_backend
-from profkit.capture.launch import DISTRIBUTED, LAUNCH_MODULE, parse_window
+from profkit.capture.launch import DISTRIBUTED, LAUNCH_MODULE, STEP_TIMES_ENV, parse_window
 from profkit.capture.options import ProgramFailed, TraceOptions, launcher_env
 from profkit.capture.gpu import detect_gpus
 from profkit.capture.nsys import ProfileRequest, Reporter
@@ -151,6 +152,14 @@ def run_trace(options: TraceOptions, reporter: Reporter, *, env: Mapping[str, st
     record.write(run_dir)
     clock = Stopwatch(record)
 
+    bare_dir = None
+    if options.bare_run:
+        bare_dir = Path(tempfile.mkdtemp(prefix="profkit-bare-", dir=options.temp_root)).resolve()
+        reporter.stage("bare run", "the program without a profiler, to time its steps")
+        with clock("bare run"):
+            bare_run.run_bare(options, base_env, bare_dir / "bare.json")
+        base_env = {**base_env, STEP_TIMES_ENV: str(bare_dir / "traced.json")}
+
     rank_traces: list[Path] = []
     if nsys is None:
         rank_traces, returncode, interrupted = torch_backend.profile(options, program, run_dir, base_env, record,
@@ -164,6 +173,12 @@ def run_trace(options: TraceOptions, reporter: Reporter, *, env: Mapping[str, st
         finally:
             shutil.rmtree(temp_dir, ignore_errors=True)
 
+    if bare_dir is not None:
+        record.recorded["bare_run"] = bare_run.compare(bare_dir / "bare.json", bare_dir / "traced.json")
+        if record.recorded["bare_run"].get("inflated"):
+            record.warnings.append(record.recorded["bare_run"]["sentence"])
+        shutil.rmtree(bare_dir, ignore_errors=True)
+        base_env.pop(STEP_TIMES_ENV, None)  # ncu's runs are not timed
     record.exit_code = returncode
     if interrupted:
         record.partial, record.partial_reason = True, "interrupted (Ctrl-C)"

@@ -19,7 +19,9 @@ from profkit.model.clock import SESSION_START, session_zero
 from profkit.model.rank_view import rank_label
 from profkit.output import json_text
 from profkit.output import Column, emit_rows, format_option, top_option, wide_option
+from profkit.errors import ProfkitError
 from profkit.readers import open_trace
+from profkit.readers.run_folder import RUN_JSON, read_run_record
 from profkit.terminal import echo_for
 
 STEP_TABLE = [
@@ -74,6 +76,16 @@ def steps(trace_path: Path, step_range: str | None, no_ranges: bool, top: int, r
         _emit(trace_path, t.meta.rank if several else None, rank_label(t), result, top, fmt, zero, wide)
 
 
+def _bare_run_sentence(path: Path) -> str | None:
+    """A run folder's measured slowdown (``profkit trace --bare-run``), from its run.json."""
+    if not (path.is_dir() and (path / RUN_JSON).is_file()):
+        return None
+    try:
+        return read_run_record(path).get("recorded", {}).get("bare_run", {}).get("sentence")
+    except (ProfkitError, AttributeError):
+        return None
+
+
 def _emit(trace_path: Path, rank: int | None, label: str, result: StepResult, limit: int, fmt: str,
           zero: int, wide: bool = False) -> None:
     rows = result.steps.to_dict(orient="records")
@@ -88,6 +100,9 @@ def _emit(trace_path: Path, rank: int | None, label: str, result: StepResult, li
         return
     say = echo_for(fmt)
     say(f"{trace_path.name}{', ' + label if label else ''}: {headline(result)}")
+    measured = _bare_run_sentence(trace_path)
+    if measured:
+        say(f"Measured with --bare-run: {measured}.")
     if not rows:
         return
     shown = rows if limit == 0 or len(rows) <= limit else rows[:limit]

@@ -23,6 +23,9 @@ from profkit.errors import ProfkitError
               help="Capture only inside the NVTX range RANGE (any domain, or RANGE@DOMAIN).")
 @click.option("--python-sync-sites/--no-python-sync-sites", "sync_sites", default=True, show_default=True,
               help="Record the Python line of every synchronizing call (Tensor.item, .cpu, print ...).")
+@click.option("--bare-run", "bare_run", is_flag=True,
+              help="First run the program without a profiler, then say how much the capture slowed its steps "
+                   "(optimizer steps, or outermost forward calls), and warn when beyond run-to-run noise.")
 @click.option("--full", is_flag=True,
               help="nsys: also trace OS runtime calls (osrt) and every CUDA graph node, and sample Python at "
                    "1000 Hz (by default -t cuda,nvtx, one row per graph replay, 200 Hz): costs the program more.")
@@ -62,7 +65,7 @@ from profkit.errors import ProfkitError
 def trace(ctx: click.Context, module: str | None, backend: str, output: Path | None, ncu_top: int, nvtx_range: str | None,
           sync_sites: bool, nsys_args: str, python: str, tmp_dir: Path | None, gpu_check: bool, top: int,
           keep_env: bool, keep_rep: bool, steps: int | None, skip_steps: int, whole: bool, with_stack: bool,
-          sample: bool, window: str | None, full: bool,
+          sample: bool, window: str | None, full: bool, bare_run: bool,
           target_and_args: tuple[str, ...]) -> None:
     """Profile a program with Nsight Systems (or torch.profiler) and write profkit's report.
 
@@ -96,7 +99,7 @@ def trace(ctx: click.Context, module: str | None, backend: str, output: Path | N
                            nvtx_range=nvtx_range, sync_sites=sync_sites, nsys_args=extra, python=python,
                            temp_root=tmp_dir, check_gpu=gpu_check, top=top, backend=backend, keep_env=keep_env,
                            keep_rep=keep_rep, steps=steps, skip_steps=skip_steps, window=window,
-                           whole=whole, with_stack=with_stack, sample=sample, full=full)
+                           whole=whole, with_stack=with_stack, sample=sample, full=full, bare_run=bare_run)
     reporter = make_reporter()
     try:
         result = run_trace(options, reporter)

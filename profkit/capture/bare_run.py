@@ -1,0 +1,79 @@
+"""`profkit trace --bare-run`: the program once without a profiler, to say what the capture cost.
+
+Both runs go through the launch shim with ``launch.StepClock`` on (PROFKIT_STEP_TIMES), so
+each writes when its optimizer steps ended, or, without an optimizer, when each outermost
+module forward began (a decode token).  A step is the time between two of those; the first
+``SKIP`` are warm-up.  The slowdown is the traced run's median step over the bare run's;
+the bare run's own spread (its interquartile range over its median) is the noise, and a
+slowdown beyond it is reported as inflated.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from profkit.capture.launch import LAUNCH_MODULE, STEP_TIMES_ENV
+from profkit.capture.options import DEFAULT_SKIP, TraceOptions, launcher_env
+
+# Below this a slowdown is not worth a warning, whatever the noise (timer and scheduling).
+MIN_INFLATION = 0.02
+
+
+def bare_argv(options: TraceOptions) -> list[str]:
+    entry = ["-m", options.target] if options.module else [options.target]
+    return [options.python, "-m", LAUNCH_MODULE, *entry, *options.args]
+
+
+def run_bare(options: TraceOptions, base_env: Mapping[str, str], times_path: Path) -> int:
+    """Run the program without a profiler (and without the sync hook); its exit status."""
+    env = launcher_env(base_env)
+    env[STEP_TIMES_ENV] = str(times_path)
+    env["PROFKIT_SYNC_SITES"] = "0"
+    done = subprocess.run(bare_argv(options), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+    return done.returncode
+
+
+def step_durations(path: Path, skip: int = DEFAULT_SKIP) -> tuple[np.ndarray, str] | None:
+    """The steps after ``skip`` of warm-up (ns) and what ended them ("optimizer" or "forward")."""
+    try:
+        times = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    for kind in ("optimizer", "forward"):
+        marks = np.asarray(times.get(f"{kind}_ns", []), dtype=np.int64)
+        if len(marks) >= skip + 3:
+            return np.diff(marks)[skip:], kind
+    return None
+
+
+def compare(bare_path: Path, traced_path: Path) -> dict[str, Any]:
+    """The slowdown of the traced steps against the bare ones, and whether it is beyond noise."""
+    bare, traced = step_durations(bare_path), step_durations(traced_path)
+    if bare is None or traced is None or bare[1] != traced[1]:
+        return {"skipped": "too few optimizer steps or forward calls in one run to compare "
+                           f"(needs {DEFAULT_SKIP + 3}; the native or unhooked program records none)"}
+    b, t = bare[0], traced[0]
+    median = float(np.median(b))
+    noise = float(np.subtract(*np.percentile(b, [75, 25]))) / median if median else 0.0
+    slowdown = float(np.median(t)) / median if median else float("nan")
+    inflated = slowdown - 1 > max(noise, MIN_INFLATION)
+    return {"steps_by": bare[1], "bare_step_ns": median, "traced_step_ns": float(np.median(t)),
+            "slowdown": round(slowdown, 3), "noise": round(noise, 3), "inflated": bool(inflated),
+            "sentence": sentence(slowdown, noise, inflated, len(b), len(t))}
+
+
+def sentence(slowdown: float, noise: float, inflated: bool, bare_steps: int, traced_steps: int) -> str:
+    change = (f"slowed the steps by {100 * (slowdown - 1):.0f}%" if slowdown >= 1 else
+              f"left the steps {100 * (1 - slowdown):.0f}% faster than bare, within what the load lets one measure")
+    text = (f"the capture {change} (median of {traced_steps} traced steps vs {bare_steps} bare; "
+            f"run-to-run noise {100 * noise:.0f}%)")
+    if inflated:
+        text += ": the step times in this trace are inflated beyond noise; read them as upper bounds"
+    return text
