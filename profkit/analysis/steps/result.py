@@ -231,6 +231,5 @@ def headline(result: StepResult) -> str:
 
 def capture_cost(overhead_ns: float, median_ns: float) -> str:
     """The profiler's own work per step (PROFILER_OVERHEAD), as a share of the median step."""
-    share = f" ({100.0 * overhead_ns / median_ns:.1f}% of the median)" if median_ns else ""
-    return (f"the profiler's own work inside the steps: {format_duration(overhead_ns)} per step{share}, "
-            "the least the capture added (tracing every call and sampling cost more; only a bare run measures that)")
+    share = f"{100.0 * overhead_ns / median_ns:.1f}% of the median, " if median_ns else ""
+    return f"the profiler's own work: {format_duration(overhead_ns)} per step ({share}the least the capture cost)"
