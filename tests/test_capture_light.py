@@ -101,3 +101,18 @@ def test_a_python_heavy_loop_costs_little_and_host_names_its_batch_builder(tmp_p
     assert host.returncode == 0, host.stderr
     top = [row["function"] for row in json.loads(host.stdout)["functions"][:3]]
     assert "make_batch" in top, top
+
+
+@pytest.mark.slow  # the training loop bare, then traced (~60 s on 2 busy cores)
+def test_bare_run_is_measured_and_stated(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "profkit", "trace", "--backend", "torch", "--bare-run", "-o",
+                           str(run_dir), str(PROGRAM), "--", "--steps", "10"], capture_output=True, text=True,
+                          timeout=900, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    measured = read_run_record(run_dir)["recorded"]["bare_run"]
+    assert measured["steps_by"] == "optimizer" and measured["bare_step_ns"] > 0 and measured["traced_step_ns"] > 0
+    assert measured["sentence"] in (run_dir / "report.md").read_text().replace("\n", " ")
+    steps = subprocess.run([sys.executable, "-m", "profkit", "steps", str(run_dir)], capture_output=True, text=True,
+                           env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert "Measured with --bare-run: the capture" in " ".join(steps.stdout.split())

@@ -99,6 +99,8 @@ class RunRecord:
             "started": self.started,
             "host": self.host,
             "nsys_command": self.nsys_command,
+            **({"bare_run": self.recorded["bare_run"]["sentence"]}
+               if "sentence" in self.recorded.get("bare_run", {}) else {}),
         }
 
 

@@ -17,7 +17,9 @@ import pandas as pd
 
 from profkit import allocator
 from profkit.analysis.steps import KERNEL_PATTERN, PROFILER_STEP, StepResult, find_steps
+from profkit.analysis.cpu_only import CPU_ONLY
 from profkit.analysis.steps.activity import load_activity
+from profkit.analysis.steps.result import capture_cost
 from profkit.analysis.timeline.intervals import covered_within, union
 from profkit.analysis.steps.per_step import PARTS, per_step_breakdown
 from profkit.analysis.timeline.busy import ACTIVITY_TABLES
@@ -131,6 +133,9 @@ def fill_steps(section: Section, trace: Trace, found: dict[str, Any]) -> None:
         ("Steady-state GPU busy", f"{s['steady_gpu_busy_pct']:.1f}%" if s["steady_gpu_busy_pct"] is not None else ""),
         ("Start-up (before the first step)", duration(s.get("startup_ns"))),
         ("Teardown (after the last step)", duration(s.get("teardown_ns"))),
+        ("Capture cost", capture_cost(s["profiler_overhead_ns_per_step"], s["median_ns"])
+         if s.get("profiler_overhead_ns_per_step") is not None else ""),
+        ("No GPU work", CPU_ONLY if s.get("cpu_only") else ""),
     ]
     sites = result.evidence.get("sync_sites_once_per_step") or []
     if sites:
