@@ -116,3 +116,37 @@ def test_bare_run_is_measured_and_stated(tmp_path: Path) -> None:
     steps = subprocess.run([sys.executable, "-m", "profkit", "steps", str(run_dir)], capture_output=True, text=True,
                            env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert "Measured with --bare-run: the capture" in " ".join(steps.stdout.split())
+
+
+FORWARD_LOOP = """\
+import time
+
+import torch
+from torch.profiler import record_function
+
+model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64))
+start = time.monotonic()
+i = 0
+with torch.no_grad():
+    while time.monotonic() - start < 14:
+        with record_function(f"iteration#{i}"):
+            model(torch.randn(8, 64))
+        time.sleep(0.05)
+        i += 1
+"""
+
+
+@pytest.mark.slow  # a 14 s inference loop under the profiler's default window
+def test_without_an_optimizer_a_few_seconds_of_forward_calls_are_recorded(tmp_path: Path) -> None:
+    script = tmp_path / "serve.py"
+    script.write_text(FORWARD_LOOP)
+    run_dir = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "profkit", "trace", "--backend", "torch", "--no-sample", "-o",
+                           str(run_dir), str(script)], capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    iterations = sorted((e["ts"], e["ts"] + e["dur"]) for e in _events(run_dir)
+                        if str(e.get("name", "")).startswith("iteration#"))
+    after, length = (float(v) for v in DEFAULT_FORWARD.split(":"))
+    span_s = (iterations[-1][1] - iterations[0][0]) / 1e6
+    assert 0.5 * length <= span_s <= 1.5 * length, span_s  # the window, not the 14 s loop

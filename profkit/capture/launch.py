@@ -248,7 +248,7 @@ class ForwardFallback:
     """For a program without an optimizer: once AFTER seconds passed since its first module
     forward call with no optimizer step, a ``TimeWindow`` of LENGTH seconds opens there."""
 
-    def __init__(self, make_profiler: Callable[[], object], forward: str, save: Callable[[], None]) -> None:
+    def __init__(self, make_profiler: Callable[[], object], forward: str, save: Callable[[object], None]) -> None:
         import time
 
         after, length = (float(v) for v in forward.split(":"))
@@ -268,7 +268,8 @@ class ForwardFallback:
         if self.first is None:
             self.first = now
         elif now - self.first >= self.after:
-            self.window = TimeWindow(self.make_profiler(), (0.0, self.length), self.save)
+            prof = self.make_profiler()
+            self.window = TimeWindow(prof, (0.0, self.length), lambda: self.save(prof))
             self.window.tick()
 
     def finish(self) -> bool:
