@@ -139,7 +139,7 @@ class _Walker:
             return True
         if key in self.other_keys:
             return False
-        plain = key.lower() not in ENVIRONMENT_KEYS and self.clean(key) is key and not is_secret_option(key)
+        plain = key.lower() not in ENVIRONMENT_KEYS and self.clean(key) == key and not is_secret_option(key)
         (self.plain_keys if plain else self.other_keys).add(key)
         return plain
 
