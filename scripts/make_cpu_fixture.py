@@ -34,7 +34,8 @@ def main(out: Path) -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     tmp = Path(tempfile.mkdtemp())
     raw = tmp / "trace.json"
-    with profile(activities=[ProfilerActivity.CPU], with_stack=True, schedule=schedule(wait=1, warmup=2, active=6, repeat=1),
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True,
+                 schedule=schedule(wait=1, warmup=2, active=6, repeat=1),
                  on_trace_ready=lambda p: p.export_chrome_trace(str(raw))) as prof:
         for step in range(9):
             x = torch.tensor(make_batch(32, 64, step))
