@@ -10,14 +10,17 @@ from __future__ import annotations
 
 from profkit.model import Trace
 from profkit.model.schema import GPU_WORK_TABLES
+from profkit.model.trace import KINETO
 
 CPU_ONLY = "no GPU work in this trace (a CPU-only capture): the whole step is host time"
 CPU_TABLES = ("cpu_ops", "ranges", "python_frames")
 
 
 def is_cpu_only(trace: Trace) -> bool:
-    """No GPU work and no CUDA API call, but CPU operators, ranges or Python stacks."""
-    if any(trace.has(table) for table in (*GPU_WORK_TABLES, "api")):
+    """A Kineto trace with no GPU work and no CUDA API call, but CPU operators, ranges or Python
+    stacks.  An nsys export without CUDA data is a capture that left out ``-t cuda``: the
+    commands keep saying so."""
+    if trace.meta.source != KINETO or any(trace.has(table) for table in (*GPU_WORK_TABLES, "api")):
         return False
     return any(trace.has(table) for table in CPU_TABLES)
 
