@@ -64,8 +64,8 @@ INSTANTIATE_CALL_PREFIXES = ("cudaGraphInstantiate", "cuGraphInstantiate")
 KERNEL_LAUNCH_CALLS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
                        "cudaLaunchCooperativeKernel")
 NODE_TRACE_HINT = ("kernels inside CUDA graphs were not recorded one by one (nsys --cuda-graph-trace=graph, "
-                   "its default): capture with `nsys profile --cuda-graph-trace=node` (profkit trace does) "
-                   "to see each kernel of each replay")
+                   "its default and profkit trace's, the cheaper): capture with `nsys profile "
+                   "--cuda-graph-trace=node` (profkit trace --full) to see each kernel of each replay")
 
 
 # nsys keeps a version suffix cuda_api_sum does not strip: cudaGraphLaunch_v10000
