@@ -105,7 +105,8 @@ def test_the_planted_leak_is_named_with_its_function_and_size(reports) -> None:
     assert growth["growth_per_step_bytes"] == truth["leak_bytes_per_step"]
     top = growth["sites"][0]
     assert top["bytes_per_step"] == truth["leak_bytes_per_step"]
-    assert top["function"] == truth["leak_function"]
+    # the innermost frame is the planted function, or a built-in it called (torch.empty), named with it
+    assert top["function"] == truth["leak_function"] or top["function"].endswith(f"called from {truth['leak_function']}")
     assert top["file"] == truth["leak_site"].split(":")[0]
     # the step-end levels from the raw JSON grow by exactly the planted tensor per steady step
     ends = np.array(growth["end_allocated_bytes"])
