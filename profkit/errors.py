@@ -27,3 +27,8 @@ class ProfkitError(Exception):
         if self.hint:
             text += f" ({self.hint})"
         return " ".join(text.split())
+
+
+class ProfkitWarning(UserWarning):
+    """Part of an input skipped, the rest still read (a payload schema profkit cannot decode).
+    The CLI prints it as one ``profkit: warning:`` line."""

@@ -20,12 +20,16 @@ are set from real traces with room to spare:
 - ``PROFKIT_MAX_CACHE_FILES`` (200,000): files walked in a run folder's
   kernel caches;
 - ``PROFKIT_MAX_CSV_COLUMNS`` (20,000), ``PROFKIT_MAX_CSV_ROWS`` (2,000,000)
-  and ``PROFKIT_MAX_CSV_CELLS`` (4,000,000 rows x columns) of an ncu CSV; a
+  and ``PROFKIT_MAX_CSV_CELLS`` (1,000,000 rows x columns) of an ncu CSV; a
   cell is a name or text (``PROFKIT_MAX_STRING``).  The widest real raw page
   (tests/data/roofline, every roofline section) has 1,700 columns; a details
   page has one row per launch and metric;
 - ``PROFKIT_MAX_SAMPLES`` (1,000,000): samples in one list of a history
   database (a run's step times; real runs have hundreds).
+- ``PROFKIT_MAX_RANKS`` (512): ranks in one trace (a whole-job export split
+  by process and device), and the rank count of one NCCL communicator a
+  trace may record.  One node holds 8-16 GPUs; every rank is analysed as a
+  trace of its own, so thousands of them in one file are refused.
 
 Nesting depth has no variable: a JSON document nested deeper than the
 interpreter's recursion limit (about 1,000) is refused by the reader, and
@@ -59,6 +63,7 @@ class Limits:
     max_csv_rows: int = 2_000_000
     max_csv_cells: int = 1_000_000
     max_samples: int = 1_000_000
+    max_ranks: int = 512
 
     def max_events_for(self, decompressed_bytes: int) -> int:
         if self.max_events is not None:
@@ -80,6 +85,7 @@ VARIABLES = {
     "max_csv_rows": "PROFKIT_MAX_CSV_ROWS",
     "max_csv_cells": "PROFKIT_MAX_CSV_CELLS",
     "max_samples": "PROFKIT_MAX_SAMPLES",
+    "max_ranks": "PROFKIT_MAX_RANKS",
 }
 
 

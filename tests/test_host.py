@@ -208,19 +208,21 @@ def test_payload_decoder_refuses_what_it_does_not_know() -> None:
     from profkit.readers.nsys.payloads import Entry, PayloadSchema, PayloadSchemas
     from profkit.readers.nsys.python_samples import _check
 
-    frame = PayloadSchema(1, 10, "", 24, (Entry(0, "Function", 80, 0, 0, None), Entry(1, "File", 80, 0, 8, None),
-                                          Entry(2, "Line", 15, 0, 16, None)))
-    outer = PayloadSchema(1, 11, "Python Periodic Sampling", None,
-                          (Entry(0, "Frames count", 16, 0, 0, None), Entry(1, "Frames", 10, 48, 8, 0)))
-    schemas = PayloadSchemas({(1, 10): frame, (1, 11): outer}, {})
+    # schema ids from NVTX's static range (types below 1 << 24 are NVTX's own: 10 is an unsigned long)
+    frame_id, outer_id = (1 << 24) + 10, (1 << 24) + 11
+    frame = PayloadSchema(1, frame_id, "", 24, (Entry(0, "Function", 80, 0, 0, None),
+                                                Entry(1, "File", 80, 0, 8, None), Entry(2, "Line", 15, 0, 16, None)))
+    outer = PayloadSchema(1, outer_id, "Python Periodic Sampling", None,
+                          (Entry(0, "Frames count", 16, 0, 0, None), Entry(1, "Frames", frame_id, 48, 8, 0)))
+    schemas = PayloadSchemas({(1, frame_id): frame, (1, outer_id): outer}, {})
     _check(schemas, outer)
-    blob = struct.pack("<QQQQ", 1, 11, 8 + 24, 32) + struct.pack("<Ixxxx", 1) + struct.pack("<QQi4x", 7, 8, 45)
+    blob = struct.pack("<QQQQ", 1, outer_id, 8 + 24, 32) + struct.pack("<Ixxxx", 1) + struct.pack("<QQi4x", 7, 8, 45)
     (schema, values), = schemas.decode(blob, 1)
     assert values == {"Frames count": 1, "Frames": [{"Function": 7, "File": 8, "Line": 45}]}
-    renamed = PayloadSchema(1, 11, "Python Periodic Sampling", None,
-                            (Entry(0, "Depth", 16, 0, 0, None), Entry(1, "Stack", 10, 48, 8, 0)))
+    renamed = PayloadSchema(1, outer_id, "Python Periodic Sampling", None,
+                            (Entry(0, "Depth", 16, 0, 0, None), Entry(1, "Stack", frame_id, 48, 8, 0)))
     with pytest.raises(ProfkitError, match="does not know"):
-        _check(PayloadSchemas({(1, 10): frame, (1, 11): renamed}, {}), renamed)
+        _check(PayloadSchemas({(1, frame_id): frame, (1, outer_id): renamed}, {}), renamed)
     with pytest.raises(ProfkitError, match="does not declare"):
         schemas.decode(struct.pack("<QQQQ", 1, 99, 0, 32), 1)
     with pytest.raises(ProfkitError, match="runs past"):

@@ -12,13 +12,14 @@ import importlib
 import os
 import sys
 import threading
-from typing import NoReturn
+import warnings
+from typing import Any, NoReturn
 
 import click
 
 from profkit import allocator, signals
 from profkit._version import __version__
-from profkit.errors import ProfkitError
+from profkit.errors import ProfkitError, ProfkitWarning
 
 # command name -> "module:attribute"; the order is the order in --help.
 COMMANDS: dict[str, str] = {
@@ -99,6 +100,26 @@ def cli() -> None:
     Machine code, no GPU needed:
       profkit ptx gelu --check vectorized-loads
     """
+    show_warnings_as_lines()
+
+
+_PYTHON_SHOWWARNING = warnings.showwarning
+
+
+def _show_warning(message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None,
+                  line: str | None = None) -> None:
+    if not issubclass(category, ProfkitWarning):
+        _PYTHON_SHOWWARNING(message, category, filename, lineno, file, line)
+        return
+    from profkit.output import terminal_safe
+
+    click.echo(f"profkit: warning: {terminal_safe(' '.join(str(message).split()))}", err=True)
+
+
+def show_warnings_as_lines() -> None:
+    """A reader's ProfkitWarning (part of a trace skipped) is one line on stderr, each distinct one once."""
+    warnings.showwarning = _show_warning
+    warnings.simplefilter("default", ProfkitWarning)
 
 
 def main() -> None:

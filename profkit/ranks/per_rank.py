@@ -152,7 +152,10 @@ def _collectives(trace: Trace, comm: np.ndarray) -> list[dict[str, Any]]:
         groups = groups[groups > 0]
         stats = size_stats(sizes)
         sized = sizes >= 0
-        group_size = int(np.bincount(groups).argmax()) if groups.size else None
+        # the most common count, smallest on a tie; np.unique, not bincount: a count is read from the trace,
+        # and 2**31 - 1 ranks would make a 16 GiB bincount
+        values, counts = np.unique(groups, return_counts=True)
+        group_size = int(values[counts.argmax()]) if groups.size else None
         op = names[0] if len(names) == 1 else collective
         rows.append({"collective": collective, "calls": names, "count": int(ns.size), "total_ns": int(ns.sum()),
                      "median_ns": float(np.median(ns)), "min_ns": int(ns.min()), "max_ns": int(ns.max()),

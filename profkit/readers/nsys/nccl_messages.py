@@ -40,6 +40,9 @@ COLLECTIVES = {
 _SHARED = {"allgather", "reduce_scatter"}
 _SIZE_FIELDS = ("Message size [bytes]", "Bytes")
 _COMM_FIELD = "NCCL communicator ID"
+# 1 PiB in one call, far past any GPU's memory: a bigger size (2**64 - 1) is no size, and the
+# whole array of an all-gather (a share times the ranks) must stay below it too (msg_bytes is int64)
+MAX_MESSAGE_BYTES = 1 << 50
 
 
 @dataclass(frozen=True)
@@ -74,17 +77,22 @@ def _calls(export: NsysExport) -> dict[int, list[_Call]]:
     for global_tid, start, end, domain, name, blob in export.rows(
             f'SELECT e.globalTid, e.start, e."end", e.domainId, s.value, e.binaryData FROM "{t}" e '
             "JOIN StringIds s ON s.id = e.textId "
-            f"WHERE e.binaryData IS NOT NULL AND typeof(e.binaryData) = 'blob' AND e.eventType IN ({types}) "
+            f"WHERE e.binaryData IS NOT NULL AND e.eventType IN ({types}) "
             f"AND s.value IN ({names}) ORDER BY e.start"):
-        if global_tid is None or start is None or end is None:
+        if not all(isinstance(v, int) for v in (global_tid, start, end)):
+            schemas.skip(f"an NCCL range with globalTid {global_tid!r}, start {start!r}, end {end!r}")
             continue
-        for _, values in schemas.decode(blob, domain):
+        for _, values in schemas.decode_or_skip(blob, domain):
             size = next((values[f] for f in _SIZE_FIELDS if isinstance(values.get(f), int)), None)
+            if size is not None and size > MAX_MESSAGE_BYTES:
+                schemas.skip(f"a message of {size:,} bytes")
+                break
             if size is not None:
                 comm = values.get(_COMM_FIELD)
                 out.setdefault(int(global_tid), []).append(
                     _Call(int(start), int(end), COLLECTIVES[name], int(size), comm if isinstance(comm, int) else None))
                 break
+    schemas.warn_skipped("NCCL collective payloads")
     return out
 
 
@@ -120,6 +128,6 @@ def nccl_messages(export: NsysExport,
         group = ranks.get(call.comm, -1) if call.comm is not None else -1
         size = call.payload_bytes
         if call.collective in _SHARED:
-            size = size * group if group > 0 else -1
+            size = size * group if 0 < group and size * group <= MAX_MESSAGE_BYTES else -1
         found[int(rowid)] = NcclMessage(call.collective, size, group)
     return found

@@ -23,15 +23,18 @@ import numpy as np
 
 from profkit.errors import ProfkitError
 from profkit.model.trace import Coded, empty_arrays
-from profkit.readers.nsys.payloads import PayloadSchemas, read_schemas
+from profkit.readers.nsys.payloads import (
+    ARRAY_FLAGS, ARRAY_LENGTH_INDEX, INTEGER_TYPES, REGISTERED_STRING_HANDLE, PayloadSchemas, read_schemas,
+)
 from profkit.readers.nsys.reader import GLOBAL_TID_ID_MASK, GLOBAL_TID_PID_SHIFT, NsysExport
 
 SAMPLE_EVENT_TYPE = 34  # ENUM_NSYS_EVENT_TYPE: NvtxPayloadEvent... as nsys 2025.3 writes the samples
 SCHEMA_NAME = "Python Periodic Sampling"
-# The entries profkit reads, by name: the schema's contract.  A schema without
-# them is one profkit does not know (nsys changed it): one clear error.
-NEEDED_ENTRIES = ("Frames count", "Frames")
+# The entries profkit reads, by name: the schema's contract ("Frames count", "Frames" of these).
+# A schema without them is one profkit does not know (nsys changed it): one clear error.
 FRAME_ENTRIES = ("Function", "File", "Line")
+FRAME_TYPES = INTEGER_TYPES | {REGISTERED_STRING_HANDLE}
+INT64_MAX = (1 << 63) - 1
 HOW = ("capture with nsys profile --python-sampling=true and export with "
        "nsys export --type sqlite --include-blobs=true")
 MAX_GAP_SPACINGS = 2
@@ -47,44 +50,65 @@ def has_python_sampling(export: NsysExport) -> bool:
 def python_frames(export: NsysExport) -> dict[str, Any]:
     """The model's python_frames columns (text as ``Coded``) from the export's samples."""
     schemas = read_schemas(export)
-    mine = schemas.named(SCHEMA_NAME)
-    if not mine:
+    declared = schemas.named(SCHEMA_NAME)
+    if not declared:
         raise ProfkitError(f"{export.path.name} has no Python samples", hint=HOW)
-    for schema in mine:
+    for schema in declared:
         _check(schemas, schema)
+    mine = [s for s in declared if (s.domain, s.schema_id) not in schemas.invalid]
+    if not mine:
+        why = schemas.invalid[(declared[0].domain, declared[0].schema_id)]
+        raise ProfkitError(f"{export.path.name}: nsys's {SCHEMA_NAME!r} payload schema cannot be decoded ({why})",
+                           hint="a damaged or crafted export")
     domains = sorted({s.domain for s in mine})
     marks = ",".join("?" * len(domains))
     rows = export.rows(f"SELECT start, globalTid, domainId, binaryData FROM NVTX_EVENTS "
                        f"WHERE eventType = {SAMPLE_EVENT_TYPE} AND domainId IN ({marks}) ORDER BY start", domains)
     if not rows:
         raise ProfkitError(f"{export.path.name} declares Python sampling but holds no samples", hint=HOW)
-    if all(r[3] is None for r in rows):
+    if all(not isinstance(r[3], bytes) for r in rows):
         raise ProfkitError(f"{export.path.name}: the Python samples' bytes were not exported",
                            hint="export again with nsys export --type sqlite --include-blobs=true REPORT.nsys-rep")
-    ids = {s.schema_id for s in mine}
+    ids = {(s.domain, s.schema_id) for s in mine}
     samples: dict[int, list[tuple[int, tuple[tuple[int, int, int], ...]]]] = {}
     for start, gtid, domain, blob in rows:
         if blob is None:
             continue
-        for schema, values in schemas.decode(blob, domain):
-            if schema.schema_id not in ids:
-                continue
-            stack = tuple((int(f["Function"]), int(f["File"]), int(f["Line"])) for f in reversed(values["Frames"]))
-            samples.setdefault(int(gtid), []).append((int(start), stack))
+        if not isinstance(start, int) or not isinstance(gtid, int):
+            schemas.skip(f"a sample at {start!r} on thread {gtid!r}")
+            continue
+        for schema, values in schemas.decode_or_skip(blob, domain):
+            if (schema.domain, schema.schema_id) in ids:
+                stack = tuple((_int64(f["Function"]), _int64(f["File"]), _int64(f["Line"]))
+                              for f in reversed(values["Frames"]))
+                samples.setdefault(gtid, []).append((start, stack))
+    schemas.warn_skipped("Python samples")
+    if not samples:
+        raise ProfkitError(f"{export.path.name}: none of its Python samples could be decoded"
+                           + (f" ({schemas.first_skip})" if schemas.first_skip else ""), hint=HOW)
     return _frames(export, samples)
 
 
 def _check(schemas: PayloadSchemas, schema: Any) -> None:
+    """The schema is nsys's: Frames an array counted by Frames count, of frames whose Function,
+    File and Line are integers (string handles and a line number)."""
     names = {e.name: e for e in schema.entries}
-    frames = names.get("Frames")
+    frames, count = names.get("Frames"), names.get("Frames count")
     nested = schemas.schemas.get((schema.domain, frames.type)) if frames is not None else None
-    if any(n not in names for n in NEEDED_ENTRIES) or nested is None or \
-            any(n not in {e.name for e in nested.entries} for n in FRAME_ENTRIES):
+    fields = {e.name: e for e in nested.entries} if nested is not None else {}
+    if frames is None or count is None or nested is None or \
+            frames.flags & ARRAY_FLAGS != ARRAY_LENGTH_INDEX or frames.array_detail != count.index or \
+            any(n not in fields or fields[n].flags or fields[n].type not in FRAME_TYPES for n in FRAME_ENTRIES):
         found = ", ".join(e.name for e in schema.entries)
         raise ProfkitError(f"nsys's {SCHEMA_NAME!r} payload schema has entries ({found}) that profkit does not "
                            "know: an nsys newer than 2025.3?",
                            hint="profkit reads the schema of nsys 2025.3: Frames count, Frames "
                                 "(Function, File, Line)")
+
+
+def _int64(value: int) -> int:
+    """A string handle or line number as the int64 column holds it: -1 (unknown) past its range."""
+    return value if -INT64_MAX <= value <= INT64_MAX else -1
 
 
 def _frames(export: NsysExport, samples: dict[int, list[tuple[int, tuple[tuple[int, int, int], ...]]]]
