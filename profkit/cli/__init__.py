@@ -13,7 +13,7 @@ import os
 import sys
 import threading
 import warnings
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import click
 
@@ -72,9 +72,13 @@ class LazyGroup(click.Group):
         return getattr(module, attr)
 
     def invoke(self, ctx: click.Context):
+        caught: list[warnings.WarningMessage] = []
         try:
-            return super().invoke(ctx)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", ProfkitWarning)
+                return super().invoke(ctx)
         except ProfkitError as exc:
+            caught.clear()  # what was skipped on the way matters no more: the error line says what ended it
             if signals.STOP.is_set():
                 # A signal ended a query inside SQLite, and the error it left was read as
                 # damage somewhere on the way up: the signal is what happened.
@@ -83,6 +87,24 @@ class LazyGroup(click.Group):
 
             click.echo(f"profkit: error: {terminal_safe(exc.one_line())}", err=True)
             ctx.exit(exc.exit_code)
+        finally:
+            _show_warnings(caught)
+
+
+def _show_warnings(caught: list[warnings.WarningMessage]) -> None:
+    """Each distinct ProfkitWarning (part of a trace skipped, the rest read) as one line on stderr,
+    after the command's output; any other warning as Python shows it."""
+    from profkit.output import terminal_safe
+
+    shown: set[str] = set()
+    for w in caught:
+        if not issubclass(w.category, ProfkitWarning):
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno, w.file, w.line)
+            continue
+        text = " ".join(str(w.message).split())
+        if text not in shown:
+            shown.add(text)
+            click.echo(f"profkit: warning: {terminal_safe(text)}", err=True)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -100,26 +122,6 @@ def cli() -> None:
     Machine code, no GPU needed:
       profkit ptx gelu --check vectorized-loads
     """
-    show_warnings_as_lines()
-
-
-_PYTHON_SHOWWARNING = warnings.showwarning
-
-
-def _show_warning(message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None,
-                  line: str | None = None) -> None:
-    if not issubclass(category, ProfkitWarning):
-        _PYTHON_SHOWWARNING(message, category, filename, lineno, file, line)
-        return
-    from profkit.output import terminal_safe
-
-    click.echo(f"profkit: warning: {terminal_safe(' '.join(str(message).split()))}", err=True)
-
-
-def show_warnings_as_lines() -> None:
-    """A reader's ProfkitWarning (part of a trace skipped) is one line on stderr, each distinct one once."""
-    warnings.showwarning = _show_warning
-    warnings.simplefilter("default", ProfkitWarning)
 
 
 def main() -> None:

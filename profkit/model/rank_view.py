@@ -14,6 +14,8 @@ the groups of GPU processes connected by shared devices; one group is one rank
 (a single process driving several GPUs stays one trace, as before).  When the
 trace records NCCL ranks for every GPU process (one communicator, each process
 one distinct rank), each process is its own rank even where devices are shared.
+Every rank is analysed as a trace of its own, so a trace that splits into more
+than ``PROFKIT_MAX_RANKS`` ranks (``limits``) is refused with one line.
 
 Which rank is which, from what the trace recorded, never from the recorded
 environment, in this order (``RankLayout.source`` says which was used):
@@ -41,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from profkit import limits
 from profkit.errors import ProfkitError
 from profkit.model import schema
 from profkit.model.trace import DURATION, Coded, Trace
@@ -152,12 +155,39 @@ def _layout(trace: Trace) -> RankLayout:
     if isinstance(trace.source, RankSource) or trace.meta.rank is not None:
         return RankLayout((), None)  # already one rank (a view, or a trace that names its rank)
     pids, devices = _gpu_work(trace)
-    known = devices >= 0
-    devices_of: dict[int, set[int]] = {}
-    for pid in np.unique(pids).tolist():
-        devices_of[int(pid)] = set(np.unique(devices[(pids == pid) & known]).tolist())
-    if len(devices_of) < 2:
+    processes = np.unique(pids)
+    if len(processes) < 2:
         return RankLayout((), None)
+    # the distinct (pid, device) pairs, vectorized: work per row, never per process and row
+    known = devices >= 0
+    pair_pid, pair_device = pids[known], devices[known]
+    order = np.lexsort((pair_device, pair_pid))
+    pair_pid, pair_device = pair_pid[order], pair_device[order]
+    fresh = np.ones(len(order), dtype=bool)
+    fresh[1:] = (pair_pid[1:] != pair_pid[:-1]) | (pair_device[1:] != pair_device[:-1])
+    pair_pid, pair_device = pair_pid[fresh], pair_device[fresh]
+    most = limits.current().max_ranks
+    # processes and devices joined by pairs: a forest has (nodes - edges) components, any graph at least
+    # that many, so the ranks by device are at least this; by NCCL they would be one per process
+    fewest = len(processes) + len(np.unique(pair_device)) - len(pair_pid)
+    if min(fewest, len(processes)) > most and len(np.unique(pair_pid)) == len(processes):
+        _too_many(trace, fewest, most)  # refused before any Python object is made per process
+    devices_of: dict[int, set[int]] = {pid: set() for pid in processes.tolist()}
+    for pid, device in zip(pair_pid.tolist(), pair_device.tolist()):
+        devices_of[pid].add(device)
+    layout = _split(trace, devices_of)
+    if len(layout.ranks) > most:
+        _too_many(trace, len(layout.ranks), most)
+    return layout
+
+
+def _too_many(trace: Trace, ranks: int, most: int) -> None:
+    raise limits.LimitExceeded(f"{trace.name} splits into {ranks:,} ranks (processes on GPUs of their own), "
+                               f"more than the {most:,} allowed in one trace", limits.VARIABLES["max_ranks"])
+
+
+def _split(trace: Trace, devices_of: dict[int, set[int]]) -> RankLayout:
+    """The ranks of the GPU processes ``devices_of`` (at least two)."""
     from_nccl = _nccl_layout(trace, devices_of)
     if from_nccl is not None:
         return from_nccl

@@ -217,8 +217,8 @@ class PayloadSchemas:
     def warn_skipped(self, what: str) -> None:
         """One warning for all the events ``what`` (``"NCCL payloads"``) left out, if any."""
         if self.skipped:
-            warnings.warn(f"{self.skipped:,} {what} were skipped: they do not fit their schema "
-                          f"(the first: {self.first_skip})", ProfkitWarning, stacklevel=2)
+            warnings.warn(f"{self.skipped:,} {what} skipped as unreadable (the first: {self.first_skip})",
+                          ProfkitWarning, stacklevel=2)
 
     def _decode(self, schema: PayloadSchema, data: memoryview) -> dict[str, Any]:
         values: dict[str, Any] = {}

@@ -96,11 +96,15 @@ def _check(schemas: PayloadSchemas, schema: Any) -> None:
     frames, count = names.get("Frames"), names.get("Frames count")
     nested = schemas.schemas.get((schema.domain, frames.type)) if frames is not None else None
     fields = {e.name: e for e in nested.entries} if nested is not None else {}
-    if frames is None or count is None or nested is None or \
-            frames.flags & ARRAY_FLAGS != ARRAY_LENGTH_INDEX or frames.array_detail != count.index or \
-            any(n not in fields or fields[n].flags or fields[n].type not in FRAME_TYPES for n in FRAME_ENTRIES):
-        found = ", ".join(e.name for e in schema.entries)
-        raise ProfkitError(f"nsys's {SCHEMA_NAME!r} payload schema has entries ({found}) that profkit does not "
+    if frames is None or count is None or nested is None or any(n not in fields for n in FRAME_ENTRIES):
+        problem = f"entries ({', '.join(e.name for e in schema.entries)})"
+    elif frames.flags & ARRAY_FLAGS != ARRAY_LENGTH_INDEX or frames.array_detail != count.index:
+        problem = f"'Frames' not an array counted by 'Frames count' (flags {frames.flags!r})"
+    else:
+        odd = [n for n in FRAME_ENTRIES if fields[n].flags or fields[n].type not in FRAME_TYPES]
+        problem = f"frame fields {', '.join(map(repr, odd))} not integers" if odd else ""
+    if problem:
+        raise ProfkitError(f"nsys's {SCHEMA_NAME!r} payload schema has {problem}, a layout profkit does not "
                            "know: an nsys newer than 2025.3?",
                            hint="profkit reads the schema of nsys 2025.3: Frames count, Frames "
                                 "(Function, File, Line)")
