@@ -238,9 +238,13 @@ def kineto_many_threads(dest_dir: Path, threads: int = 40_000) -> Path:
 _MEASURE = """
 import json, resource, subprocess, sys, time
 start = time.perf_counter()
-done = subprocess.run(sys.argv[2:], capture_output=True, timeout=float(sys.argv[1]))
-print(json.dumps({"code": done.returncode, "stdout": done.stdout.decode("utf-8", "replace")[-4000:],
-                  "stderr": done.stderr.decode("utf-8", "replace")[-4000:], "seconds": time.perf_counter() - start,
+try:
+    done = subprocess.run(sys.argv[2:], capture_output=True, timeout=float(sys.argv[1]))
+    code, out, err = done.returncode, done.stdout, done.stderr
+except subprocess.TimeoutExpired as stopped:  # killed at the timeout
+    code, out, err = None, stopped.stdout or b"", stopped.stderr or b""
+print(json.dumps({"code": code, "stdout": out.decode("utf-8", "replace")[-4000:],
+                  "stderr": err.decode("utf-8", "replace")[-4000:], "seconds": time.perf_counter() - start,
                   "peak_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
 """
 

@@ -28,6 +28,7 @@ from profkit.model.trace import Coded, empty_arrays
 from profkit.readers.kineto.columns import Table
 
 FRAME_NAME = re.compile(r"(?P<file>.+)\((?P<line>\d+)\): (?P<function>.*)")
+MAX_LINE_DIGITS = 18  # int64
 # Frames of these are never the user's site (paths as torch's tracer prints them).
 LIBRARY_PREFIXES = ("torch/", "torch\\", "profkit/", "profkit\\", "<")
 
@@ -59,15 +60,14 @@ def python_sites(frames: Table, api: Table) -> dict[str, Any]:
 
     found_api: list[np.ndarray] = []
     found_frame: list[np.ndarray] = []
-    threads = set(zip(f_pid.tolist(), f_tid.tolist()))
-    for pid, tid in threads:
-        on_thread = np.flatnonzero((f_pid == pid) & (f_tid == tid))
+    api_of = _by_thread(a_pid, a_tid)
+    for (pid, tid), on_thread in _by_thread(f_pid, f_tid).items():
+        calls = api_of.get((pid, tid))
+        if calls is None:
+            continue
         order = on_thread[np.lexsort((-f_end[on_thread], f_start[on_thread]))]  # outer before inner at equal starts
         starts, ends = f_start[order], f_end[order]
         parent = _enclosing(starts, ends)
-        calls = np.flatnonzero((a_pid == pid) & (a_tid == tid))
-        if not len(calls):
-            continue
         t = a_start[calls]
         at = np.searchsorted(starts, t, side="right") - 1
         # climb to the nearest frame still open at t; depth bounds the loop
@@ -96,6 +96,16 @@ def python_sites(frames: Table, api: Table) -> dict[str, Any]:
 
 def _label(name: object) -> tuple[str, str]:
     return (user_frame(name) if isinstance(name, str) else None) or ("", "")
+
+
+def _by_thread(pid: np.ndarray, tid: np.ndarray) -> dict[tuple[int, int], np.ndarray]:
+    """Row indices of each (pid, tid), in row order: one sort for all threads (a mask per thread
+    made 40,000 threads of one frame each a 3-billion-step scan)."""
+    order = np.lexsort((tid, pid))  # stable: each thread's rows keep their order
+    p, t = pid[order], tid[order]
+    cut = (np.flatnonzero((p[1:] != p[:-1]) | (t[1:] != t[:-1])) + 1).tolist()
+    bounds = [0, *cut, len(order)] if len(order) else []
+    return {(int(p[a]), int(t[a])): order[a:b] for a, b in zip(bounds[:-1], bounds[1:])}
 
 
 def _enclosing(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -136,8 +146,7 @@ def python_frames(frames: Table) -> dict[str, Any]:
     builtin_row = is_builtin[kept_name] if len(keep) else np.zeros(0, dtype=bool)
     depth = np.zeros(len(keep), dtype=np.int64)
     caller = np.arange(len(keep), dtype=np.int64)  # the Python frame each row stands for (-1: none)
-    for p, t in set(zip(pid.tolist(), tid.tolist())):
-        on_thread = np.flatnonzero((pid == p) & (tid == t))
+    for on_thread in _by_thread(pid, tid).values():
         order = on_thread[np.lexsort((-end[on_thread], start[on_thread]))]  # outer before inner at equal starts
         parent = _enclosing(start[order], end[order])
         d = np.zeros(len(order), dtype=np.int64)
@@ -200,7 +209,11 @@ def _coded(values: list[str]) -> Coded:
 def _frame_parts(name: object) -> tuple[str, str, int] | None:
     """(function, file, first line) of a Python frame's event name; None for built-ins."""
     m = FRAME_NAME.fullmatch(name) if isinstance(name, str) else None
-    return None if m is None else (m.group("function"), m.group("file"), int(m.group("line")))
+    if m is None:
+        return None
+    line = m.group("line")
+    # a line of thousands of digits is no line (and int() refuses past 4,300 digits): unknown
+    return m.group("function"), m.group("file"), int(line) if len(line) <= MAX_LINE_DIGITS else -1
 
 
 def _parts_or_blank(name: object) -> tuple[str, str, int]:
