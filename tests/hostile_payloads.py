@@ -243,7 +243,7 @@ try:
     code, out, err = done.returncode, done.stdout, done.stderr
 except subprocess.TimeoutExpired as stopped:  # killed at the timeout
     code, out, err = None, stopped.stdout or b"", stopped.stderr or b""
-print(json.dumps({"code": code, "stdout": out.decode("utf-8", "replace")[-4000:],
+print(json.dumps({"code": code, "stdout": out.decode("utf-8", "replace"),
                   "stderr": err.decode("utf-8", "replace")[-4000:], "seconds": time.perf_counter() - start,
                   "peak_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
 """

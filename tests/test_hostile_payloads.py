@@ -1,0 +1,231 @@
+"""Issue 34, part A: NVTX payloads, NCCL payloads, rank splitting and Kineto stacks from strangers.
+
+Each recipe is a real capture with a few rows or bytes changed (tests/hostile_payloads.py), run as
+a user would (a fresh ``python -m profkit`` process, timed, its peak RSS read with getrusage): it
+ends within 30 s and 1.5 GB, with a result or one line and exit 2, never a traceback.  What the
+decoder refuses it says once, and the rest of the trace is still read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from profkit.errors import ProfkitWarning
+from profkit.readers.nsys.payloads import (
+    REGISTERED_STRING_HANDLE, SCALAR_FORMATS, Entry, PayloadEnum, PayloadSchema, PayloadSchemas, read_schemas,
+)
+from profkit.readers.nsys.reader import open_export
+from tests import hostile_payloads as hp
+
+ROOT = Path(__file__).resolve().parent.parent
+SECONDS = 30
+PEAK_MB = 1536
+
+
+def run(argv: list[str], **env: str) -> dict:
+    result = hp.measure(argv, {**os.environ, "PYTHONPATH": str(ROOT), **env}, timeout=90)
+    assert "Traceback" not in result["stderr"], result["stderr"]
+    assert result["seconds"] < SECONDS and result["peak_mb"] < PEAK_MB, (result["seconds"], result["peak_mb"])
+    return result
+
+
+def lines(text: str) -> list[str]:
+    return text.strip().splitlines()
+
+
+def one_line_error(result: dict, *words: str) -> None:
+    err = lines(result["stderr"])
+    assert result["code"] == 2 and len(err) == 1 and err[0].startswith("profkit: error: "), result["stderr"]
+    for word in words:
+        assert word in err[0]
+
+
+def warned(result: dict, *words: str) -> None:
+    """A result, and one warning line that names what was skipped."""
+    assert result["code"] == 0, result["stderr"]
+    found = [line for line in lines(result["stderr"]) if line.startswith("profkit: warning: ")]
+    assert len(found) == 1 and all(w in found[0] for w in words), result["stderr"]
+
+
+# -- nsys Python samples (`profkit host`) ---------------------------------------------------------
+def test_a_count_of_2_62_items_of_size_minus_one_is_one_line(tmp_path: Path) -> None:
+    one_line_error(run(["host", str(hp.samples_count_past_blob(tmp_path, every=True))]), "Python Periodic Sampling")
+
+
+def test_one_sample_past_its_blob_is_skipped_and_the_rest_read(tmp_path: Path) -> None:
+    result = run(["host", str(hp.samples_count_past_blob(tmp_path, every=False)), "--format", "json"])
+    warned(result, "1 Python samples skipped", "run past a payload")
+    intact = run(["host", str(hp.copy(hp.PYTHON_SAMPLES, tmp_path / "intact.sqlite")), "--format", "json"])
+    assert json.loads(result["stdout"])["summary"]["main_tid"] == json.loads(intact["stdout"])["summary"]["main_tid"]
+
+
+def test_a_schema_nested_in_itself_is_found_before_decoding(tmp_path: Path) -> None:
+    path = hp.samples_self_reference(tmp_path)
+    with pytest.warns(ProfkitWarning, match="nested in itself"):
+        schemas = read_schemas(open_export(path))
+    assert len(schemas.invalid) == 2 and all("nested in itself" in why for why in schemas.invalid.values())
+    one_line_error(run(["host", str(path)]), "Python Periodic Sampling")
+
+
+def test_text_and_null_blobs_and_a_null_thread_are_skipped(tmp_path: Path) -> None:
+    warned(run(["host", str(hp.samples_bad_rows(tmp_path))]), "2 Python samples skipped", "str, not bytes")
+
+
+def test_a_string_handle_of_2_64_minus_1_is_an_unknown_name(tmp_path: Path) -> None:
+    result = run(["host", str(hp.samples_huge_string_handle(tmp_path)), "--format", "json"])
+    assert result["code"] == 0 and json.loads(result["stdout"])["functions"], result["stderr"]
+
+
+@pytest.mark.parametrize("tag", hp.SCHEMA_EDITS)
+def test_one_schema_cell_changed_is_one_line(tmp_path: Path, tag: str) -> None:
+    one_line_error(run(["host", str(hp.samples_schema_edit(tmp_path, tag))]), "Python Periodic Sampling")
+
+
+# -- NCCL payloads (`ranks`, `report`) -------------------------------------------------------------
+def test_an_nccl_array_past_its_blob_skips_that_schema_only(tmp_path: Path) -> None:
+    result = run(["ranks", str(hp.nccl_count_past_blob(tmp_path)), "--format", "json"])
+    assert result["code"] == 0 and "payloadSize -1" in result["stderr"], result["stderr"]
+    assert len(json.loads(result["stdout"])) == 2  # both ranks, from NCCL's other init schema
+
+
+def test_nranks_of_2_31_minus_1_is_no_rank_count(tmp_path: Path) -> None:
+    result = run(["ranks", str(hp.nccl_nranks(tmp_path)), "--format", "json"])
+    warned(result, "NCCL payloads skipped", "2,147,483,647 ranks")
+    assert len(json.loads(result["stdout"])) == 2
+
+
+@pytest.mark.parametrize("command", ["ranks", "report"])
+def test_a_message_of_2_64_minus_1_bytes_is_no_size(tmp_path: Path, command: str) -> None:
+    path = hp.nccl_message_size(tmp_path)
+    argv = [command, str(path)] + (["-o", str(tmp_path / "out")] if command == "report" else ["--format", "json"])
+    warned(run(argv), "NCCL collective payloads skipped", "18,446,744,073,709,551,615 bytes")
+
+
+# -- rank splitting ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("command", ["ranks", "report", "steps"])
+def test_3000_ranks_in_one_file_are_refused(tmp_path: Path, command: str) -> None:
+    path = hp.kernels_own_process(tmp_path, 3000)
+    result = run([command, str(path)] + (["-o", str(tmp_path / "out")] if command == "report" else []))
+    last = lines(result["stderr"])[-1]
+    assert result["code"] == 2 and last.startswith("profkit: error: ") and "PROFKIT_MAX_RANKS" in last
+    if command != "ranks":  # ranks also names each file it could not read, as for any file
+        one_line_error(result, "3,002 ranks")
+
+
+def test_the_rank_limit_is_the_variable(tmp_path: Path) -> None:
+    path = hp.kernels_own_process(tmp_path, 10)  # 12 ranks: the 2 real ones and 10 crafted
+    one_line_error(run(["steps", str(path)], PROFKIT_MAX_RANKS="11"), "12 ranks", "PROFKIT_MAX_RANKS")
+    assert run(["steps", str(path)], PROFKIT_MAX_RANKS="12")["code"] == 0
+
+
+@pytest.mark.slow
+def test_300000_ranks_are_refused_in_seconds(tmp_path: Path) -> None:
+    one_line_error(run(["steps", str(hp.kernels_own_process(tmp_path, 300_000))]), "PROFKIT_MAX_RANKS")
+
+
+# -- Kineto stacks (`host`) -------------------------------------------------------------------------
+def test_a_line_of_5000_digits_is_an_unknown_line(tmp_path: Path) -> None:
+    result = run(["host", str(hp.kineto_long_line(tmp_path)), "--format", "json"])
+    assert result["code"] == 0, result["stderr"]
+    assert {f["line"] for f in json.loads(result["stdout"])["functions"] if f["file"].endswith("hf_llama.py")} == {-1}
+
+
+@pytest.mark.slow
+def test_40000_threads_of_one_frame_each(tmp_path: Path) -> None:
+    result = run(["host", str(hp.kineto_many_threads(tmp_path))])
+    assert result["code"] == 0, result["stderr"]
+
+
+# -- the decoder, on hand-built schemas (scale and shape tests) -------------------------------------
+S = 1 << 24  # NVTX's first static schema id: types below are NVTX's own
+
+
+def test_a_chain_of_20000_nested_schemas_costs_no_recursion() -> None:
+    depth = 20_000
+    schemas = {(1, S + k): PayloadSchema(1, S + k, "", 4, (Entry(0, "x", S + k + 1 if k < depth - 1 else 5, 0, 0,
+                                                                 None),)) for k in range(depth)}
+    decoded = PayloadSchemas(schemas, {})
+    assert not decoded.invalid
+    blob = struct.pack("<QQQQ", 1, S, 4, 32) + struct.pack("<i", 7)
+    value = decoded.decode(blob, 1)[0][1]
+    for _ in range(depth - 1):
+        value = value["x"]
+    assert value == {"x": 7}
+
+
+def test_a_cycle_of_two_schemas_is_skipped_with_one_warning_each() -> None:
+    schemas = {(1, S): PayloadSchema(1, S, "a", 8, (Entry(0, "b", S + 1, 0, 0, None),)),
+               (1, S + 1): PayloadSchema(1, S + 1, "b", 8, (Entry(0, "a", S, 0, 0, None),)),
+               (1, S + 2): PayloadSchema(1, S + 2, "fine", 8, (Entry(0, "n", 18, 0, 0, None),))}
+    with pytest.warns(ProfkitWarning) as caught:
+        decoded = PayloadSchemas(schemas, {})
+    assert len(caught) == 2 and set(decoded.invalid) == {(1, S), (1, S + 1)}
+    blob = struct.pack("<Q", 2) + struct.pack("<QQQ", S, 8, 56) + struct.pack("<QQQ", S + 2, 8, 64) + \
+        struct.pack("<QQ", 1, 9)
+    assert [(s.name, v) for s, v in decoded.decode(blob, 1)] == [("fine", {"n": 9})]
+
+
+# -- fuzzing: schemas and blobs shaped like nsys's, with any value in any cell ----------------------
+TYPES = st.one_of(st.sampled_from([*SCALAR_FORMATS, REGISTERED_STRING_HANDLE, 21, 0, -1]),
+                  st.integers(S, S + 5), st.integers(-(1 << 63), (1 << 63) - 1))
+CELL = st.one_of(st.none(), st.integers(-3, 64), st.sampled_from([1 << 62, -(1 << 62), (1 << 63) - 1]))
+
+
+@st.composite
+def schema_sets(draw: st.DrawFn) -> tuple[dict, dict]:
+    schemas = {}
+    for k in range(draw(st.integers(1, 5))):
+        entries = tuple(Entry(i, draw(st.sampled_from(["n", "m", "Frames", "x"])), draw(TYPES),
+                              draw(st.sampled_from([0, 0, 48, 16, 32, 7])), draw(st.integers(0, 40)),
+                              draw(st.one_of(st.none(), st.integers(-1, 4))))
+                        for i in range(draw(st.integers(0, 4))))
+        size = draw(st.one_of(st.none(), st.integers(0, 48)))
+        schemas[(1, S + k)] = PayloadSchema(1, S + k, "", size, entries)
+    enums = {(1, S + 5): PayloadEnum(1, S + 5, draw(st.sampled_from([1, 2, 3, 4, 8, 0])), {1: "one"})}
+    return schemas, enums
+
+
+@st.composite
+def blobs(draw: st.DrawFn) -> bytes:
+    """nsys's layout (count, then (schema, size, offset) each, then bytes) with any numbers in it."""
+    count = draw(st.integers(0, 3))
+    body = draw(st.binary(max_size=96))
+    headers = b"".join(struct.pack("<QQQ", S + draw(st.integers(0, 6)), draw(st.integers(0, 120) | CELL.filter(
+        lambda v: v is not None and v >= 0)), draw(st.integers(0, 140))) for _ in range(count))
+    return struct.pack("<Q", draw(st.sampled_from([count, count, 1 << 62, 0]))) + headers + body
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(schema_sets(), st.lists(blobs(), max_size=4))
+def test_fuzzed_schemas_and_blobs_decode_or_are_skipped(found: tuple[dict, dict], blob_list: list[bytes]) -> None:
+    schemas, enums = found
+    started = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ProfkitWarning)
+        decoded = PayloadSchemas(schemas, enums)
+        for blob in blob_list:
+            for _, values in decoded.decode_or_skip(blob, 1):
+                # every value read came out of the blob: never more items than bytes
+                assert _count(values) <= len(blob)
+    assert time.perf_counter() - started < 2
+
+
+def _count(value: object) -> int:
+    todo, seen = [value], 0
+    while todo:
+        item = todo.pop()
+        seen += 1
+        if isinstance(item, dict):
+            todo += item.values()
+        elif isinstance(item, list):
+            todo += item
+    return seen - 1
