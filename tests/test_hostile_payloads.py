@@ -229,3 +229,65 @@ def _count(value: object) -> int:
         elif isinstance(item, list):
             todo += item
     return seen - 1
+
+
+class _Rows:
+    """An export's payload tables as read_schemas asks for them (rows given, no file)."""
+
+    def __init__(self, tables: dict[str, list[tuple]]) -> None:
+        self.tables = tables
+
+    def has_table(self, name: str) -> bool:
+        return name in self.tables
+
+    def rows(self, sql: str) -> list[tuple]:
+        return next(rows for name, rows in sorted(self.tables.items(), key=lambda t: -len(t[0]))
+                    if f"FROM {name}" in sql)
+
+
+SCHEMA_QUERIES = {
+    "NVTX_PAYLOAD_SCHEMA_ENTRIES": "SELECT domainId, schemaId, idx, flags, type, name, arrayOrUnionDetail, offset "
+                                   "FROM NVTX_PAYLOAD_SCHEMA_ENTRIES ORDER BY domainId, schemaId, idx",
+    "NVTX_PAYLOAD_SCHEMAS": "SELECT domainId, schemaId, name, payloadSize FROM NVTX_PAYLOAD_SCHEMAS",
+    "NVTX_PAYLOAD_ENUM_ENTRIES": "SELECT domainId, schemaId, name, value FROM NVTX_PAYLOAD_ENUM_ENTRIES",
+    "NVTX_PAYLOAD_ENUMS": "SELECT domainId, schemaId, size FROM NVTX_PAYLOAD_ENUMS",
+}
+
+
+@pytest.fixture(scope="module")
+def sampling_export() -> tuple[dict[str, list[tuple]], list[bytes]]:
+    """The real Python-sampling export's schema rows and its first 200 sample blobs."""
+    export = open_export(hp._decompressed(hp.PYTHON_SAMPLES))
+    tables = {name: export.rows(sql) for name, sql in SCHEMA_QUERIES.items()}
+    blobs = [r[0] for r in export.rows("SELECT binaryData FROM NVTX_EVENTS WHERE eventType = 34 AND "
+                                       "binaryData IS NOT NULL ORDER BY start LIMIT 200")]
+    export.close()
+    return tables, blobs
+
+
+HOSTILE_CELLS = st.one_of(st.none(), st.integers(-(1 << 63), (1 << 63) - 1), st.sampled_from([-1, 0, 1 << 62]),
+                          st.floats(allow_nan=True), st.text(max_size=5), st.binary(max_size=5))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.data())
+def test_fuzzed_cells_of_real_schemas_and_bytes_of_real_blobs(sampling_export: tuple, data: st.DataObject) -> None:
+    tables, real_blobs = sampling_export
+    tables = {name: list(rows) for name, rows in tables.items()}
+    for _ in range(data.draw(st.integers(0, 3))):  # a few schema cells changed to anything SQLite can hold
+        name = data.draw(st.sampled_from(sorted(tables)))
+        if tables[name]:
+            at = data.draw(st.integers(0, len(tables[name]) - 1))
+            row = list(tables[name][at])
+            row[data.draw(st.integers(0, len(row) - 1))] = data.draw(HOSTILE_CELLS)
+            tables[name][at] = tuple(row)
+    blob = bytearray(data.draw(st.sampled_from(real_blobs)))
+    for _ in range(data.draw(st.integers(0, 4))):  # a few bytes of a real blob changed
+        blob[data.draw(st.integers(0, len(blob) - 1))] = data.draw(st.integers(0, 255))
+    blob = blob[:data.draw(st.integers(0, len(blob)))]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ProfkitWarning)
+        decoded = read_schemas(_Rows(tables))
+        for domain in (1, -2):
+            for _, values in decoded.decode_or_skip(bytes(blob), domain):
+                assert _count(values) <= len(blob)
