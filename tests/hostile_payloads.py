@@ -258,3 +258,17 @@ def measure(argv: list[str], env: dict[str, str], timeout: float = 120) -> dict[
     out = subprocess.run([sys.executable, "-c", _MEASURE, str(timeout), sys.executable, "-m", "profkit", *argv],
                          capture_output=True, env=env, timeout=timeout + 30)
     return json.loads(out.stdout)
+
+
+def kineto_threads_copied(dest_dir: Path) -> Path:
+    """The real trace with its Python frames copied onto other threads: all of them onto one, every
+    other one 3 us later onto a second, and every tenth, half as long, onto 50 more."""
+    doc = kineto_document()
+    frames = [e for e in doc["traceEvents"] if e.get("cat") == "python_function"]
+    for k, event in enumerate(frames):
+        doc["traceEvents"].append({**event, "tid": 99_999})
+        if k % 2:
+            doc["traceEvents"].append({**event, "tid": 99_998, "ts": event["ts"] + 3})
+        if k % 10 == 0:
+            doc["traceEvents"].append({**event, "tid": 90_000 + k % 50, "dur": max(1, event.get("dur", 1) // 2)})
+    return _write(doc, dest_dir / "hostile_threads_copied.json.gz")
