@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from profkit.errors import ProfkitWarning
 from profkit.readers.nsys.payloads import (
-    REGISTERED_STRING_HANDLE, SCALAR_FORMATS, Entry, PayloadEnum, PayloadSchema, PayloadSchemas, read_schemas,
+    MAX_NESTING, REGISTERED_STRING_HANDLE, SCALAR_FORMATS, Entry, PayloadEnum, PayloadSchema, PayloadSchemas, read_schemas,
 )
 from profkit.readers.nsys.reader import open_export
 from tests import hostile_payloads as hp
@@ -29,6 +29,8 @@ from tests import hostile_payloads as hp
 ROOT = Path(__file__).resolve().parent.parent
 SECONDS = 30
 PEAK_MB = 1536
+# examples per fuzz test: a few seconds on every run; benchmarks/hostile_payloads.py --fuzz-examples runs more
+FUZZ_EXAMPLES = int(os.environ.get("PROFKIT_FUZZ_EXAMPLES", "150"))
 
 
 def run(argv: list[str], **env: str) -> dict:
@@ -149,15 +151,28 @@ def test_40000_threads_of_one_frame_each(tmp_path: Path) -> None:
 S = 1 << 24  # NVTX's first static schema id: types below are NVTX's own
 
 
-def test_a_chain_of_20000_nested_schemas_costs_no_recursion() -> None:
-    depth = 20_000
-    schemas = {(1, S + k): PayloadSchema(1, S + k, "", 4, (Entry(0, "x", S + k + 1 if k < depth - 1 else 5, 0, 0,
-                                                                 None),)) for k in range(depth)}
-    decoded = PayloadSchemas(schemas, {})
+def _chain(depth: int) -> dict:
+    """Schema S holds S + 1, which holds S + 2, ..., the last an int."""
+    return {(1, S + k): PayloadSchema(1, S + k, "", 4, (Entry(0, "x", S + k + 1 if k < depth - 1 else 5, 0, 0, None),))
+            for k in range(depth)}
+
+
+def test_a_chain_of_100000_nested_schemas_costs_no_recursion() -> None:
+    started = time.perf_counter()
+    with pytest.warns(ProfkitWarning) as caught:
+        decoded = PayloadSchemas(_chain(100_000), {})
+    assert time.perf_counter() - started < 10
+    outermost_kept = min(k for k in range(100_000) if (1, S + k) not in decoded.invalid)
+    assert outermost_kept == 100_000 - MAX_NESTING  # its int is MAX_NESTING levels down
+    assert "nests schemas more than 32 deep" in str(caught[0].message)
+    assert len(caught) == 6 and "99,963 more NVTX payload schemas are skipped" in str(caught[-1].message)
+
+
+def test_a_chain_of_32_nested_schemas_decodes() -> None:
+    decoded = PayloadSchemas(_chain(MAX_NESTING), {})
     assert not decoded.invalid
-    blob = struct.pack("<QQQQ", 1, S, 4, 32) + struct.pack("<i", 7)
-    value = decoded.decode(blob, 1)[0][1]
-    for _ in range(depth - 1):
+    value = decoded.decode(struct.pack("<QQQQ", 1, S, 4, 32) + struct.pack("<i", 7), 1)[0][1]
+    for _ in range(MAX_NESTING - 1):
         value = value["x"]
     assert value == {"x": 7}
 
@@ -204,7 +219,7 @@ def blobs(draw: st.DrawFn) -> bytes:
     return struct.pack("<Q", draw(st.sampled_from([count, count, 1 << 62, 0]))) + headers + body
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=2 * FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(schema_sets(), st.lists(blobs(), max_size=4))
 def test_fuzzed_schemas_and_blobs_decode_or_are_skipped(found: tuple[dict, dict], blob_list: list[bytes]) -> None:
     schemas, enums = found
@@ -269,7 +284,7 @@ HOSTILE_CELLS = st.one_of(st.none(), st.integers(-(1 << 63), (1 << 63) - 1), st.
                           st.floats(allow_nan=True), st.text(max_size=5), st.binary(max_size=5))
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.data())
 def test_fuzzed_cells_of_real_schemas_and_bytes_of_real_blobs(sampling_export: tuple, data: st.DataObject) -> None:
     tables, real_blobs = sampling_export

@@ -72,13 +72,13 @@ class LazyGroup(click.Group):
         return getattr(module, attr)
 
     def invoke(self, ctx: click.Context):
-        caught: list[warnings.WarningMessage] = []
+        # not warnings.catch_warnings: it is not thread-safe, and rank workers run in threads
+        warnings.showwarning = _collect_warning
+        warnings.simplefilter("always", ProfkitWarning)
         try:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always", ProfkitWarning)
-                return super().invoke(ctx)
+            return super().invoke(ctx)
         except ProfkitError as exc:
-            caught.clear()  # what was skipped on the way matters no more: the error line says what ended it
+            _SKIPPED.clear()  # what was skipped on the way matters no more: the error line says what ended it
             if signals.STOP.is_set():
                 # A signal ended a query inside SQLite, and the error it left was read as
                 # damage somewhere on the way up: the signal is what happened.
@@ -88,23 +88,30 @@ class LazyGroup(click.Group):
             click.echo(f"profkit: error: {terminal_safe(exc.one_line())}", err=True)
             ctx.exit(exc.exit_code)
         finally:
-            _show_warnings(caught)
+            _show_skipped()
 
 
-def _show_warnings(caught: list[warnings.WarningMessage]) -> None:
+_PYTHON_SHOWWARNING = warnings.showwarning
+_SKIPPED: list[str] = []  # ProfkitWarnings of the running command, from any thread
+
+
+def _collect_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                     file: object = None, line: str | None = None) -> None:
+    if issubclass(category, ProfkitWarning):
+        _SKIPPED.append(" ".join(str(message).split()))
+    else:
+        _PYTHON_SHOWWARNING(message, category, filename, lineno, file, line)  # type: ignore[arg-type]
+
+
+def _show_skipped() -> None:
     """Each distinct ProfkitWarning (part of a trace skipped, the rest read) as one line on stderr,
-    after the command's output; any other warning as Python shows it."""
+    after the command's output."""
     from profkit.output import terminal_safe
 
-    shown: set[str] = set()
-    for w in caught:
-        if not issubclass(w.category, ProfkitWarning):
-            warnings.showwarning(w.message, w.category, w.filename, w.lineno, w.file, w.line)
-            continue
-        text = " ".join(str(w.message).split())
-        if text not in shown:
-            shown.add(text)
-            click.echo(f"profkit: warning: {terminal_safe(text)}", err=True)
+    texts = list(dict.fromkeys(_SKIPPED))
+    _SKIPPED.clear()
+    for text in texts:
+        click.echo(f"profkit: warning: {terminal_safe(text)}", err=True)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

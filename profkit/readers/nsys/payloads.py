@@ -58,6 +58,8 @@ ENUM_FORMATS = {1: "B", 2: "H", 4: "I", 8: "Q"}
 # No real schema comes near these; they bound what one crafted schema may cost to compile.
 MAX_SCHEMA_BYTES = 1 << 20
 MAX_FIELDS = 4096
+MAX_NESTING = 32   # schemas inside schemas (nsys and NCCL nest one level)
+WARNED_SCHEMAS = 5  # skipped schemas named one per line; the rest are counted in one more
 _HEADER = struct.Struct("<QQQ")
 
 
@@ -251,10 +253,13 @@ class PayloadSchemas:
                 self._compile_one(self.schemas[key])
             except PayloadError as exc:
                 self.invalid[key] = exc.message
-        for key, why in self.invalid.items():
+        for key, why in list(self.invalid.items())[:WARNED_SCHEMAS]:
             schema = self.schemas.get(key)
             name = _label(schema) if schema is not None else repr(key[1])
             warnings.warn(f"NVTX payload schema {name} is skipped: {why}", ProfkitWarning, stacklevel=3)
+        if len(self.invalid) > WARNED_SCHEMAS:
+            warnings.warn(f"{len(self.invalid) - WARNED_SCHEMAS:,} more NVTX payload schemas are skipped",
+                          ProfkitWarning, stacklevel=3)
 
     def _compile_one(self, schema: PayloadSchema) -> None:
         key = (schema.domain, schema.schema_id)
@@ -277,6 +282,8 @@ class PayloadSchemas:
         if schema.size is not None:
             if any(s.length_index is not None for s in steps):
                 raise PayloadError(f"it declares a fixed size ({schema.size} bytes) and holds an array")
+            if any(len(leaf.path) >= MAX_NESTING for s in steps for leaf in s.unit.leaves):
+                raise PayloadError(f"it nests schemas more than {MAX_NESTING} deep")
             leaves = [_Leaf((s.entry.name, *leaf.path), leaf.code, s.entry.offset + leaf.offset, leaf.labels)
                       for s in steps for leaf in s.unit.leaves]
             if len(leaves) > MAX_FIELDS:
