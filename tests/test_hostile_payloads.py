@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 from profkit.errors import ProfkitWarning
 from profkit.readers.nsys.payloads import (
-    MAX_NESTING, REGISTERED_STRING_HANDLE, SCALAR_FORMATS, Entry, PayloadEnum, PayloadSchema, PayloadSchemas, read_schemas,
+    MAX_NESTING, REGISTERED_STRING_HANDLE, SCALAR_FORMATS, Entry, PayloadEnum, PayloadSchema, PayloadSchemas,
+    read_schemas,
 )
 from profkit.readers.nsys.reader import open_export
 from tests import hostile_payloads as hp

@@ -80,7 +80,8 @@ def host_time(trace: Trace, steady_only: bool = True) -> HostResult:
         functions, attributed, main_segments = _thread_rows(main_frames, lo, hi, idle_start, idle_end, n)
         loading = _loading_frames(main_frames, functions, int(lo[0]), int(hi[-1]))
     # every other thread in one pass (a thread at a time took minutes for 40,000 threads)
-    others = other_thread_rows(frames, [t for t in threads if t != main], lo, hi, idle_start, idle_end, n)
+    others = other_thread_rows(frames, [t for t in threads if t != main], lo, hi, idle_start, idle_end, n,
+                               innermost_segments)
     summary = {
         "steps": n,  # the steps every per-step figure is over: the steady ones, or every step
         "steady_steps": int(len(steps.steady)),

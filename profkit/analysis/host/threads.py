@@ -12,6 +12,7 @@ time, either may be named: pandas' unstable sort picked one there).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -21,11 +22,11 @@ from profkit.analysis.timeline.intervals import covered_within
 
 
 def other_thread_rows(frames: pd.DataFrame, threads: list[tuple[int, int]], lo: np.ndarray, hi: np.ndarray,
-                      idle_s: np.ndarray, idle_e: np.ndarray, n: int) -> list[dict[str, Any]]:
+                      idle_s: np.ndarray, idle_e: np.ndarray, n: int,
+                      innermost_segments: Callable[..., tuple[np.ndarray, ...]]) -> list[dict[str, Any]]:
     """Rows of ``tid`` + ``FUNCTION_COLUMNS`` for the functions with self time in the windows
-    [lo, hi) on ``threads`` (pid, tid), most GPU idle first."""
-    from profkit.analysis.host.attribution import innermost_segments
-
+    [lo, hi) on ``threads`` (pid, tid), most GPU idle first.  ``innermost_segments``: attribution's
+    sweep of one thread's frames (given, so that the two modules do not import each other)."""
     if not threads or frames.empty:
         return []
     pid, tid = frames["pid"].to_numpy(np.int64), frames["tid"].to_numpy(np.int64)
