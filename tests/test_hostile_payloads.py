@@ -190,45 +190,105 @@ def test_a_cycle_of_two_schemas_is_skipped_with_one_warning_each() -> None:
     assert [(s.name, v) for s, v in decoded.decode(blob, 1)] == [("fine", {"n": 9})]
 
 
+def test_what_the_fuzzer_found_is_skipped_not_allocated() -> None:
+    """Schemas made in code, not read from a file: a size or offset of 2**62 built a 2**62-byte
+    struct format (MemoryError), a None flag or offset was a TypeError."""
+    found = {(1, S): PayloadSchema(1, S, "", 1 << 62, (Entry(0, "n", 5, 0, 0, None),)),
+             (1, S + 1): PayloadSchema(1, S + 1, "", None, (Entry(0, "n", 5, 0, 1 << 62, None),)),
+             (1, S + 2): PayloadSchema(1, S + 2, "", 4, (Entry(0, "n", 5, None, None, None),))}
+    with pytest.warns(ProfkitWarning):
+        decoded = PayloadSchemas(found, {})
+    assert set(decoded.invalid) == set(found)
+
+
 # -- fuzzing: schemas and blobs shaped like nsys's, with any value in any cell ----------------------
 TYPES = st.one_of(st.sampled_from([*SCALAR_FORMATS, REGISTERED_STRING_HANDLE, 21, 0, -1]),
                   st.integers(S, S + 5), st.integers(-(1 << 63), (1 << 63) - 1))
 CELL = st.one_of(st.none(), st.integers(-3, 64), st.sampled_from([1 << 62, -(1 << 62), (1 << 63) - 1]))
 
 
+WIDTH = {t: struct.calcsize("<" + code) for t, code in SCALAR_FORMATS.items()}
+
+
 @st.composite
 def schema_sets(draw: st.DrawFn) -> tuple[dict, dict]:
-    schemas = {}
-    for k in range(draw(st.integers(1, 5))):
-        entries = tuple(Entry(i, draw(st.sampled_from(["n", "m", "Frames", "x"])), draw(TYPES),
-                              draw(st.sampled_from([0, 0, 48, 16, 32, 7])), draw(st.integers(0, 40)),
-                              draw(st.one_of(st.none(), st.integers(-1, 4))))
-                        for i in range(draw(st.integers(0, 4))))
-        size = draw(st.one_of(st.none(), st.integers(0, 48)))
-        schemas[(1, S + k)] = PayloadSchema(1, S + k, "", size, entries)
-    enums = {(1, S + 5): PayloadEnum(1, S + 5, draw(st.sampled_from([1, 2, 3, 4, 8, 0])), {1: "one"})}
+    """Up to 5 schemas laid out as NVTX lays them: entries one after the other (scalars, string
+    handles, the enum, fixed-size schemas declared after this one, and arrays of any of these
+    counted by an integer before them), each set at times with one cell replaced by anything."""
+    schemas: dict = {}
+    count = draw(st.integers(1, 5))
+    sizes: dict[int, int] = {}  # fixed-size schemas built so far (the later ones): their sizes
+    for k in reversed(range(count)):
+        entries, at, integers = [], 0, []
+        for i in range(draw(st.integers(0, 4))):
+            kinds = ["scalar", "string", "enum", "array"] + (["nested"] if sizes else [])
+            kind = draw(st.sampled_from(kinds))
+            flags, detail = 0, None
+            if kind == "nested" or (kind == "array" and sizes and draw(st.booleans())):
+                child = draw(st.sampled_from(sorted(sizes)))
+                type_, width = S + child, sizes[child]
+            elif kind == "enum":
+                type_, width = S + 5, 4
+            elif kind == "string":
+                type_, width = REGISTERED_STRING_HANDLE, 8
+            else:
+                type_ = draw(st.sampled_from(sorted(WIDTH)))
+                width = WIDTH[type_]
+            if kind == "array" and integers:
+                flags, detail = 48, draw(st.sampled_from(integers))
+            elif type_ in WIDTH and SCALAR_FORMATS[type_] not in "fd":
+                integers.append(i)
+            entries.append(Entry(i, f"e{i}", type_, flags, at, detail))
+            at += width
+        if entries and draw(st.integers(0, 3)) == 0:  # one cell of one entry changed to anything
+            i = draw(st.integers(0, len(entries) - 1))
+            field = draw(st.sampled_from(["type", "flags", "offset", "array_detail"]))
+            entries[i] = Entry(**{**entries[i].__dict__, field: draw(TYPES if field == "type" else CELL)})
+        size = None if any(e.flags for e in entries) else draw(st.sampled_from([at, at, at + 8]) | CELL)
+        if size is not None and size == at and at > 0:
+            sizes[k] = size
+        schemas[(1, S + k)] = PayloadSchema(1, S + k, "", size, tuple(entries))
+    enums = {(1, S + 5): PayloadEnum(1, S + 5, draw(st.sampled_from([4, 4, 1, 2, 3, 8, 0])), {1: "one"})}
     return schemas, enums
 
 
-@st.composite
-def blobs(draw: st.DrawFn) -> bytes:
-    """nsys's layout (count, then (schema, size, offset) each, then bytes) with any numbers in it."""
-    count = draw(st.integers(0, 3))
-    body = draw(st.binary(max_size=96))
-    headers = b"".join(struct.pack("<QQQ", S + draw(st.integers(0, 6)), draw(st.integers(0, 120) | CELL.filter(
-        lambda v: v is not None and v >= 0)), draw(st.integers(0, 140))) for _ in range(count))
-    return struct.pack("<Q", draw(st.sampled_from([count, count, 1 << 62, 0]))) + headers + body
+def _blob(data: st.DataObject, schemas: dict) -> bytes:
+    """nsys's layout (count, then (schema, size, offset) each, then the payloads), well formed, of
+    payloads of the declared schemas with small array counts; at times one number of it replaced by
+    anything."""
+    bodies, ids = [], []
+    for _ in range(data.draw(st.integers(0, 3))):
+        key = data.draw(st.sampled_from(sorted(schemas)))
+        body = bytearray(data.draw(st.binary(min_size=0, max_size=256) | st.binary(min_size=96, max_size=256)))
+        entries = {e.index: e for e in schemas[key].entries if isinstance(e.index, int)}
+        for entry in schemas[key].entries:
+            counter = entries.get(entry.array_detail) if entry.flags == 48 else None
+            if counter is not None and counter.type in WIDTH and isinstance(counter.offset, int) and \
+                    0 <= counter.offset <= len(body) - WIDTH[counter.type]:
+                small = data.draw(st.integers(0, 4)).to_bytes(WIDTH[counter.type], "little")
+                body[counter.offset:counter.offset + WIDTH[counter.type]] = small
+        bodies.append(bytes(body))
+        ids.append(key[1])
+    numbers, at = [len(bodies)], 8 + 24 * len(bodies)
+    for schema_id, body in zip(ids, bodies):
+        numbers += [schema_id, len(body), at]
+        at += len(body)
+    if data.draw(st.integers(0, 3)) == 0:
+        numbers[data.draw(st.integers(0, len(numbers) - 1))] = data.draw(st.integers(0, (1 << 64) - 1) |
+                                                                        st.integers(0, 200))
+    return struct.pack(f"<{len(numbers)}Q", *numbers) + b"".join(bodies)
 
 
 @settings(max_examples=2 * FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(schema_sets(), st.lists(blobs(), max_size=4))
-def test_fuzzed_schemas_and_blobs_decode_or_are_skipped(found: tuple[dict, dict], blob_list: list[bytes]) -> None:
+@given(schema_sets(), st.data())
+def test_fuzzed_schemas_and_blobs_decode_or_are_skipped(found: tuple[dict, dict], data: st.DataObject) -> None:
     schemas, enums = found
     started = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ProfkitWarning)
         decoded = PayloadSchemas(schemas, enums)
-        for blob in blob_list:
+        for _ in range(data.draw(st.integers(1, 4))):
+            blob = _blob(data, schemas)
             for _, values in decoded.decode_or_skip(blob, 1):
                 # every value read came out of the blob: never more items than bytes
                 assert _count(values) <= len(blob)

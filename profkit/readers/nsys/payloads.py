@@ -116,9 +116,9 @@ class _Unit:
     def __post_init__(self) -> None:
         fmt, at = "<", 0
         for leaf in self.leaves:
-            fmt += "x" * (leaf.offset - at) + leaf.code
+            fmt += f"{leaf.offset - at}x{leaf.code}"
             at = leaf.offset + struct.calcsize("<" + leaf.code)
-        self.reader = struct.Struct(fmt + "x" * (self.size - at))
+        self.reader = struct.Struct(f"{fmt}{self.size - at}x")
         flat = all(len(leaf.path) == 1 and leaf.labels is None for leaf in self.leaves)
         self._names = tuple(leaf.path[0] for leaf in self.leaves) if flat else None
 
@@ -263,6 +263,14 @@ class PayloadSchemas:
 
     def _compile_one(self, schema: PayloadSchema) -> None:
         key = (schema.domain, schema.schema_id)
+        if schema.size is not None and not (_is_int(schema.size) and 0 <= schema.size <= MAX_SCHEMA_BYTES):
+            raise PayloadError(f"its payloadSize {schema.size!r} is not a byte count")
+        for entry in schema.entries:
+            if not all(_is_int(v) for v in (entry.index, entry.type, entry.flags, entry.offset)) or \
+                    not (entry.array_detail is None or _is_int(entry.array_detail)):
+                raise PayloadError(f"entry {entry.name!r} has a field that is not an integer")
+            if not 0 <= entry.offset <= MAX_SCHEMA_BYTES:
+                raise PayloadError(f"entry {entry.name!r} is at offset {entry.offset}")
         steps: list[_Step] = []
         indexes = {e.index: e for e in schema.entries}
         for entry in schema.entries:
@@ -317,6 +325,10 @@ class PayloadSchemas:
         if (schema.domain, entry.type) in self.schemas:
             raise PayloadError(f"entry {entry.name!r} is of schema {entry.type}, which has no fixed size")
         raise PayloadError(f"entry {entry.name!r} has entry type {entry.type}, which profkit cannot decode")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _label(schema: PayloadSchema) -> str:
