@@ -41,6 +41,13 @@ def run(argv: list[str], **env: str) -> dict:
     return result
 
 
+def strict_json(text: str) -> object:
+    """JSON as the standard says it: NaN and Infinity are refused."""
+    def reject(constant: str) -> None:
+        raise ValueError(f"{constant} in JSON output")
+    return json.loads(text, parse_constant=reject)
+
+
 def lines(text: str) -> list[str]:
     return text.strip().splitlines()
 
@@ -68,7 +75,7 @@ def test_one_sample_past_its_blob_is_skipped_and_the_rest_read(tmp_path: Path) -
     result = run(["host", str(hp.samples_count_past_blob(tmp_path, every=False)), "--format", "json"])
     warned(result, "1 Python samples skipped", "run past a payload")
     intact = run(["host", str(hp.copy(hp.PYTHON_SAMPLES, tmp_path / "intact.sqlite")), "--format", "json"])
-    assert json.loads(result["stdout"])["summary"]["main_tid"] == json.loads(intact["stdout"])["summary"]["main_tid"]
+    assert strict_json(result["stdout"])["summary"]["main_tid"] == strict_json(intact["stdout"])["summary"]["main_tid"]
 
 
 def test_a_schema_nested_in_itself_is_found_before_decoding(tmp_path: Path) -> None:
@@ -85,7 +92,7 @@ def test_text_and_null_blobs_and_a_null_thread_are_skipped(tmp_path: Path) -> No
 
 def test_a_string_handle_of_2_64_minus_1_is_an_unknown_name(tmp_path: Path) -> None:
     result = run(["host", str(hp.samples_huge_string_handle(tmp_path)), "--format", "json"])
-    assert result["code"] == 0 and json.loads(result["stdout"])["functions"], result["stderr"]
+    assert result["code"] == 0 and strict_json(result["stdout"])["functions"], result["stderr"]
 
 
 @pytest.mark.parametrize("tag", hp.SCHEMA_EDITS)
@@ -97,13 +104,13 @@ def test_one_schema_cell_changed_is_one_line(tmp_path: Path, tag: str) -> None:
 def test_an_nccl_array_past_its_blob_skips_that_schema_only(tmp_path: Path) -> None:
     result = run(["ranks", str(hp.nccl_count_past_blob(tmp_path)), "--format", "json"])
     assert result["code"] == 0 and "payloadSize -1" in result["stderr"], result["stderr"]
-    assert len(json.loads(result["stdout"])) == 2  # both ranks, from NCCL's other init schema
+    assert len(strict_json(result["stdout"])) == 2  # both ranks, from NCCL's other init schema
 
 
 def test_nranks_of_2_31_minus_1_is_no_rank_count(tmp_path: Path) -> None:
     result = run(["ranks", str(hp.nccl_nranks(tmp_path)), "--format", "json"])
     warned(result, "NCCL payloads skipped", "2,147,483,647 ranks")
-    assert len(json.loads(result["stdout"])) == 2
+    assert len(strict_json(result["stdout"])) == 2
 
 
 @pytest.mark.parametrize("command", ["ranks", "report"])
@@ -139,13 +146,13 @@ def test_300000_ranks_are_refused_in_seconds(tmp_path: Path) -> None:
 def test_a_line_of_5000_digits_is_an_unknown_line(tmp_path: Path) -> None:
     result = run(["host", str(hp.kineto_long_line(tmp_path)), "--format", "json"])
     assert result["code"] == 0, result["stderr"]
-    assert {f["line"] for f in json.loads(result["stdout"])["functions"] if f["file"].endswith("hf_llama.py")} == {-1}
+    assert {f["line"] for f in strict_json(result["stdout"])["functions"] if f["file"].endswith("hf_llama.py")} == {-1}
 
 
 def test_40000_threads_of_one_frame_each(tmp_path: Path) -> None:
     result = run(["host", str(hp.kineto_many_threads(tmp_path)), "--format", "json"])
     assert result["code"] == 0, result["stderr"]
-    assert len({r["tid"] for r in json.loads(result["stdout"])["other_threads"]}) > 1000
+    assert len({r["tid"] for r in strict_json(result["stdout"])["other_threads"]}) > 1000
 
 
 # -- the decoder, on hand-built schemas (scale and shape tests) -------------------------------------
