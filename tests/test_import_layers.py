@@ -3,7 +3,7 @@
 Every module's imports are read with ``ast``, those inside functions too: a lazy import
 ties two modules together all the same, it only moves the cost.  Layers, low to high:
 
-    base (errors, allocator, atomic)  <  model  <  readers, scrub  <  analysis, ranks, ptx
+    base (errors, allocator, atomic)  <  model  <  readers  <  scrub  <  analysis, ranks, ptx
       <  report, export, output, history  <  capture  <  cli, api
 
 A module may import its own layer or lower ones.  On top of that, an analysis reads a
@@ -25,13 +25,15 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "profkit"
 
-BASE, MODEL, READERS, ANALYSIS, RENDER, CAPTURE, TOP = range(7)
+BASE, MODEL, READERS, SCRUB, ANALYSIS, RENDER, CAPTURE, TOP = range(8)
 # the first matching prefix wins: more specific prefixes come first
 LAYERS: list[tuple[str, int]] = [
     ("profkit.errors", BASE), ("profkit.allocator", BASE), ("profkit.atomic", BASE), ("profkit._version", BASE),
     ("profkit.limits", BASE), ("profkit.signals", BASE),
     ("profkit.model", MODEL),
-    ("profkit.readers", READERS), ("profkit.scrub", READERS),
+    ("profkit.readers", READERS),
+    # scrub reads a trace through its format's reader and writes a copy: it sits above readers
+    ("profkit.scrub", SCRUB),
     ("profkit.analysis", ANALYSIS), ("profkit.ranks", ANALYSIS), ("profkit.ptx", ANALYSIS),
     ("profkit.report", RENDER), ("profkit.export", RENDER), ("profkit.output", RENDER),
     ("profkit.terminal", RENDER), ("profkit.history", RENDER),

@@ -143,7 +143,7 @@ def test_cli_scrub_bad_input_is_one_line(case: str, tmp_path: Path) -> None:
 
 
 def test_interrupted_scrub_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from profkit.readers.nsys import scrub as nsys_scrub
+    from profkit.scrub import nsys as nsys_scrub
 
     def interrupted(*args: object) -> None:
         raise KeyboardInterrupt

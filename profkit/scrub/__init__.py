@@ -3,10 +3,10 @@
     removed = scrub("run.sqlite", "run.shared.sqlite", anonymize=True)
 
 The format is told by the file's first bytes (SQLite: an nsys export;
-otherwise a Kineto JSON trace, gzipped or not).  Each reader owns the
-places of its format (``profkit.readers.nsys.scrub``,
-``profkit.readers.kineto.scrub``); the rules for what goes are in
-``profkit.scrub.text``.  The input is never changed; the output is written
+otherwise a Kineto JSON trace, gzipped or not).  One module per format finds
+its places (``profkit.scrub.nsys``, ``profkit.scrub.kineto``), reading them
+with that format's reader (scrub sits above ``profkit.readers``, never
+below); the rules for what goes are in ``profkit.scrub.text``.  The input is never changed; the output is written
 under a temporary name and renamed, so it is whole or absent.
 """
 
@@ -40,11 +40,11 @@ def scrub(source: str | os.PathLike[str], output: str | os.PathLike[str], *, ano
     from profkit.readers.nsys.reader import SQLITE_MAGIC
 
     if head.startswith(SQLITE_MAGIC):
-        from profkit.readers.nsys.scrub import scrub_export
+        from profkit.scrub.nsys import scrub_export
 
         return scrub_export(src, out, anonymize=anonymize, environment=environment)
     if head.startswith(GZIP_MAGIC) or head.lstrip()[:1] in (b"{", b"["):
-        from profkit.readers.kineto.scrub import scrub_kineto
+        from profkit.scrub.kineto import scrub_kineto
 
         return scrub_kineto(src, out, anonymize=anonymize, environment=environment)
     raise ProfkitError(f"{src} is neither an nsys SQLite export nor a Kineto JSON trace",

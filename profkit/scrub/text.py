@@ -1,7 +1,7 @@
 """What a shareable trace must not hold, as rules over plain strings.
 
-The readers' scrub modules (``profkit.readers.nsys.scrub``,
-``profkit.readers.kineto.scrub``) find the places of their format and pass
+The format modules (``profkit.scrub.nsys``,
+``profkit.scrub.kineto``) find the places of their format and pass
 every string through one ``Redactor``; the rules live here so that both
 formats apply the same ones:
 
