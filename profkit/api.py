@@ -158,15 +158,17 @@ def source_roots(target: Path) -> list[Path]:
 
 def ranks_json(paths: Sequence[PathLike], *, scheduler: str | None = None, workers: int | None = None,
                rank_from: str | None = None,
-               on_done: Callable[[Any, dict[str, Any], int], None] | None = None) -> list[dict[str, Any]]:
+               on_done: Callable[[Any, dict[str, Any], int], None] | None = None,
+               skipped: list[Path] | None = None) -> list[dict[str, Any]]:
     """The per-rank summaries behind ``profkit ranks`` (read in parallel on Dask), one per rank
     or per unreadable file (``{"file", "rank", "error"}``); ``on_done(input, summary, total)``
-    is called as each rank is read."""
+    is called as each rank is read.  Files of the folders that are named like traces but hold
+    none (a run folder's run.json) are left out, and added to ``skipped``."""
     from profkit.ranks.engine import map_ranks
     from profkit.ranks.inputs import rank_inputs
     from profkit.ranks.per_rank import summarize_rank
 
-    inputs = rank_inputs([Path(p) for p in paths], rank_from)
+    inputs = rank_inputs([Path(p) for p in paths], rank_from, skipped)
     return map_ranks(summarize_rank, inputs, scheduler=scheduler, workers=workers, on_done=on_done)
 
 

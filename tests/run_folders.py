@@ -34,3 +34,33 @@ def unpacked_run(name: str, root: Path, caches: tuple[str, ...] = ("triton",), n
     record["kernel_caches"] = kept
     (run / "run.json").write_text(json.dumps(record))
     return run
+
+
+DDP = Path(__file__).resolve().parent / "data" / "ddp"
+
+
+def torchrun_run(root: Path, backend: str) -> Path:
+    """A `profkit trace` run folder of a 2-rank torchrun job, from the committed DDP captures (2 x H200,
+    tests/data/ddp/README.md), laid out as `profkit trace` lays it: ``--backend torch`` keeps one
+    trace per rank (trace_rank{0,1}.json.gz, run.json's files.rank_traces), the nsys backend one export
+    of the whole job (trace.sqlite).  run.json comes from ``RunRecord``; report.json and trace.log,
+    which every run folder holds, are there so that readers must tell them from traces."""
+    from profkit.capture.run import RunRecord
+    from tests.conftest import _decompressed
+
+    run = root / f"ddp-{backend}"
+    run.mkdir()
+    record = RunRecord(command=["-m", "torch.distributed.run", "--nproc-per-node", "2", "gpt_ddp.py"],
+                       cwd=str(root), run_dir=str(run), backend=backend, status="ok", exit_code=0)
+    if backend == "torch":
+        names = [f"trace_rank{r}.json.gz" for r in (0, 1)]
+        for r, name in enumerate(names):
+            shutil.copyfile(DDP / "kineto" / f"rank{r}.json.gz", run / name)
+        record.files = {"trace": names[0], "rank_traces": names, "log": "trace.log"}  # type: ignore[dict-item]
+    else:
+        shutil.copyfile(_decompressed(DDP / "whole2" / "whole.sqlite.xz"), run / "trace.sqlite")
+        record.files = {"trace": "trace.sqlite", "log": "trace.log"}
+    record.write(run)
+    (run / "trace.log").write_text("[rank0] step 0\n[rank1] step 0\n")
+    (run / "report.json").write_text(json.dumps({"title": "cross-rank report", "ranks": []}))
+    return run

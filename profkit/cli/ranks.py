@@ -73,10 +73,15 @@ def read_ranks(traces: tuple[Path, ...], scheduler: str | None, workers: int | N
         else:
             click.echo(line, err=True)
 
+    skipped: list[Path] = []
     try:
-        return ranks_json(traces, scheduler=scheduler, workers=workers, rank_from=rank_from, on_done=progress)
+        return ranks_json(traces, scheduler=scheduler, workers=workers, rank_from=rank_from, on_done=progress,
+                          skipped=skipped)
     finally:
         bar.close()
+        if skipped:
+            click.echo(f"profkit: skipped {len(skipped)} file{'s' if len(skipped) > 1 else ''} that hold no trace: "
+                       f"{', '.join(str(p) for p in skipped)}", err=True)
 
 
 def exit_for(summaries: list[dict[str, Any]]) -> int:

@@ -19,15 +19,14 @@ tables): that is the profiled process's environment, which profkit never reads.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from profkit.errors import ProfkitError
+from profkit.readers.job import TRACE_SUFFIXES, job_files, rank_from_name
+from profkit.readers.run_folder import run_folder_trace
 
-TRACE_SUFFIXES = (".sqlite", ".json", ".json.gz")
-_RANK_WORD = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
-_TRAILING_NUMBER = re.compile(r"[_-](\d+)\.(?:pt\.trace\.)?(?:sqlite|json)(?:\.gz)?$")
+__all__ = ["RankInput", "expand", "rank_from_name", "rank_inputs"]
 
 
 @dataclass(frozen=True)
@@ -43,15 +42,20 @@ def is_trace_file(path: Path) -> bool:
     return path.is_file() and path.name.endswith(TRACE_SUFFIXES)
 
 
-def expand(paths: list[Path]) -> list[Path]:
-    """Files as given, and the trace files directly inside each folder (sorted)."""
+def expand(paths: list[Path], skipped: list[Path] | None = None) -> list[Path]:
+    """Files as given, and the rank traces each folder names (``profkit.readers.job.job_files``: a
+    folder's trace files, a run folder's rank traces or its one trace); the files of a folder that
+    are named like traces but hold none (a run folder's run.json, report.json) go to ``skipped``."""
     files: list[Path] = []
     for p in paths:
         if p.is_dir():
-            found = sorted(f for f in p.iterdir() if is_trace_file(f))
-            if not found:
+            found = job_files(p)
+            if skipped is not None:
+                skipped += found.skipped
+            folder_files = [f.path for f in found.files] if found.rank_files else _one_trace_of(p)
+            if not folder_files:
                 raise ProfkitError(f"{p}: no trace files (*.sqlite, *.json, *.json.gz) in this folder")
-            files += found
+            files += folder_files
         elif p.exists():
             files.append(p)
         else:
@@ -61,21 +65,14 @@ def expand(paths: list[Path]) -> list[Path]:
     return unique
 
 
-def rank_from_name(name: str, pattern: str | None = None) -> int | None:
-    if pattern:
-        try:
-            m = re.search(pattern, name)
-        except re.error as exc:
-            raise ProfkitError(f"--rank-from {pattern!r} is not a valid regular expression ({exc})") from None
-        if m is None:
-            return None
-        try:
-            return int(m.group(1) if m.groups() else m.group(0))
-        except ValueError:
-            raise ProfkitError(f"--rank-from {pattern!r} matched {m.group(0)!r} in {name}, not a number") from None
-    m = _RANK_WORD.search(name) or _TRAILING_NUMBER.search(name)
-    return int(m.group(1)) if m else None
+def _one_trace_of(folder: Path) -> list[Path]:
+    """The one trace of a folder that holds one: a run folder's, a folder's export or Kineto trace."""
+    run_trace = run_folder_trace(folder)
+    if run_trace is not None:
+        return [run_trace]
+    return [f for f in sorted(folder.iterdir()) if is_trace_file(f) and f not in job_files(folder).skipped]
 
 
-def rank_inputs(paths: list[Path], rank_from: str | None = None) -> list[RankInput]:
-    return [RankInput(p, rank_from_name(p.name, rank_from)) for p in expand(paths)]
+def rank_inputs(paths: list[Path], rank_from: str | None = None,
+                skipped: list[Path] | None = None) -> list[RankInput]:
+    return [RankInput(p, rank_from_name(p.name, rank_from)) for p in expand(paths, skipped)]

@@ -75,6 +75,28 @@ def choose_trace(folder: Path) -> tuple[Path, str | None]:
                          f"(pass a file to read another)")
 
 
+def newest_per_rank(folder: Path) -> tuple[list[Path], list[Path]]:
+    """(the newest trace of each rank or process in the folder, the ``*.json`` files that are no
+    trace): the rank files of a folder that holds several ranks' traces."""
+    candidates, not_traces = [], []
+    for p in sorted(folder.iterdir()):
+        if not p.is_file() or not p.name.endswith((".json", ".json.gz")):
+            continue
+        c = _candidate(p)
+        (candidates if c is not None else not_traces).append(c if c is not None else p)
+    groups: dict[str, list[Candidate]] = {}
+    for c in candidates:
+        groups.setdefault(c.group, []).append(c)
+    newest = [max(cs, key=lambda c: (c.written_ns, c.path.name)).path for cs in groups.values()]
+    return sorted(newest), not_traces
+
+
+def recorded_rank(path: Path) -> int | None:
+    """The rank a Kineto trace records (``distributedInfo.rank``), read from its head only."""
+    found = _candidate(path)
+    return found.rank if found is not None else None
+
+
 def _candidate(path: Path) -> Candidate | None:
     if not path.is_file() or not (path.name.endswith(".json") or path.name.endswith(".json.gz")):
         return None
