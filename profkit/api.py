@@ -17,6 +17,7 @@ and must not pay for pandas or the step finder, which only the commands that use
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,9 +29,66 @@ if TYPE_CHECKING:
     from profkit.analysis.sync.stalls import StallReport
     from profkit.analysis.steps.result import StepResult
     from profkit.model import Trace
+    from profkit.readers.job import Job
 
 PathLike = str | Path
 Row = dict[str, Any]
+
+
+# -- one answer per rank: how every per-trace command meets a multi-rank input ------------------
+
+@dataclass(frozen=True)
+class RankAnswer:
+    """One rank's answer: its rank (None for a single trace that records none) and where that came from."""
+
+    rank: int | None
+    rank_source: str | None
+    value: Any
+
+    def label(self) -> str:
+        """``"rank 1 (rank from: NCCL payload)"``: the heading of this rank's block in a table."""
+        return f"rank {self.rank} (rank from: {self.rank_source})"
+
+
+@dataclass(frozen=True)
+class Answers:
+    """A per-trace command's answer over what its path names: one item for a single trace, one per
+    rank (the asked one, with ``--rank``) for a multi-rank input."""
+
+    multi_rank: bool
+    items: list[RankAnswer]
+
+    def map(self, change: Callable[[Any], Any]) -> Answers:
+        return Answers(self.multi_rank, [RankAnswer(a.rank, a.rank_source, change(a.value)) for a in self.items])
+
+    def json(self) -> Any:
+        """The command's JSON.  A single trace: its value as it is.  A multi-rank input, never one
+        rank silently: rows (a list) become one list, each row with a leading ``rank``; any other
+        value one object per rank, ``{"rank", "rank_source", **value}`` (None: the rank keys only)."""
+        if not self.multi_rank:
+            return self.items[0].value
+        out: list[Any] = []
+        for a in self.items:
+            if isinstance(a.value, list):
+                out += [{"rank": a.rank, **row} for row in a.value]
+            else:
+                out.append({"rank": a.rank, "rank_source": a.rank_source, **(a.value or {})})
+        return out
+
+
+def answer_ranks(job: Job, one: Callable[[Trace], Any]) -> Answers:
+    """``one(trace)`` for each rank of an open ``Job`` (``profkit.readers.job``)."""
+    return Answers(job.multi_rank, [RankAnswer(t.meta.rank, t.meta.extra.get("rank_source"), one(t))
+                                    for t in job.traces])
+
+
+def per_rank(path: PathLike, rank: int | None, one: Callable[[Trace], Any]) -> Answers:
+    """``one(trace)`` for each rank ``path`` names (or only ``rank``): a whole-job export, a folder of
+    rank traces, a torchrun run folder, or one trace (``profkit.readers.job.open_job``)."""
+    from profkit.readers.job import open_job
+
+    with open_job(path, rank) as job:
+        return answer_ranks(job, one)
 
 
 # -- the JSON of each command, from an open trace (the CLI prints these) --------------------

@@ -1,7 +1,7 @@
 """`profkit kernels|api|nvtx|info TRACE`: the summary tables of a trace.
 
-Thin commands: open the trace (an nsys export or a PyTorch profiler trace,
-``profkit.readers.open_trace``), take the rows from ``profkit.api`` (the
+Thin commands: open what TRACE names, each rank of a multi-rank input
+(``profkit.api.per_rank``), take the rows from ``profkit.api`` (the
 functions the Python API frames), render with profkit.output.  On nsys exports the figures equal `nsys stats`
 (cuda_gpu_kern_sum, cuda_api_sum, nvtx_sum) on the same file.
 """
@@ -16,13 +16,13 @@ from typing import Any
 import click
 
 from profkit.analysis.kernels import summaries
-from profkit.api import api_json, kernels_json, nvtx_json
+from profkit.api import api_json, kernels_json, nvtx_json, per_rank
 from profkit.analysis.timeline.capture import capture_info
 from profkit.analysis.kernels.graphs import unrecorded_kernels_note
 from profkit.analysis.cpu_only import cpu_only_note
 from profkit.cli.kernel_code_options import kernel_target_options
+from profkit.cli.per_rank import rank_columns, rank_option, titled, with_rank
 from profkit.model import Trace
-from profkit.readers import open_trace
 from profkit.readers.nsys import NsysExport
 from profkit.terminal import echo
 from profkit.readers.run_folder import NCU_CSV, RUN_JSON, read_run_record
@@ -45,29 +45,40 @@ INFO_COLUMNS = [Column("field", "Field", fit="whole"), Column("value", "Value", 
 
 SUMMARY_SCAN_MMAP_BYTES = 1 << 30
 
-# click.Path without exists=True: open_trace reports a missing or bad file
+# click.Path without exists=True: the reader reports a missing or bad file
 # as one line, the same way for every problem.
 _EXPORT_ARG = click.argument("export", metavar="TRACE", type=click.Path(path_type=Path))
 _TOP_OPTION = top_option(help="Show the N rows with the most time and sum the rest into one '(other K)' row.")
 
 
+def _trace_options(command: Callable) -> Callable:
+    """TRACE and --rank N, the same on every summary command."""
+    return _EXPORT_ARG(rank_option(command))
+
+
 def _print_summary(summarize: Callable, columns: list[Column], title: str,
-                   export: Path, top: int | None, fmt: str, wide: bool = False,
+                   export: Path, rank: int | None, top: int | None, fmt: str, wide: bool = False,
                    note: Callable[[Trace], str | None] | None = None,
                    readable: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None) -> None:
-    with open_trace(export) as trace:
+    def one(trace: Trace) -> tuple[list[dict[str, Any]], str | None, str]:
         _one_scan_then_exit(trace)
-        rows = summarize(trace)
-        said = note(trace) if note is not None else None
-        platform = trace.meta.gpu_platform
+        return summarize(trace), note(trace) if note is not None else None, trace.meta.gpu_platform
+
+    answers = per_rank(export, rank, one)
     if top is not None:
-        rows = summaries.top_n(rows, top)
-    if readable is not None and fmt in ("table", "md"):  # JSON and CSV keep the names nsys has
-        rows = readable(rows)
-    # "CUDA kernels" / "CUDA API" name the platform the trace records: "HIP kernels" on ROCm
-    emit_rows(rows, columns, fmt, title=title.replace("CUDA", platform), wide=wide)
-    if said and fmt in ("table", "md"):  # JSON and CSV stay rows only, for machines
-        echo(said, err=True)
+        answers = answers.map(lambda v: (summaries.top_n(v[0], top), *v[1:]))
+    if fmt in ("json", "csv"):  # rows only, for machines: JSON and CSV keep the names nsys has
+        emit_rows(with_rank(answers, lambda v: v[0]) if fmt == "csv" else answers.map(lambda v: v[0]).json(),
+                  rank_columns(answers, columns), fmt)
+        return
+    for answer in answers.items:
+        rows, said, platform = answer.value
+        if readable is not None:
+            rows = readable(rows)
+        # "CUDA kernels" / "CUDA API" name the platform the trace records: "HIP kernels" on ROCm
+        emit_rows(rows, columns, fmt, title=titled(title.replace("CUDA", platform), answers, answer), wide=wide)
+        if said:
+            echo(said, err=True)
 
 
 def _one_scan_then_exit(trace: Trace) -> None:
@@ -77,7 +88,7 @@ def _one_scan_then_exit(trace: Trace) -> None:
 
 
 @click.command()
-@_EXPORT_ARG
+@_trace_options
 @_TOP_OPTION
 @wide_option()
 @format_option()
@@ -91,7 +102,7 @@ def _one_scan_then_exit(trace: Trace) -> None:
 @click.option("--ncu", "ncu_csv", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               metavar="CSV", help="With --with-code: achieved DRAM bandwidth per kernel from an ncu CSV "
                                   "(a run folder's ncu.csv is used by itself).")
-def kernels(export: Path, top: int | None, wide: bool, fmt: str, with_code: bool,
+def kernels(export: Path, rank: int | None, top: int | None, wide: bool, fmt: str, with_code: bool,
             code_dirs: tuple[Path, ...], kernel_targets: Any, ncu_csv: Path | None) -> None:
     """CUDA kernel summary: time per kernel name (= nsys stats cuda_gpu_kern_sum).
 
@@ -119,14 +130,14 @@ def kernels(export: Path, top: int | None, wide: bool, fmt: str, with_code: bool
     or "—" in tables, where unknown (vendor kernels: cuBLAS, NCCL, ...).
     """
     if with_code or code_dirs or kernel_targets or ncu_csv is not None:
-        _print_kernels_with_code(export, top, fmt, wide, code_dirs, ncu_csv, kernel_targets)
+        _print_kernels_with_code(export, rank, top, fmt, wide, code_dirs, ncu_csv, kernel_targets)
         return
-    _print_summary(kernels_json, KERNEL_COLUMNS, "CUDA kernels", export, top, fmt, wide,
+    _print_summary(kernels_json, KERNEL_COLUMNS, "CUDA kernels", export, rank, top, fmt, wide,
                    note=lambda trace: cpu_only_note(trace) or unrecorded_kernels_note(trace))
 
 
-def _print_kernels_with_code(export: Path, top: int | None, fmt: str, wide: bool, code_dirs: tuple[Path, ...],
-                             ncu_csv: Path | None, kernel_targets: Any = None) -> None:
+def _print_kernels_with_code(export: Path, rank: int | None, top: int | None, fmt: str, wide: bool,
+                             code_dirs: tuple[Path, ...], ncu_csv: Path | None, kernel_targets: Any = None) -> None:
     from profkit.analysis.kernels.bandwidth import attach_bandwidth, bandwidth_note, peak_bandwidth
     from profkit.analysis.kernels.code import attach_code, launch_shapes, run_folder_caches
     from profkit.analysis.kernels.targets import code_for_trace, code_notes
@@ -138,29 +149,36 @@ def _print_kernels_with_code(export: Path, top: int | None, fmt: str, wide: bool
         if ncu_csv is None and (export / NCU_CSV).is_file():
             ncu_csv = export / NCU_CSV
     launches = read_ncu_csv(ncu_csv) if ncu_csv is not None else None
-    with open_trace(export) as trace:
+
+    def one(trace: Trace) -> tuple[list[dict[str, Any]], list[str], str]:
         rows = kernels_json(trace)
-        platform = trace.meta.gpu_platform
         code, compiled = code_for_trace(trace, [r["name"] for r in rows], dirs, kernel_targets)
         rows = attach_code(rows, code, launch_shapes(trace) if code else None)
         peaks = peak_bandwidth(trace)
-    rows = attach_bandwidth(rows, launches or [], peaks)
-    notes = [*code_notes(rows, dirs, compiled), *[n for n in [bandwidth_note(rows, launches, peaks)] if n]]
-    if top is not None:
-        rows = summaries.top_n(rows, top)
+        rows = attach_bandwidth(rows, launches or [], peaks)
+        notes = [*code_notes(rows, dirs, compiled), *[n for n in [bandwidth_note(rows, launches, peaks)] if n]]
+        return (summaries.top_n(rows, top) if top is not None else rows), notes, trace.meta.gpu_platform
+
+    answers = per_rank(export, rank, one)
     columns = kernel_columns_with(KERNEL_CODE_COLUMNS, KERNEL_BANDWIDTH_COLUMNS if launches else [])
-    emit_rows(rows, columns, fmt, title=f"{platform} kernels with their machine code", wide=wide)
-    if fmt in ("table", "md"):  # JSON and CSV stay rows only, for machines
+    if fmt in ("json", "csv"):  # rows only, for machines
+        emit_rows(with_rank(answers, lambda v: v[0]) if fmt == "csv" else answers.map(lambda v: v[0]).json(),
+                  rank_columns(answers, columns), fmt)
+        return
+    for answer in answers.items:
+        rows, notes, platform = answer.value
+        emit_rows(rows, columns, fmt, title=titled(f"{platform} kernels with their machine code", answers, answer),
+                  wide=wide)
         for note in notes:
             echo(note, err=True)
 
 
 @click.command()
-@_EXPORT_ARG
+@_trace_options
 @_TOP_OPTION
 @wide_option()
 @format_option()
-def api(export: Path, top: int | None, wide: bool, fmt: str) -> None:
+def api(export: Path, rank: int | None, top: int | None, wide: bool, fmt: str) -> None:
     """CUDA API summary: time per runtime/driver call (= nsys stats cuda_api_sum).
 
     \b
@@ -171,15 +189,15 @@ def api(export: Path, top: int | None, wide: bool, fmt: str) -> None:
     Version suffixes are dropped from names as nsys does
     (cudaLaunchKernel_v7000 -> cudaLaunchKernel).  Needs `nsys profile -t cuda`.
     """
-    _print_summary(api_json, API_COLUMNS, "CUDA API", export, top, fmt, wide)
+    _print_summary(api_json, API_COLUMNS, "CUDA API", export, rank, top, fmt, wide)
 
 
 @click.command()
-@_EXPORT_ARG
+@_trace_options
 @_TOP_OPTION
 @wide_option()
 @format_option()
-def nvtx(export: Path, top: int | None, wide: bool, fmt: str) -> None:
+def nvtx(export: Path, rank: int | None, top: int | None, wide: bool, fmt: str) -> None:
     """NVTX range summary: time per range text and style (= nsys stats nvtx_sum).
 
     \b
@@ -194,7 +212,7 @@ def nvtx(export: Path, top: int | None, wide: bool, fmt: str) -> None:
     synchronizing call read as "sync: .item() at train.py:42: loss.item()" in
     tables; json and csv keep the recorded name ("profkit.sync|item|...").
     """
-    _print_summary(nvtx_json, NVTX_COLUMNS, "NVTX ranges", export, top, fmt, wide, readable=_readable_ranges)
+    _print_summary(nvtx_json, NVTX_COLUMNS, "NVTX ranges", export, rank, top, fmt, wide, readable=_readable_ranges)
 
 
 def _readable_ranges(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -204,10 +222,10 @@ def _readable_ranges(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 @click.command()
-@_EXPORT_ARG
+@_trace_options
 @wide_option()
 @format_option()
-def info(export: Path, wide: bool, fmt: str) -> None:
+def info(export: Path, rank: int | None, wide: bool, fmt: str) -> None:
     """The capture: nsys and schema versions, GPU, span, GPU busy %.
 
     \b
@@ -217,13 +235,18 @@ def info(export: Path, wide: bool, fmt: str) -> None:
 
     Never shows the profiled process's environment (it can hold secrets).
     """
-    with open_trace(export) as trace:
-        details = capture_info(trace)
+    answers = per_rank(export, rank, capture_info)
     if fmt == "json":
-        click.echo(json_text(details, indent=2))
+        click.echo(json_text(answers.json(), indent=2))
         return
-    rows = [{"field": key, "value": _show(value)} for key, value in details.items()]
-    emit_rows(rows, INFO_COLUMNS, fmt, title="Capture", wide=wide)
+    def fields(details: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{"field": key, "value": _show(value)} for key, value in details.items()]
+
+    if fmt == "csv":
+        emit_rows(with_rank(answers, fields), rank_columns(answers, INFO_COLUMNS), fmt)
+        return
+    for answer in answers.items:
+        emit_rows(fields(answer.value), INFO_COLUMNS, fmt, title=titled("Capture", answers, answer), wide=wide)
 
 
 def _show(value: object) -> str:
