@@ -115,24 +115,26 @@ def nvtx_json(trace: Trace) -> list[Row]:
     return nvtx_summary(trace)
 
 
-def step_results(trace: Trace, *, use_ranges: bool = True, step_range: str | None = None,
-                 rank: int | None = None) -> list[tuple[Trace, StepResult]]:
-    """The steps of the trace, or of each rank of a whole-job export (``rank``: only that one)."""
+def steps_of(trace: Trace, *, use_ranges: bool = True, step_range: str | None = None) -> StepResult:
+    """``profkit steps``' analysis of one trace (of one rank)."""
     from profkit.analysis.steps import find_steps
-    from profkit.model.rank_view import select_ranks
 
-    return [(t, find_steps(t, use_ranges=use_ranges, step_range=step_range)) for t in select_ranks(trace, rank)]
+    return find_steps(trace, use_ranges=use_ranges, step_range=step_range)
 
 
-def steps_json(results: Sequence[tuple[Trace, StepResult]]) -> dict[str, Any] | list[dict[str, Any]]:
-    """``profkit steps --format json`` of ``step_results``: ``{"summary", "steps", ...}``, or for
-    a whole-job export a list with one such object per rank (one rank asked for: still a list)."""
-    from profkit.model.rank_view import rank_label
+def steps_json(result: StepResult) -> dict[str, Any]:
+    """``profkit steps --format json`` of one rank: ``{"summary", "steps", ...}`` (a multi-rank
+    input: a list of these, ``Answers.json``)."""
+    return result.to_dict()
 
-    if any(rank_label(t) for t, _ in results):  # ranks of a whole-job export, even one of them
-        return [{"rank": t.meta.rank, "rank_source": t.meta.extra.get("rank_source"), **result.to_dict()}
-                for t, result in results]
-    return results[0][1].to_dict()
+
+def host_json(trace: Trace, *, steady: bool = False) -> dict[str, Any]:
+    """``profkit host --format json`` of one rank: summary, functions, other_threads, verdict."""
+    from profkit.analysis.host import host_time
+    from profkit.analysis.host.verdict import verdict
+
+    result = host_time(trace, steady_only=steady)
+    return {**result.to_dict(), "verdict": verdict(trace, result)}
 
 
 def graphs_json(trace: Trace) -> dict[str, Any] | None:
@@ -150,45 +152,43 @@ def memory_json(trace: Trace, *, steady: bool = False) -> dict[str, Any]:
 
 
 def breakdown_json(paths: Sequence[PathLike], *, steady: bool = False, rank: int | None = None) -> list[Row]:
-    """``profkit breakdown PATHS --format json``: one row per rank (each rank of a whole-job
-    export), sorted by rank; a trace that records no rank is numbered by its place in ``paths``."""
-    from profkit.readers import open_trace
+    """``profkit breakdown PATHS --format json``: one row per rank (each rank of a multi-rank input),
+    sorted by rank; a trace that records no rank is numbered by its place in ``paths``."""
+    from profkit.readers.job import open_job
 
     rows = []
     for position, path in enumerate(paths):
-        with open_trace(path) as whole:
-            rows += _breakdown_rows(whole, position, steady, rank)
+        # one path: --rank picks among its ranks; several: each is a rank, and --rank picks a row
+        with open_job(path, rank if len(paths) == 1 else None) as job:
+            rows += [breakdown_row(t, job.multi_rank, position, steady) for t in job.traces]
+    if rank is not None and len(paths) > 1:
+        have = sorted(r["rank"] for r in rows)
+        rows = [r for r in rows if r["rank"] == rank]
+        if not rows:
+            raise ProfkitError(f"the traces hold ranks {', '.join(map(str, have))}: there is no rank {rank}")
     rows.sort(key=lambda r: r["rank"])
     return rows
 
 
-def _breakdown_rows(whole: Trace, position: int, steady: bool, rank: int | None) -> list[Row]:
+def breakdown_row(trace: Trace, multi_rank: bool, position: int, steady: bool) -> Row:
+    """One rank's row of ``breakdown_json`` (``position``: its rank where the trace records none)."""
     from profkit.analysis.breakdown import rank_breakdown
     from profkit.model.clock import session_zero
-    from profkit.model.rank_view import rank_label, select_ranks
 
-    rows = []
-    for trace in select_ranks(whole, rank):
-        row = rank_breakdown(trace, steady=steady)
-        # the trace-clock ns that the printed seconds count from (``profkit.model.clock``)
-        row["session_start_ns"] = session_zero(trace)
-        if rank_label(trace):
-            row["rank_source"] = trace.meta.extra.get("rank_source")
-        if row["rank"] is None:
-            row["rank"] = position
-        row["launch_bound"] = row["launch"]["launch_bound"]
-        rows.append(row)
-    return rows
+    row = rank_breakdown(trace, steady=steady)
+    # the trace-clock ns that the printed seconds count from (``profkit.model.clock``)
+    row["session_start_ns"] = session_zero(trace)
+    if multi_rank:
+        row["rank_source"] = trace.meta.extra.get("rank_source")
+    if row["rank"] is None:
+        row["rank"] = position
+    row["launch_bound"] = row["launch"]["launch_bound"]
+    return row
 
 
-def stall_report(path: PathLike, *, step_range: str | None = None, threshold_pct: float = 5.0) -> StallReport:
-    """``profkit stalls PATH``'s analysis (its JSON's ``rows`` are ``.sites``); ``path`` may be a run folder,
-    whose recorded working folder is where the sync sites' source lines are looked up."""
-    from profkit.readers import open_trace, resolve_run_folder
-
-    path = Path(path)
-    with open_trace(resolve_run_folder(path)) as trace:
-        return stalls_of_trace(trace, path, step_range, threshold_pct)
+def stalls_json(report: StallReport) -> dict[str, Any]:
+    """``profkit stalls --format json`` of one rank (without --compare): ``{"rows": the sync sites}``."""
+    return {"rows": report.sites}
 
 
 def stalls_of_trace(trace: Trace, path: Path, step_range: str | None, threshold_pct: float) -> StallReport:

@@ -129,7 +129,8 @@ def test_cli_table_json_csv() -> None:
 
 def test_cli_says_when_nothing_repeats(monkeypatch: pytest.MonkeyPatch) -> None:
     kernels, _ = loop([[f"kernel_{i}" for i in range(30)]])
-    monkeypatch.setattr("profkit.cli.steps.open_trace", lambda path: synthetic_trace(kernels))
+    # every command opens what a path names through profkit.readers.job, which calls readers.open_trace
+    monkeypatch.setattr("profkit.readers.open_trace", lambda path: synthetic_trace(kernels))
     result = _run("synthetic.json")
     assert result.exit_code == 0
     assert "no steps found" in result.output and "no repeating pattern" in result.output

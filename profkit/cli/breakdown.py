@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from profkit.cli.ranks import job_rank_option
+from profkit.cli.per_rank import rank_option
 from profkit.model.clock import SESSION_START
 from profkit.output import Column, emit_rows, format_option, rows_to_json, wide_option
 from profkit.terminal import echo_for
@@ -45,7 +45,7 @@ IDLE_COLUMNS = [
 @click.command()
 @click.argument("traces", nargs=-1, required=True, metavar="TRACE...", type=click.Path(path_type=Path))
 @click.option("--steady", is_flag=True, help="Count only the steady-state steps (after start-up and warm-up).")
-@job_rank_option
+@rank_option
 @wide_option()
 @format_option()
 def breakdown(traces: tuple[Path, ...], steady: bool, rank: int | None, wide: bool, fmt: str) -> None:
@@ -87,9 +87,10 @@ def breakdown(traces: tuple[Path, ...], steady: bool, rank: int | None, wide: bo
     JSON rows carry rank, kernel_time_ns, idle_ns,
     compute_ns, non_compute_ns, idle_pct, compute_pct, non_compute_pct,
     comm_comp_overlap_pct and the details (kernel_types, idle_by_stream,
-    longest_idle, launch, queue).  One row per trace (rank); an export of a
-    whole multi-GPU job (one process per GPU) gives a row per rank (--rank N:
-    only rank N's), with rank_source saying where its rank came from.
+    longest_idle, launch, queue).  One row per trace (rank); a multi-rank
+    input (an export of a whole multi-GPU job, a folder of rank traces, a
+    torchrun run folder) gives a row per rank (--rank N: only rank N's), with
+    rank_source saying where its rank came from.
     """
     from profkit.api import breakdown_json
 

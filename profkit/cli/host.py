@@ -1,20 +1,20 @@
 """`profkit host TRACE`: host time per Python function per step, and the part during GPU idle.
 
-Thin command: open the trace, call profkit.analysis.host.host_time, render with profkit.output.
+Thin command: each rank's ``profkit.api.host_json`` (profkit.analysis.host.host_time and its verdict),
+rendered with profkit.output.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+from typing import Any
 
 import click
 
-from profkit.analysis.host import host_time
-from profkit.analysis.host.verdict import verdict
+from profkit.api import host_json, per_rank
+from profkit.cli.per_rank import heading, rank_columns, rank_option, with_rank
 from profkit.output import json_text
 from profkit.output import Column, emit_rows, format_option, top_option, wide_option
-from profkit.readers import open_trace
 from profkit.terminal import echo_for
 
 TABLE = [Column("function", "Function"), Column("site", "File:line", fit="left"),
@@ -27,12 +27,13 @@ CSV = [Column(k, k) for k in ("function", "file", "line", "self_ns_per_step", "i
 
 @click.command()
 @click.argument("trace_path", metavar="TRACE", type=click.Path(path_type=Path))
+@rank_option
 @click.option("--steady", is_flag=True, help="Only the steady-state steps (default: every step, warm-up too).")
 @top_option(25, "table/md: show the N functions with the most host time (0: all).  json/csv list every one.",
             minimum=0, old_names=("--limit",))
 @wide_option()
 @format_option()
-def host(trace_path: Path, steady: bool, top: int, wide: bool, fmt: str) -> None:
+def host(trace_path: Path, rank: int | None, steady: bool, top: int, wide: bool, fmt: str) -> None:
     """Host time per Python function per step, and the part of it during which the GPU was idle.
 
     \b
@@ -44,29 +45,34 @@ def host(trace_path: Path, steady: bool, top: int, wide: bool, fmt: str) -> None
     the main thread (the one holding the step ranges); GPU idle is the step
     minus the union of all GPU work, as in profkit steps.
     """
-    with open_trace(trace_path) as trace:
-        result = host_time(trace, steady_only=steady)
-        said = verdict(trace, result)
+    answers = per_rank(trace_path, rank, lambda trace: host_json(trace, steady=steady))
     if fmt == "json":
-        click.echo(json_text({**result.to_dict(), "verdict": said}, indent=2))
+        click.echo(json_text(answers.json(), indent=2))
         return
-    rows = [{**r, "site": f"{Path(r['file']).name}:{r['line']}"} for r in result.functions]
     if fmt == "csv":
-        emit_rows(rows, CSV, fmt)
+        emit_rows(with_rank(answers, _function_rows), rank_columns(answers, CSV), fmt)
         return
-    s = result.summary
     say = echo_for(fmt)
-    say(f"{trace_path.name}: {said['sentence']}")
-    # the median is the steps' one; idle is a mean (a total over the steps), so it is said as a share
-    say(f"{s['steps']} {'steady-state ' if s['steady_only'] else ''}steps (steady median "
-        f"{s['step_median_ns'] / 1e6:.2f} ms), GPU idle {said['idle_pct']:.0f}% of the step time "
-        f"(mean {s['gpu_idle_ns_per_step'] / 1e6:.2f} ms per step), "
-        f"{s['explained_idle_pct']}% of it in a named Python function ({s['source']})")
-    shown = rows if top == 0 else rows[:top]
-    emit_rows(shown, TABLE, fmt, wide=wide)
-    if len(shown) < len(rows):
-        say(f"({len(rows) - len(shown)} more functions: --top 0 shows all)")
-    if result.other_threads:
-        click.echo("Other threads:")
-        emit_rows([{**r, "site": f"{Path(r['file']).name}:{r['line']}"} for r in result.other_threads[:top or None]],
-                  [Column("tid", "Thread", "int"), *TABLE], fmt, wide=wide)
+    for answer in answers.items:
+        label = heading(answers, answer)
+        out, s = answer.value, answer.value["summary"]
+        said = out["verdict"]
+        rows = _function_rows(out)
+        say(f"{trace_path.name}{', ' + label if label else ''}: {said['sentence']}")
+        # the median is the steps' one; idle is a mean (a total over the steps), so it is said as a share
+        say(f"{s['steps']} {'steady-state ' if s['steady_only'] else ''}steps (steady median "
+            f"{s['step_median_ns'] / 1e6:.2f} ms), GPU idle {said['idle_pct']:.0f}% of the step time "
+            f"(mean {s['gpu_idle_ns_per_step'] / 1e6:.2f} ms per step), "
+            f"{s['explained_idle_pct']}% of it in a named Python function ({s['source']})")
+        shown = rows if top == 0 else rows[:top]
+        emit_rows(shown, TABLE, fmt, wide=wide)
+        if len(shown) < len(rows):
+            say(f"({len(rows) - len(shown)} more functions: --top 0 shows all)")
+        if out["other_threads"]:
+            click.echo("Other threads:")
+            emit_rows([{**r, "site": f"{Path(r['file']).name}:{r['line']}"} for r in out["other_threads"][:top or None]],
+                      [Column("tid", "Thread", "int"), *TABLE], fmt, wide=wide)
+
+
+def _function_rows(out: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{**r, "site": f"{Path(r['file']).name}:{r['line']}"} for r in out["functions"]]

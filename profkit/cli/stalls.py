@@ -1,8 +1,8 @@
 """`profkit stalls TRACE|RUN_DIR`: every CPU-GPU synchronization, its Python line and its cost.
 
 Thin command: find the trace (an nsys export, a PyTorch profiler trace, or
-a `profkit trace` run folder), analyse it with ``profkit.api.stall_report``
-(as the Python API does), render with profkit.output.
+a `profkit trace` run folder; each rank of a multi-rank input), analyse it with
+``profkit.api.stalls_of_trace`` (as the Python API does), render with profkit.output.
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ from typing import Any
 import click
 
 from profkit.analysis.sync.stalls import StallReport, compare_steps
-from profkit.api import stall_report
+from profkit.api import per_rank, stalls_json, stalls_of_trace
+from profkit.cli.per_rank import heading, rank_columns, rank_option, with_rank
+from profkit.errors import ProfkitError
 from profkit.output import json_text
 from profkit.output import Column, emit_rows, format_option, md_escape, md_escape_prose, wide_option
 from profkit.terminal import echo
@@ -44,6 +46,7 @@ STEP_COLUMNS = [
 
 @click.command()
 @click.argument("target", metavar="TRACE|RUN_DIR", type=click.Path(path_type=Path))
+@rank_option
 @click.option("--step-range", metavar="NAME",
               help="NVTX range that marks one step (\"step\" also matches \"step 7\"); "
                    "default: the most frequent top-level range that repeats.")
@@ -56,7 +59,7 @@ STEP_COLUMNS = [
                                             "their kernel names (they look like different programs).")
 @wide_option()
 @format_option()
-def stalls(target: Path, step_range: str | None, other: Path | None, threshold: float, force: bool,
+def stalls(target: Path, rank: int | None, step_range: str | None, other: Path | None, threshold: float, force: bool,
            wide: bool, fmt: str) -> None:
     """Synchronization stalls: each sync, its Python line, CPU time blocked, GPU idle caused.
 
@@ -99,36 +102,47 @@ def stalls(target: Path, step_range: str | None, other: Path | None, threshold: 
       comparison  with --compare only: the step times of both runs (a, b),
                   change (profkit diff's verdict), finding, sites_only_in_a,
                   sites_only_in_b, and other_rows (OTHER_EXPORT's sites)
-    csv: one line per sync site.
+    csv: one line per sync site.  A multi-rank input (an export of a whole
+    job, a folder of rank traces, a torchrun run folder): each rank's sites
+    and steps (json: a list of these objects with rank; csv: a rank column;
+    --rank N only rank N's; --compare takes one rank).
     """
-    report, other_report = _analyze(target, other, step_range, threshold, force)
-    comparison = compare_steps(report, other_report) if other_report is not None else None
+    if other is not None:
+        report, other_report = _compared(target, other, rank, step_range, threshold, force)
+        comparison = compare_steps(report, other_report)
+        if fmt == "json":
+            out = {**stalls_json(report), "comparison": {**comparison, "other_rows": other_report.sites}}
+            click.echo(json_text(out, indent=2, default=_plain))
+        elif fmt == "csv":
+            emit_rows(_site_rows(report), SITE_COLUMNS, fmt)
+        else:
+            _render(report, comparison, fmt, wide)
+        return
+    answers = per_rank(target, rank, lambda trace: stalls_of_trace(trace, target, step_range, threshold))
     if fmt == "json":
-        out: dict[str, Any] = {"rows": report.sites}
-        if comparison is not None:
-            out["comparison"] = {**comparison, "other_rows": other_report.sites}
-        click.echo(json_text(out, indent=2, default=_plain))
-        return
-    if fmt == "csv":
-        emit_rows(_site_rows(report), SITE_COLUMNS, fmt)
-        return
-    _render(report, comparison, fmt, wide)
+        click.echo(json_text(answers.map(stalls_json).json(), indent=2, default=_plain))
+    elif fmt == "csv":
+        emit_rows(with_rank(answers, _site_rows), rank_columns(answers, SITE_COLUMNS), fmt)
+    else:
+        for answer in answers.items:
+            _render(answer.value, None, fmt, wide, label=heading(answers, answer))
 
 
-def _analyze(target: Path, other: Path | None, step_range: str | None, threshold: float,
-             force: bool) -> tuple[StallReport, StallReport | None]:
-    """The stalls of TARGET, and of OTHER when given (refused when it looks like another program)."""
-    if other is None:
-        return stall_report(target, step_range=step_range, threshold_pct=threshold), None
+def _compared(target: Path, other: Path, rank: int | None, step_range: str | None, threshold: float,
+              force: bool) -> tuple[StallReport, StallReport]:
+    """The stalls of TARGET and OTHER, one rank of each (refused when they look like two programs)."""
     from profkit.analysis.compare.same_program import check_traces
-    from profkit.api import stalls_of_trace
-    from profkit.readers import open_trace, resolve_run_folder
+    from profkit.readers.job import open_job
 
     # each trace opened once: checked against the other, then analysed
-    with open_trace(resolve_run_folder(target)) as a, open_trace(resolve_run_folder(other)) as b:
-        check_traces(a, b, force=force)
-        return (stalls_of_trace(a, target, step_range, threshold),
-                stalls_of_trace(b, other, step_range, threshold))
+    with open_job(target, rank) as a, open_job(other, rank) as b:
+        for job, path in ((a, target), (b, other)):
+            if len(job.traces) > 1:
+                raise ProfkitError(f"{path.name} holds ranks {', '.join(map(str, job.ranks))}: "
+                                   "--compare compares one rank", hint="pass --rank N")
+        check_traces(a.traces[0], b.traces[0], force=force)
+        return (stalls_of_trace(a.traces[0], target, step_range, threshold),
+                stalls_of_trace(b.traces[0], other, step_range, threshold))
 
 
 def _site_rows(report: StallReport) -> list[dict[str, Any]]:
@@ -145,8 +159,9 @@ def _site_rows(report: StallReport) -> list[dict[str, Any]]:
     return rows
 
 
-def _render(report: StallReport, comparison: dict[str, Any] | None, fmt: str, wide: bool = False) -> None:
-    title = f"Synchronization stalls: {report.export}"
+def _render(report: StallReport, comparison: dict[str, Any] | None, fmt: str, wide: bool = False,
+            label: str = "") -> None:
+    title = f"Synchronization stalls: {report.export}" + (f", {label}" if label else "")
     if fmt == "md":
         click.echo(f"## {md_escape(title)}\n")
         for finding in report.findings:  # names from the trace in it; the code stays a code span

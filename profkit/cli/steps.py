@@ -1,26 +1,22 @@
 """`profkit steps TRACE`: the iterations of a run, its phases and the steady-state step time.
 
-Thin command: open the trace, take its steps from ``profkit.api`` (as the Python
-API does), render with profkit.output.
+Thin command: take each rank's steps from ``profkit.api`` (as the Python API
+does), render with profkit.output.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
 from profkit.analysis.steps import headline
 from profkit.analysis.steps.result import StepResult
-from profkit.cli.ranks import job_rank_option
-from profkit.api import step_results, steps_json
+from profkit.api import per_rank, steps_json, steps_of
+from profkit.cli.per_rank import heading, rank_option
 from profkit.model.clock import SESSION_START, session_zero
-from profkit.model.rank_view import rank_label
-from profkit.output import json_text
-from profkit.output import Column, emit_rows, format_option, top_option, wide_option
+from profkit.output import Column, emit_rows, format_option, json_text, top_option, wide_option
 from profkit.errors import ProfkitError
-from profkit.readers import open_trace
 from profkit.readers.run_folder import RUN_JSON, read_run_record
 from profkit.terminal import echo_for
 
@@ -40,7 +36,7 @@ STEP_CSV = [Column(k, k) for k in ("index", "start_ns", "end_ns", "duration_ns",
 @click.option("--no-ranges", is_flag=True, help="Ignore annotations: find steps from the repeating launch pattern.")
 @top_option(50, "table/md: show the first N steps (0: all).  json/csv list every step.", minimum=0,
             old_names=("--limit",))
-@job_rank_option
+@rank_option
 @wide_option()
 @format_option()
 def steps(trace_path: Path, step_range: str | None, no_ranges: bool, top: int, rank: int | None, wide: bool,
@@ -61,19 +57,19 @@ def steps(trace_path: Path, step_range: str | None, no_ranges: bool, top: int, r
     the steady state only.  Start: in seconds from the session start, the
     clock of every time profkit prints and `profkit export --window` takes.
 
-    An export of a whole multi-GPU job (one process per GPU) gives each
-    rank's steps (json: a list, one object per rank; csv: a rank column);
-    --rank N only rank N's.
+    A multi-rank input (an export of a whole multi-GPU job, a folder of rank
+    traces, a torchrun run folder) gives each rank's steps (json: a list,
+    one object per rank; csv: a rank column); --rank N only rank N's.
     """
-    with open_trace(trace_path) as trace:
-        results = step_results(trace, use_ranges=not no_ranges, step_range=step_range, rank=rank)
-        zeros = [session_zero(t) for t, _ in results]
+    answers = per_rank(trace_path, rank, lambda t: (steps_of(t, use_ranges=not no_ranges, step_range=step_range),
+                                                    session_zero(t)))
     if fmt == "json":
-        click.echo(json_text(steps_json(results), indent=2))
+        click.echo(json_text(answers.map(lambda v: steps_json(v[0])).json(), indent=2))
         return
-    several = any(rank_label(t) for t, _ in results)  # ranks of a whole-job export, even one of them
-    for (t, result), zero in zip(results, zeros):
-        _emit(trace_path, t.meta.rank if several else None, rank_label(t), result, top, fmt, zero, wide)
+    for answer in answers.items:
+        result, zero = answer.value
+        _emit(trace_path, answer.rank if answers.multi_rank else None, heading(answers, answer), result, top, fmt,
+              zero, wide)
 
 
 def _bare_run_sentence(path: Path) -> str | None:

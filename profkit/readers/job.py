@@ -11,8 +11,10 @@ Three inputs hold several ranks, and read alike:
 
 Anything else is one trace, read as ``open_trace`` reads it (a Kineto folder of one rank's
 profiler cycles included).  Which rank a file is: the trace's own record (Kineto's
-``distributedInfo``), else its name (``rank3``, ``rank_3``, ``trace_3.json.gz``), else its
-place among the folder's rank files; each trace's ``meta.extra["rank_source"]`` says which.
+``distributedInfo``), else its name (``rank3``, ``rank_3``, ``trace_3.json.gz``); a folder's
+traces are its ranks only when each says which (a run folder's rank traces are ranks whatever
+their names, by their place when they say nothing).  Each trace's ``meta.extra["rank_source"]``
+says where its rank came from.
 """
 
 from __future__ import annotations
@@ -85,9 +87,12 @@ def job_files(path: Path) -> JobFiles:
         if run_folder_trace(path) is not None:
             return JobFiles((RankFile(path, None, None),))
     traces, skipped = _folder_traces(path)
-    if len(traces) > 1:
-        return JobFiles(_ranked(traces), tuple(skipped))
-    return JobFiles((RankFile(path, None, None),), tuple(skipped))  # open_trace's folder policy decides
+    ranked = _ranked(traces) if len(traces) > 1 else ()
+    # several traces are ranks only where each says which (its record or its name): two exports
+    # a.sqlite b.sqlite may be two runs, which open_trace's folder policy refuses by name
+    if ranked and all(f.rank_source != FROM_ORDER for f in ranked):
+        return JobFiles(ranked, tuple(skipped))
+    return JobFiles((RankFile(path, None, None),), tuple(skipped))
 
 
 def _is_dir(path: Path) -> bool:
