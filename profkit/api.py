@@ -137,6 +137,16 @@ def host_json(trace: Trace, *, steady: bool = False) -> dict[str, Any]:
     return {**result.to_dict(), "verdict": verdict(trace, result)}
 
 
+def occupancy_json(trace: Trace, *, arch: str | None = None, sms: int | None = None,
+                   launches: Sequence[Any] | None = None) -> list[Row]:
+    """``profkit occupancy TRACE --format json``: theoretical occupancy and its limiter per kernel
+    (``arch``/``sms`` override the trace's GPU; ``launches``: an ncu CSV's, for achieved occupancy)."""
+    from profkit.analysis import occupancy as occ
+
+    rows = occ.trace_occupancy(trace, device=occ.device_limits(arch, sm_count=sms) if arch else None)
+    return occ.attach_ncu(rows, launches) if launches is not None else rows
+
+
 def graphs_json(trace: Trace) -> dict[str, Any] | None:
     """``profkit graphs --format json``: the CUDA graphs summary, None when no graph was replayed."""
     from profkit.analysis.kernels.graphs import cuda_graphs

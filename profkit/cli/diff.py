@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from profkit.cli.kernel_code_options import kernel_target_options
-from profkit.cli.ranks import job_rank_option
+from profkit.cli.per_rank import rank_option
 from profkit.errors import ProfkitError
 from profkit.output import json_text
 from profkit.output import Column, emit_rows, short_kernel_names, terminal_safe, top_option, wide_option
@@ -51,7 +51,7 @@ CSV_COLUMNS = [Column(k, k) for k in ("kind", "status", "name", "api", "base", "
               metavar="DIR", help="Inductor/Triton caches: add the machine code (registers, spills, "
                                   "vectorization) of the Triton kernels that changed (repeatable).")
 @kernel_target_options
-@job_rank_option
+@rank_option
 @click.option("--force", is_flag=True, help="Compare even when BASE and NEW share under half their kernel names "
                                             "(they look like different programs).")
 @top_option(10, "table: list the N kernels whose time per step changed most (0: all).  json, csv and md "

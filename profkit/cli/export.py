@@ -1,6 +1,6 @@
 """`profkit export TRACE --to perfetto -o out.json.gz`: the trace as Chrome trace-event JSON.
 
-Thin: parse the options, open the trace, call ``profkit.export.perfetto``.
+Thin: parse the options, open each rank (``profkit.readers.job``), call ``profkit.export.perfetto``.
 Perfetto (https://ui.perfetto.dev, in any browser, the file stays local)
 and chrome://tracing open the result.
 """
@@ -8,9 +8,11 @@ and chrome://tracing open the result.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
+from profkit.cli.per_rank import rank_option
 from profkit.errors import ProfkitError
 from profkit.model.clock import parse_seconds
 
@@ -53,7 +55,8 @@ def parse_steps(text: str) -> tuple[int, int]:
                    "`profkit steps`, `profkit breakdown`): a time copied from them can be pasted here.")
 @click.option("--steps", "step_range", default=None, metavar="A:B",
               help="Only steps A to B (both included, numbered as by `profkit steps`).")
-def export(trace_path: Path, fmt: str, output: Path | None, window: str | None, step_range: str | None) -> None:
+@rank_option
+def export(trace_path: Path, rank: int | None, fmt: str, output: Path | None, window: str | None, step_range: str | None) -> None:
     """Write a trace (nsys export or PyTorch profiler trace) as a Perfetto/Chrome trace.
 
     \b
@@ -72,6 +75,10 @@ def export(trace_path: Path, fmt: str, output: Path | None, window: str | None, 
     (`profkit info`: session_start_utc; the capture itself may begin later,
     as the report's Capture section says); for a PyTorch profiler trace, the
     start of the profiler's span.
+
+    A multi-rank input (an export of a whole job, a folder of rank traces, a
+    torchrun run folder) is written one file per rank, OUT with ".rankN"
+    after its stem (run.rank1.json.gz); --rank N writes rank N's to OUT.
     """
     if fmt not in FORMATS:
         raise ProfkitError(f"unknown export format {fmt!r}", hint=f"--to takes: {', '.join(FORMATS)}")
@@ -79,25 +86,40 @@ def export(trace_path: Path, fmt: str, output: Path | None, window: str | None, 
         raise ProfkitError("--window and --steps both cut the trace: give one of them")
     bounds = parse_window(window) if window is not None else None
     steps_wanted = parse_steps(step_range) if step_range is not None else None
+    from profkit.readers.job import open_job
+
+    out = output if output is not None else Path(f"{trace_path.name.split('.')[0]}.perfetto.json.gz")
+    with open_job(trace_path, rank) as job:
+        for trace in job.traces:
+            target = out if rank is not None or not job.multi_rank else rank_file(out, trace.meta.rank)
+            result = _export_one(trace, target, bounds, steps_wanted)
+            label = f"rank {trace.meta.rank}: " if job.multi_rank else ""
+            click.echo(f"{label}{result.path}: {result.events:,} events ({result.kernels:,} kernels, "
+                       f"{result.flows:,} launch arrows); open it at https://ui.perfetto.dev")
+
+
+def rank_file(out: Path, rank: int | None) -> Path:
+    """OUT for one rank of several: ".rankN" after its stem (run.json.gz -> run.rank1.json.gz)."""
+    stem, dot, suffixes = out.name.partition(".")
+    return out.with_name(f"{stem}.rank{rank}{dot}{suffixes}")
+
+
+def _export_one(trace: Any, out: Path, bounds: tuple[int | None, int | None] | None,
+                steps_wanted: tuple[int, int] | None) -> Any:
     from profkit.export.perfetto import export_perfetto
     from profkit.export.tracks import step_table, steps_window, trace_span
     from profkit.model.clock import session_zero
-    from profkit.readers import open_trace
 
-    out = output if output is not None else Path(f"{trace_path.name.split('.')[0]}.perfetto.json.gz")
-    with open_trace(trace_path) as trace:
-        steps = step_table(trace)
-        window_ns = None
-        if bounds is not None:
-            span = trace_span(trace)
-            if span is not None:
-                zero = session_zero(trace)
-                # both ends included: the window of an idle stretch holds the operations on each side of it
-                lo = span[0] if bounds[0] is None else zero + bounds[0]
-                hi = span[1] + 1 if bounds[1] is None else zero + bounds[1] + 1
-                window_ns = (lo, hi)
-        elif steps_wanted is not None:
-            window_ns = steps_window(steps, *steps_wanted)
-        result = export_perfetto(trace, out, window_ns=window_ns, steps=steps)
-    click.echo(f"{result.path}: {result.events:,} events ({result.kernels:,} kernels, {result.flows:,} launch "
-               f"arrows); open it at https://ui.perfetto.dev")
+    steps = step_table(trace)
+    window_ns = None
+    if bounds is not None:
+        span = trace_span(trace)
+        if span is not None:
+            zero = session_zero(trace)
+            # both ends included: the window of an idle stretch holds the operations on each side of it
+            lo = span[0] if bounds[0] is None else zero + bounds[0]
+            hi = span[1] + 1 if bounds[1] is None else zero + bounds[1] + 1
+            window_ns = (lo, hi)
+    elif steps_wanted is not None:
+        window_ns = steps_window(steps, *steps_wanted)
+    return export_perfetto(trace, out, window_ns=window_ns, steps=steps)

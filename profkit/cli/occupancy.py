@@ -6,6 +6,7 @@ import re
 
 import click
 
+from profkit.cli.per_rank import rank_columns, rank_option, titled, with_rank
 from profkit.errors import ProfkitError
 from profkit.output import json_text
 from profkit.output import Column, emit_rows, format_option, wide_option
@@ -65,7 +66,8 @@ def parse_size(text: str | None) -> int:
 
 
 @click.command()
-@click.argument("export", required=False, type=click.Path(dir_okay=False))
+@click.argument("export", required=False, type=click.Path())
+@rank_option
 @click.option("--arch", help="GPU architecture for the direct form: sm_90, 9.0, 90 (or overrides the export's).")
 @click.option("--block", type=int, help="Threads per block (1 to 1024).")
 @click.option("--regs", type=int, help="Registers per thread.")
@@ -79,7 +81,7 @@ def parse_size(text: str | None) -> int:
               help="ncu CSV (details or raw page): show ncu's occupancy and block limits next to profkit's.")
 @wide_option()
 @format_option()
-def occupancy(export: str | None, arch: str | None, block: int | None, regs: int | None, smem: str,
+def occupancy(export: str | None, rank: int | None, arch: str | None, block: int | None, regs: int | None, smem: str,
               dyn_smem: str, carveout: int, grid: int | None, sms: int | None, ncu_csv: str | None,
               wide: bool, fmt: str) -> None:
     """Theoretical occupancy, its limiter, and the next step.
@@ -102,15 +104,17 @@ def occupancy(export: str | None, arch: str | None, block: int | None, regs: int
             emit_rows(rows, NCU_COLUMNS, fmt, title=f"Occupancy: profkit vs ncu ({ncu_csv})", wide=wide)
             return
     if export:
-        from profkit.readers import open_trace
+        from profkit.api import occupancy_json, per_rank
 
-        with open_trace(export) as trace:
-            rows = occ.trace_occupancy(trace, device=occ.device_limits(arch, sm_count=sms) if arch else None)
+        answers = per_rank(export, rank, lambda trace: occupancy_json(trace, arch=arch, sms=sms, launches=launches))
         columns = TRACE_COLUMNS
         if launches is not None:
-            rows = occ.attach_ncu(rows, launches)
             columns = TRACE_COLUMNS[:-1] + TRACE_NCU_COLUMNS + TRACE_COLUMNS[-1:]
-        emit_rows(rows, columns, fmt, title="Occupancy and registers", wide=wide)
+        if fmt in ("json", "csv"):
+            emit_rows(answers.json() if fmt == "json" else with_rank(answers), rank_columns(answers, columns), fmt)
+            return
+        for answer in answers.items:
+            emit_rows(answer.value, columns, fmt, title=titled("Occupancy and registers", answers, answer), wide=wide)
         return
     if block is None or regs is None or arch is None:
         raise ProfkitError("give an export, --ncu FILE, or --arch, --block and --regs",

@@ -42,9 +42,6 @@ scheduler_option = click.option(
     help="Where ranks are read: a local Dask cluster by default, or an existing dask.distributed scheduler.")
 workers_option = click.option("--workers", type=click.IntRange(min=1), default=None,
                               help="Local workers (default: one per core, at most one per rank).")
-job_rank_option = click.option(
-    "--rank", "rank", type=click.IntRange(min=0), default=None, metavar="N",
-    help="Of an export of a whole multi-GPU job (one process per GPU), only rank N (default: every rank).")
 rank_from_option = click.option("--rank-from", "rank_from", default=None, metavar="REGEX",
                                 help="Regex whose first group is the rank in each file name.")
 
