@@ -280,77 +280,159 @@ def _frame(rows: Sequence[Row], columns: Iterable[str] = (), **attrs: Any) -> pd
 
 
 class Profile:
-    """One open trace and the questions profkit answers about it, as DataFrames.
+    """What one path names, and the questions profkit answers about it, as DataFrames.
 
-    Open with ``profkit.open(path)``; close with ``close()`` or a ``with`` block.  The trace's
-    columns are read once and shared by every method."""
+    Open with ``profkit.open(path, rank=None)``; close with ``close()`` or a ``with`` block.  The
+    path is any input of the per-trace commands: a trace, a Kineto folder, a ``profkit trace`` run
+    folder, or a multi-rank input (an export of a whole job, a folder of rank traces, a torchrun run
+    folder), whose every rank (or ``rank``) answers, with a ``rank`` column; an ncu CSV answers
+    ``roofline()`` only.  Each method equals its command's ``--format json`` (``tests/test_api_twins.py``);
+    each trace's columns are read once and shared by every method."""
 
-    def __init__(self, path: PathLike) -> None:
-        from profkit.readers import open_trace
+    def __init__(self, path: PathLike, rank: int | None = None) -> None:
+        from profkit.readers.job import open_job
 
         self.path = Path(path)
-        self.trace = open_trace(self.path)
+        self.rank = rank
+        self._summaries: list[dict[str, Any]] | None = None
+        # an ncu CSV holds no timeline: only roofline() reads it
+        self._job = None if _is_ncu_csv(self.path) else open_job(self.path, rank)
+
+    @property
+    def job(self) -> Job:
+        if self._job is None:
+            raise ProfkitError(f"{self.path.name} is an ncu CSV, not a trace: it answers roofline() only")
+        return self._job
+
+    @property
+    def traces(self) -> list[Trace]:
+        """The open trace of each rank (one for a single trace)."""
+        return self.job.traces
+
+    @property
+    def trace(self) -> Trace:
+        """The one trace; a multi-rank input names its ranks instead of picking one."""
+        if len(self.traces) > 1:
+            raise ProfkitError(f"{self.path.name} holds ranks {', '.join(map(str, self.job.ranks))}",
+                               hint="profkit.open(path, rank=N) opens one of them; .traces holds every one")
+        return self.traces[0]
+
+    def _answers(self, one: Callable[[Trace], Any]) -> Answers:
+        return answer_ranks(self.job, one)
+
+    def _rows(self, one: Callable[[Trace], list[Row]], columns: Iterable[str], **attrs: Any) -> pd.DataFrame:
+        answers = self._answers(one)
+        return _frame(answers.json(), ("rank", *columns) if answers.multi_rank else columns, **attrs)
+
+    def _object(self, answers: Answers, rows_key: str, columns: Iterable[str] = ()) -> pd.DataFrame:
+        """An object answer (``{rows_key: [...], other keys}``) as its rows, the other keys in attrs;
+        a multi-rank input: every rank's rows with a ``rank`` column, ``attrs["ranks"]`` each rank's
+        other keys (with rank and rank_source)."""
+        out = answers.json()
+        if not answers.multi_rank:
+            out = out or {}
+            return _frame(out.get(rows_key) or [], columns, **{k: v for k, v in out.items() if k != rows_key})
+        rows = [{"rank": r["rank"], **row} for r in out for row in r.get(rows_key) or []]
+        return _frame(rows, ("rank", *columns), ranks=[{k: v for k, v in r.items() if k != rows_key} for r in out])
 
     def kernels(self) -> pd.DataFrame:
         """Time per kernel name (``profkit kernels``); ``attrs["note"]``: kernels the trace could not see."""
         from profkit.analysis.kernels.graphs import unrecorded_kernels_note
         from profkit.analysis.kernels.summaries import SUMMARY_KEYS  # an empty summary still has its columns
 
-        return _frame(kernels_json(self.trace), SUMMARY_KEYS, note=unrecorded_kernels_note(self.trace))
+        return self._rows(kernels_json, SUMMARY_KEYS,
+                          note="; ".join(n for t in self.traces if (n := unrecorded_kernels_note(t))) or None)
 
     def api(self) -> pd.DataFrame:
         """Time per CUDA API function (``profkit api``)."""
         from profkit.analysis.kernels.summaries import SUMMARY_KEYS
 
-        return _frame(api_json(self.trace), SUMMARY_KEYS)
+        return self._rows(api_json, SUMMARY_KEYS)
 
     def nvtx(self) -> pd.DataFrame:
         """Time per NVTX range text and style (``profkit nvtx``)."""
         from profkit.analysis.kernels.summaries import SUMMARY_KEYS
 
-        return _frame(nvtx_json(self.trace), (*SUMMARY_KEYS, "style"))
+        return self._rows(nvtx_json, (*SUMMARY_KEYS, "style"))
 
-    def steps(self, *, use_ranges: bool = True, step_range: str | None = None,
-              rank: int | None = None) -> pd.DataFrame:
+    def info(self) -> dict[str, Any] | list[dict[str, Any]]:
+        """The capture's facts (``profkit info``): a dict, or one per rank (with rank, rank_source)."""
+        from profkit.analysis.timeline.capture import capture_info
+
+        return self._answers(capture_info).json()
+
+    def occupancy(self, *, arch: str | None = None, sms: int | None = None) -> pd.DataFrame:
+        """Theoretical occupancy and its limiter per kernel (``profkit occupancy TRACE``)."""
+        return self._rows(lambda t: occupancy_json(t, arch=arch, sms=sms), ())
+
+    def steps(self, *, use_ranges: bool = True, step_range: str | None = None) -> pd.DataFrame:
         """One row per step (``profkit steps``); ``attrs``: summary, startup, teardown, evidence,
-        message.  A whole-job export gives every rank's steps with a ``rank`` column, and
-        ``attrs["ranks"]`` holds each rank's other keys."""
+        message (a multi-rank input: a ``rank`` column, and ``attrs["ranks"]`` each rank's)."""
         from profkit.analysis.steps.result import STEP_COLUMNS
 
-        out = steps_json(step_results(self.trace, use_ranges=use_ranges, step_range=step_range, rank=rank))
-        if isinstance(out, dict):
-            return _frame(out["steps"], STEP_COLUMNS, **{k: v for k, v in out.items() if k != "steps"})
-        rows = [{"rank": r["rank"], **step} for r in out for step in r["steps"]]
-        return _frame(rows, ("rank", *STEP_COLUMNS), ranks=[{k: v for k, v in r.items() if k != "steps"} for r in out])
+        answers = self._answers(lambda t: steps_json(steps_of(t, use_ranges=use_ranges, step_range=step_range)))
+        return self._object(answers, "steps", STEP_COLUMNS)
 
-    def breakdown(self, *, steady: bool = False, rank: int | None = None) -> pd.DataFrame:
+    def breakdown(self, *, steady: bool = False) -> pd.DataFrame:
         """Where the GPU time goes, one row per rank (``profkit breakdown``); the nested figures
         (kernel_types, idle_by_stream, longest_idle, launch, queue) are in their columns."""
-        rows = _breakdown_rows(self.trace, 0, steady, rank)
+        rows = [breakdown_row(t, self.job.multi_rank, 0, steady) for t in self.traces]
         rows.sort(key=lambda r: r["rank"])
         return _frame(rows)
 
+    def host(self, *, steady: bool = False) -> pd.DataFrame:
+        """Host time per Python function per step (``profkit host``); ``attrs``: summary, verdict,
+        other_threads (a multi-rank input: a ``rank`` column, ``attrs["ranks"]`` each rank's)."""
+        return self._object(self._answers(lambda t: host_json(t, steady=steady)), "functions")
+
     def stalls(self, *, step_range: str | None = None, threshold_pct: float = 5.0) -> pd.DataFrame:
-        """One row per sync site (``profkit stalls``); ``attrs``: findings, by_nvtx, step_stats."""
-        report = stalls_of_trace(self.trace, self.path, step_range, threshold_pct)
-        return _frame(report.sites, findings=report.findings, by_nvtx=report.by_nvtx, step_stats=report.step_stats,
-                      step_range=report.step_range)
+        """One row per sync site (``profkit stalls``); ``attrs``: findings, by_nvtx, step_stats,
+        step_range (a multi-rank input: a ``rank`` column, ``attrs["ranks"]`` each rank's)."""
+        def one(trace: Trace) -> dict[str, Any]:
+            report = stalls_of_trace(trace, self.path, step_range, threshold_pct)
+            return {"rows": report.sites, "findings": report.findings, "by_nvtx": report.by_nvtx,
+                    "step_stats": report.step_stats, "step_range": report.step_range}
+
+        return self._object(self._answers(one), "rows")
 
     def graphs(self) -> pd.DataFrame:
         """One row per CUDA graph replayed (``profkit graphs``); ``attrs`` the rest (level, replays,
         in_graphs_pct, launch, setup, ...).  Empty, with no attrs, when the trace replayed no graph."""
-        found = graphs_json(self.trace)
-        if found is None:
-            return _frame([], ("graph", "replays", "gpu_ns", "mean_replay_ns", "kernels_per_replay",
-                               "replays_per_step"))
-        return _frame(found["graphs"], **{k: v for k, v in found.items() if k != "graphs"})
+        return self._object(self._answers(graphs_json), "graphs",
+                            ("graph", "replays", "gpu_ns", "mean_replay_ns", "kernels_per_replay", "replays_per_step"))
+
+    def roofline(self, *, code_dirs: Sequence[PathLike] = ()) -> pd.DataFrame:
+        """Each profiled kernel's binding roof (``profkit roofline``), from an ncu CSV or a run folder's
+        ncu.csv: one row per launch then per kernel name (``level``); ``attrs["hint"]``."""
+        out, _ = roofline_json(self.path, code_dirs=code_dirs)
+        return _frame(out["launches"] + out["kernels"], hint=out["hint"])
+
+    def _rank_summaries(self, scheduler: str | None, workers: int | None) -> list[dict[str, Any]]:
+        if self._summaries is None:
+            self._summaries = ranks_json([self.path], scheduler=scheduler, workers=workers)
+        return self._summaries
+
+    def ranks(self, *, scheduler: str | None = "threads", workers: int | None = None) -> pd.DataFrame:
+        """One row per rank of the job (``profkit ranks PATH``): every rank, whatever ``rank`` was opened."""
+        from profkit.analysis.ranks.cross_rank import RANK_KEYS
+
+        return _frame(rank_table_json(self._rank_summaries(scheduler, workers)), RANK_KEYS)
+
+    def straggler(self, *, scheduler: str | None = "threads", workers: int | None = None) -> dict[str, Any] | None:
+        """The rank the others wait for, with its evidence (the cross-rank report's); None when none is."""
+        from profkit.analysis.ranks.cross_rank import straggler
+
+        summaries = self._rank_summaries(scheduler, workers)
+        require_some_rank(summaries)
+        return straggler(summaries)
 
     def memory(self, *, steady: bool = False) -> dict[str, Any]:
         """What holds the memory at each step's peak, growth and leaks (``profkit memory``), as plain data."""
         return memory_json(self.trace, steady=steady)
 
     def close(self) -> None:
-        self.trace.close()
+        if self._job is not None:
+            self._job.close()
 
     def __enter__(self) -> Profile:
         return self
@@ -359,7 +441,35 @@ class Profile:
         self.close()
 
     def __repr__(self) -> str:
-        return f"<profkit.Profile {self.path}>"
+        return f"<profkit.Profile {self.path}{'' if self.rank is None else f' rank {self.rank}'}>"
+
+
+def _is_ncu_csv(path: Path) -> bool:
+    return path.suffix.lower() == ".csv" and path.is_file()
+
+
+def roofline_json(source: PathLike, *, code_dirs: Sequence[PathLike] = (),
+                  kernel_targets: Any = None) -> tuple[dict[str, Any], list[str]]:
+    """``profkit roofline SOURCE --format json`` (``{"launches", "kernels", "hint"}``) and the notes on
+    the kernels' code; SOURCE is an ncu CSV or a ``profkit trace --ncu-top`` run folder."""
+    from profkit.analysis.kernels.code import run_folder_caches
+    from profkit.analysis.roofline import roofline as analyze
+    from profkit.analysis.roofline.code import code_for_launches, join_code
+    from profkit.readers.ncu import read_launches
+    from profkit.readers.run_folder import RUN_JSON, read_run_record
+
+    source = Path(source)
+    launches = read_launches(source)
+    result = analyze(launches)
+    dirs = [Path(d) for d in code_dirs]
+    if source.is_dir() and (source / RUN_JSON).is_file():
+        dirs += run_folder_caches(read_run_record(source), source)
+    notes: list[str] = []
+    if dirs or kernel_targets:
+        code, notes = code_for_launches(launches, dirs, kernel_targets)
+        result = join_code(result, code)
+    return ({"launches": [dict(r.as_dict(), level="launch") for r in result.launches],
+             "kernels": [dict(r.as_dict(), level="kernel") for r in result.kernels], "hint": result.hint}, notes)
 
 
 class Ranks:
@@ -391,10 +501,11 @@ class Ranks:
         return f"<profkit.Ranks {len(self.paths)} paths>"
 
 
-def open(path: PathLike) -> Profile:  # noqa: A001 (profkit.open, as the issue names it)
-    """Open a trace (read-only): an nsys SQLite export, a PyTorch profiler (Kineto) trace or its
-    folder, or a ``profkit trace`` run folder.  Bad input raises ``ProfkitError`` (one line)."""
-    return Profile(path)
+def open(path: PathLike, rank: int | None = None) -> Profile:  # noqa: A001 (profkit.open, as the issue names it)
+    """Open what ``path`` names (read-only), as the per-trace commands do: an nsys SQLite export, a
+    PyTorch profiler (Kineto) trace or its folder, a ``profkit trace`` run folder, a multi-rank input
+    (every rank, or ``rank``), or an ncu CSV (``roofline()``).  Bad input raises ``ProfkitError`` (one line)."""
+    return Profile(path, rank)
 
 
 def open_ranks(paths: Sequence[PathLike] | PathLike, *, scheduler: str | None = None, workers: int | None = None,

@@ -52,21 +52,12 @@ def roofline(source: Path, code_dirs: tuple[Path, ...], kernel_targets: Any, wid
       profkit roofline ncu_raw.csv --format json
       profkit roofline ncu_raw.csv --kernels sample_kernels/csrc/gelu.cu
     """
-    from profkit.analysis.roofline import roofline as analyze
-    from profkit.analysis.roofline.code import code_for_launches, join_code
-    from profkit.readers.ncu import read_launches
+    from profkit.api import roofline_json
 
-    launches = read_launches(source)
-    result = analyze(launches)
-    dirs = list(code_dirs) + _run_folder_caches(source)
-    notes: list[str] = []
-    if dirs or kernel_targets:
-        code, notes = code_for_launches(launches, dirs, kernel_targets)
-        result = join_code(result, code)
-    launches = [dict(r.as_dict(), level="launch") for r in result.launches]
-    kernels = [dict(r.as_dict(), level="kernel") for r in result.kernels]
+    out, notes = roofline_json(source, code_dirs=code_dirs, kernel_targets=kernel_targets)
+    launches, kernels = out["launches"], out["kernels"]
     if fmt == "json":
-        click.echo(json_text({"launches": launches, "kernels": kernels, "hint": result.hint}, indent=2))
+        click.echo(json_text(out, indent=2))
         return
     if fmt == "csv":
         emit_rows(launches + kernels, CSV_COLUMNS, fmt)
@@ -74,18 +65,8 @@ def roofline(source: Path, code_dirs: tuple[Path, ...], kernel_targets: Any, wid
         emit_rows(launches, COLUMNS, fmt, title=f"Roofline per launch ({source.name})", wide=wide)
         emit_rows(kernels, COLUMNS, fmt, title="Roofline per kernel name", wide=wide)
     say = echo_for(fmt)
-    if result.hint:
-        say(f"note: {result.hint}", err=fmt == "csv")
+    if out["hint"]:
+        say(f"note: {out['hint']}", err=fmt == "csv")
     if fmt in ("table", "md"):  # JSON and CSV stay rows only, for machines
         for note in notes:
             say(note, err=True)
-
-
-def _run_folder_caches(source: Path) -> list[Path]:
-    """A `profkit trace` run folder's recorded Triton/inductor caches (none for a CSV)."""
-    from profkit.analysis.kernels.code import run_folder_caches
-    from profkit.readers.run_folder import RUN_JSON, read_run_record
-
-    if not (source.is_dir() and (source / RUN_JSON).is_file()):
-        return []
-    return run_folder_caches(read_run_record(source), source)
