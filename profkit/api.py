@@ -77,9 +77,18 @@ class Answers:
 
 
 def answer_ranks(job: Job, one: Callable[[Trace], Any]) -> Answers:
-    """``one(trace)`` for each rank of an open ``Job`` (``profkit.readers.job``)."""
-    return Answers(job.multi_rank, [RankAnswer(t.meta.rank, t.meta.extra.get("rank_source"), one(t))
-                                    for t in job.traces])
+    """``one(trace)`` for each rank of an open ``Job`` (``profkit.readers.job``); a rank that cannot
+    answer fails the whole, its error naming the rank."""
+    items = []
+    for trace in job.traces:
+        try:
+            value = one(trace)
+        except ProfkitError as exc:
+            if not job.multi_rank:
+                raise
+            raise ProfkitError(f"rank {trace.meta.rank}: {exc.message}", exc.hint) from None
+        items.append(RankAnswer(trace.meta.rank, trace.meta.extra.get("rank_source"), value))
+    return Answers(job.multi_rank, items)
 
 
 def per_rank(path: PathLike, rank: int | None, one: Callable[[Trace], Any]) -> Answers:
