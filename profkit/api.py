@@ -273,6 +273,49 @@ def rank_table_json(summaries: Sequence[dict[str, Any]]) -> list[Row]:
     return rows + [{"file": f["file"], "rank": f["rank"], "error": f["error"]} for f in failed_ranks(summaries)]
 
 
+def diff_json(base: PathLike, new: PathLike, *, rank: int | None = None, force: bool = False,
+              min_effect_pct: float | None = None, code_dirs: Sequence[PathLike] = (),
+              kernel_targets: Any = None) -> dict[str, Any]:
+    """``profkit diff BASE NEW --format json``: step time, kernels, sync sites, breakdown (one rank of
+    a whole-job export: ``rank``)."""
+    from contextlib import ExitStack
+
+    from profkit.analysis.compare import noise
+    from profkit.analysis.compare.diff import check_comparable, diff_traces
+    from profkit.model.rank_view import select_ranks
+    from profkit.readers import open_trace
+
+    with ExitStack() as stack:
+        base_trace = _one_rank(select_ranks(stack.enter_context(open_trace(Path(base))), rank), Path(base))
+        new_trace = _one_rank(select_ranks(stack.enter_context(open_trace(Path(new))), rank), Path(new))
+        program = check_comparable(base_trace, new_trace, force=force)
+        result = diff_traces(base_trace, new_trace,
+                             min_effect_pct=noise.MIN_EFFECT_PCT if min_effect_pct is None else min_effect_pct)
+        result["kernel_names_shared_pct"] = 100.0 * program.share
+        result["same_program_by"] = program.by
+        if program.note:
+            result["notes"] = [*result["notes"], program.note]
+        if code_dirs or kernel_targets:
+            from profkit.analysis.kernels.code import attach_code, launch_shapes
+            from profkit.analysis.kernels.targets import code_for_trace
+
+            # the variant that ran is told by NEW's launches (BASE's for a kernel that is gone);
+            # --kernels compiles for NEW's GPU, for the block sizes NEW launched
+            shapes = {**launch_shapes(base_trace), **launch_shapes(new_trace)}
+            code, _ = code_for_trace(new_trace, [k["name"] for k in result["kernels"]], code_dirs, kernel_targets)
+            result["kernels"] = attach_code(result["kernels"], code, shapes)
+    return result
+
+
+def _one_rank(traces: list[Any], path: Path) -> Any:
+    """The one trace to compare; a whole-job export needs --rank (a diff compares one rank)."""
+    if len(traces) > 1:
+        source = traces[0].meta.extra.get("rank_source")
+        raise ProfkitError(f"{path.name} holds {len(traces)} ranks (rank from: {source}): "
+                           "pass --rank N to compare one of them")
+    return traces[0]
+
+
 # -- DataFrames ---------------------------------------------------------------------------
 
 def _frame(rows: Sequence[Row], columns: Iterable[str] = (), **attrs: Any) -> pd.DataFrame:
@@ -416,6 +459,17 @@ class Profile:
         out, _ = roofline_json(self.path, code_dirs=code_dirs)
         return _frame(out["launches"] + out["kernels"], hint=out["hint"])
 
+    def diff(self, new: PathLike, *, force: bool = False, min_effect_pct: float | None = None) -> dict[str, Any]:
+        """This trace (the base) against ``new`` (``profkit diff PATH NEW``): step time, kernels, sync
+        sites, breakdown; a multi-rank input compares the rank it was opened with."""
+        return diff_json(self.path, new, rank=self.rank, force=force, min_effect_pct=min_effect_pct)
+
+    def export(self, out: PathLike, *, window: str | None = None, steps: str | None = None) -> list[dict[str, Any]]:
+        """Write the trace as a Perfetto/Chrome trace (``profkit export PATH -o OUT``): one file, or one
+        per rank of a multi-rank input (OUT.rankN); what was written, per file."""
+        return [export_file(t, out, self.job.multi_rank and self.rank is None, window=window, steps=steps)
+                for t in self.traces]
+
     def _rank_summaries(self, scheduler: str | None, workers: int | None) -> list[dict[str, Any]]:
         if self._summaries is None:
             self._summaries = ranks_json([self.path], scheduler=scheduler, workers=workers)
@@ -451,6 +505,62 @@ class Profile:
 
     def __repr__(self) -> str:
         return f"<profkit.Profile {self.path}{'' if self.rank is None else f' rank {self.rank}'}>"
+
+
+def export_file(trace: Trace, out: PathLike, per_rank_name: bool = False, *, window: str | None = None,
+                steps: str | None = None) -> dict[str, Any]:
+    """``profkit export``'s work for one rank: write ``trace`` to ``out`` (``per_rank_name``: OUT.rankN),
+    cut to ``window`` ("START:END", seconds from the session start) or ``steps`` ("A:B")."""
+    from profkit.export.perfetto import export_perfetto
+    from profkit.export.tracks import step_table, steps_window, trace_span
+    from profkit.model.clock import session_zero
+
+    if window is not None and steps is not None:
+        raise ProfkitError("--window and --steps both cut the trace: give one of them")
+    out = Path(out)
+    if per_rank_name:
+        stem, dot, suffixes = out.name.partition(".")
+        out = out.with_name(f"{stem}.rank{trace.meta.rank}{dot}{suffixes}")
+    table = step_table(trace)
+    window_ns = None
+    if window is not None:
+        bounds = parse_window(window)
+        span = trace_span(trace)
+        if span is not None:
+            zero = session_zero(trace)
+            # both ends included: the window of an idle stretch holds the operations on each side of it
+            window_ns = (span[0] if bounds[0] is None else zero + bounds[0],
+                         span[1] + 1 if bounds[1] is None else zero + bounds[1] + 1)
+    elif steps is not None:
+        window_ns = steps_window(table, *parse_steps(steps))
+    result = export_perfetto(trace, out, window_ns=window_ns, steps=table)
+    return {"rank": trace.meta.rank, "path": str(result.path), "events": result.events, "kernels": result.kernels,
+            "flows": result.flows}
+
+
+def parse_window(text: str) -> tuple[int | None, int | None]:
+    """'1.5:2.25' -> (1_500_000_000, 2_250_000_000) ns from the session start, exactly (as
+    decimals: a time pasted from the report with its nine decimals is that nanosecond);
+    either side may be left empty."""
+    from profkit.model.clock import parse_seconds
+
+    start, sep, end = text.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        return (parse_seconds(start) if start.strip() else None, parse_seconds(end) if end.strip() else None)
+    except ValueError:
+        raise ProfkitError(f"--window takes START:END in seconds from the session start, e.g. 1.5:2.0 "
+                           f"(got {text!r})") from None
+
+
+def parse_steps(text: str) -> tuple[int, int]:
+    """'3:5' -> (3, 5), both included; '4' -> (4, 4)."""
+    first, sep, last = text.partition(":")
+    try:
+        return (int(first), int(last if sep else first))
+    except ValueError:
+        raise ProfkitError(f"--steps takes A:B, step indices as `profkit steps` numbers them (got {text!r})") from None
 
 
 def _is_ncu_csv(path: Path) -> bool:

@@ -6,7 +6,6 @@ Exit codes: 0; 1 with ``--fail-on-regression PCT`` when the step time is
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,6 @@ import click
 
 from profkit.cli.kernel_code_options import kernel_target_options
 from profkit.cli.per_rank import rank_option
-from profkit.errors import ProfkitError
 from profkit.output import json_text
 from profkit.output import Column, emit_rows, short_kernel_names, terminal_safe, top_option, wide_option
 from profkit.terminal import echo, shorten, terminal_width
@@ -87,33 +85,12 @@ def diff(base: Path, new: Path, fmt: str, fail_pct: float | None, min_effect: fl
       profilers, the first line says so and which side ran under
       torch.profiler's overhead (with_stack, record_shapes).
     """
-    from contextlib import ExitStack
-
-    from profkit.analysis.compare import noise
-    from profkit.analysis.compare.diff import check_comparable, diff_traces, regression_pct
-    from profkit.model.rank_view import select_ranks
-    from profkit.readers import open_trace
+    from profkit.analysis.compare.diff import regression_pct
+    from profkit.api import diff_json
     from profkit.report.diff import change_rows, render_markdown
 
-    with ExitStack() as stack:
-        base_trace = _one_rank(select_ranks(stack.enter_context(open_trace(base)), rank), base)
-        new_trace = _one_rank(select_ranks(stack.enter_context(open_trace(new)), rank), new)
-        program = check_comparable(base_trace, new_trace, force=force)
-        result = diff_traces(base_trace, new_trace,
-                             min_effect_pct=noise.MIN_EFFECT_PCT if min_effect is None else min_effect)
-        result["kernel_names_shared_pct"] = 100.0 * program.share
-        result["same_program_by"] = program.by
-        if program.note:
-            result["notes"] = [*result["notes"], program.note]
-        if code_dirs or kernel_targets:
-            from profkit.analysis.kernels.code import attach_code, launch_shapes
-            from profkit.analysis.kernels.targets import code_for_trace
-
-            # the variant that ran is told by NEW's launches (BASE's for a kernel that is gone);
-            # --kernels compiles for NEW's GPU, for the block sizes NEW launched
-            shapes = {**launch_shapes(base_trace), **launch_shapes(new_trace)}
-            code, _ = code_for_trace(new_trace, [k["name"] for k in result["kernels"]], code_dirs, kernel_targets)
-            result["kernels"] = attach_code(result["kernels"], code, shapes)
+    result = diff_json(base, new, rank=rank, force=force, min_effect_pct=min_effect, code_dirs=code_dirs,
+                       kernel_targets=kernel_targets)
     if fmt == "json":
         click.echo(json_text(result, indent=2, default=float))
     elif fmt == "md":
@@ -153,12 +130,3 @@ def _print_table(result: dict[str, Any], top: int, wide: bool) -> None:
     if len(shown) < len(changed):
         echo(f"({len(changed) - len(shown)} more kernels changed: --top 0 lists them; --format csv lists every "
              "kernel)")
-
-
-def _one_rank(traces: list[Any], path: Path) -> Any:
-    """The one trace to compare; a whole-job export needs --rank (a diff compares one rank)."""
-    if len(traces) > 1:
-        source = traces[0].meta.extra.get("rank_source")
-        raise ProfkitError(f"{path.name} holds {len(traces)} ranks (rank from: {source}): "
-                           "pass --rank N to compare one of them")
-    return traces[0]
