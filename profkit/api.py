@@ -206,8 +206,10 @@ def breakdown_row(trace: Trace, multi_rank: bool, position: int, steady: bool) -
 
 
 def stalls_json(report: StallReport) -> dict[str, Any]:
-    """``profkit stalls --format json`` of one rank (without --compare): ``{"rows": the sync sites}``."""
-    return {"rows": report.sites}
+    """``profkit stalls --format json`` of one rank (without --compare): ``{"rows": the sync sites,
+    "findings", "by_nvtx", "step_stats", "step_range"}``."""
+    return {"rows": report.sites, "findings": report.findings, "by_nvtx": report.by_nvtx,
+            "step_stats": report.step_stats, "step_range": report.step_range}
 
 
 def stalls_of_trace(trace: Trace, path: Path, step_range: str | None, threshold_pct: float) -> StallReport:
@@ -440,12 +442,8 @@ class Profile:
     def stalls(self, *, step_range: str | None = None, threshold_pct: float = 5.0) -> pd.DataFrame:
         """One row per sync site (``profkit stalls``); ``attrs``: findings, by_nvtx, step_stats,
         step_range (a multi-rank input: a ``rank`` column, ``attrs["ranks"]`` each rank's)."""
-        def one(trace: Trace) -> dict[str, Any]:
-            report = stalls_of_trace(trace, self.path, step_range, threshold_pct)
-            return {"rows": report.sites, "findings": report.findings, "by_nvtx": report.by_nvtx,
-                    "step_stats": report.step_stats, "step_range": report.step_range}
-
-        return self._object(self._answers(one), "rows")
+        return self._object(self._answers(lambda t: stalls_json(stalls_of_trace(t, self.path, step_range,
+                                                                                 threshold_pct))), "rows")
 
     def graphs(self) -> pd.DataFrame:
         """One row per CUDA graph replayed (``profkit graphs``); ``attrs`` the rest (level, replays,

@@ -99,6 +99,8 @@ def stalls(target: Path, rank: int | None, step_range: str | None, other: Path |
     JSON, with or without --compare, is one object:
       rows        the sync sites (source, code, api, count, cpu_blocked_ns,
                   gpu_idle_ns, nvtx, kind, cause, thread, per_step, ...)
+      findings, by_nvtx, step_stats, step_range
+                  the sentences, the syncs per NVTX range, the step times
       comparison  with --compare only: the step times of both runs (a, b),
                   change (profkit diff's verdict), finding, sites_only_in_a,
                   sites_only_in_b, and other_rows (OTHER_EXPORT's sites)
