@@ -80,7 +80,7 @@ def answer_ranks(job: Job, one: Callable[[Trace], Any]) -> Answers:
     """``one(trace)`` for each rank of an open ``Job`` (``profkit.readers.job``); a rank that cannot
     answer fails the whole, its error naming the rank."""
     items = []
-    for trace in job.traces:
+    for trace in job.each():
         try:
             value = one(trace)
         except ProfkitError as exc:
@@ -179,7 +179,7 @@ def breakdown_json(paths: Sequence[PathLike], *, steady: bool = False, rank: int
     for position, path in enumerate(paths):
         # one path: --rank picks among its ranks; several: each is a rank, and --rank picks a row
         with open_job(path, rank if len(paths) == 1 else None) as job:
-            rows += [breakdown_row(t, job.multi_rank, position, steady) for t in job.traces]
+            rows += [breakdown_row(t, job.multi_rank, position, steady) for t in job.each()]
     if rank is not None and len(paths) > 1:
         have = sorted(r["rank"] for r in rows)
         rows = [r for r in rows if r["rank"] == rank]
@@ -351,6 +351,8 @@ class Profile:
         self._summaries: list[dict[str, Any]] | None = None
         # an ncu CSV holds no timeline: only roofline() reads it
         self._job = None if _is_ncu_csv(self.path) else open_job(self.path, rank)
+        if self._job is not None:
+            self._job.traces  # noqa: B018 (every rank opened once, kept for every method)
 
     @property
     def job(self) -> Job:

@@ -57,7 +57,7 @@ def copy_of(name: str, tmp_path: Path, *sql: str) -> Path:
 
 def test_json_lists_sites_with_the_documented_keys() -> None:
     out = json.loads(invoke(str(nsys_fixture("nsys2025_train_print")), "--format", "json"))
-    assert set(out) == {"rows"}  # the same shape as with --compare, less "comparison"
+    assert set(out) == {"rows", "findings", "by_nvtx", "step_stats", "step_range"}  # --compare adds "comparison"
     sites = out["rows"]
     assert isinstance(sites, list) and len(sites) == 4
     for site in sites:
@@ -82,7 +82,7 @@ def test_json_equals_the_library() -> None:
 def test_compare_print_and_noprint() -> None:
     out = json.loads(invoke(str(nsys_fixture("nsys2025_train_print")), "--format", "json",
                             "--compare", str(nsys_fixture("nsys2025_train_noprint"))))
-    assert set(out) == {"rows", "comparison"}
+    assert set(out) == {"rows", "findings", "by_nvtx", "step_stats", "step_range", "comparison"}
     assert out["rows"] == sites_of(str(nsys_fixture("nsys2025_train_print")))
     compare = out["comparison"]
     assert compare["other_rows"] == sites_of(str(nsys_fixture("nsys2025_train_noprint")))

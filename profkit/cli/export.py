@@ -66,7 +66,7 @@ def export(trace_path: Path, rank: int | None, fmt: str, output: Path | None, wi
 
     out = output if output is not None else Path(f"{trace_path.name.split('.')[0]}.perfetto.json.gz")
     with open_job(trace_path, rank) as job:
-        for trace in job.traces:
+        for trace in job.each():
             done = export_file(trace, out, job.multi_rank and rank is None, window=window, steps=step_range)
             label = f"rank {trace.meta.rank}: " if job.multi_rank else ""
             click.echo(f"{label}{done['path']}: {done['events']:,} events ({done['kernels']:,} kernels, "

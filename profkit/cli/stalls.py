@@ -139,7 +139,7 @@ def _compared(target: Path, other: Path, rank: int | None, step_range: str | Non
     # each trace opened once: checked against the other, then analysed
     with open_job(target, rank) as a, open_job(other, rank) as b:
         for job, path in ((a, target), (b, other)):
-            if len(job.traces) > 1:
+            if job.multi_rank and rank is None:
                 raise ProfkitError(f"{path.name} holds ranks {', '.join(map(str, job.ranks))}: "
                                    "--compare compares one rank", hint="pass --rank N")
         check_traces(a.traces[0], b.traces[0], force=force)

@@ -20,6 +20,7 @@ says where its rank came from.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,20 +154,43 @@ def _ranked(paths: list[Path]) -> tuple[RankFile, ...]:
     return tuple(sorted(files, key=lambda f: f.rank))  # type: ignore[arg-type, return-value]
 
 
-@dataclass
 class Job:
-    """The ranks a path names, opened: ``traces`` (the asked rank, or each), ``ranks`` (every rank the
-    input holds; ``[]`` for a single trace), ``skipped`` (files that are not traces)."""
+    """The ranks a path names: ``ranks`` (every rank the input holds; ``[]`` for a single trace),
+    ``skipped`` (files that are not traces), and the asked rank's trace or each rank's, by ``each()``
+    (one rank file open at a time) or ``traces`` (every one opened, kept until ``close()``)."""
 
-    traces: list[Trace]
-    ranks: list[int]
-    skipped: tuple[Path, ...]
-    _closing: ExitStack
+    def __init__(self, ranks: list[int], skipped: tuple[Path, ...], opened: list[Trace] | None = None,
+                 files: tuple[RankFile, ...] = ()) -> None:
+        self.ranks = ranks
+        self.skipped = skipped
+        self._opened = opened
+        self._files = files  # the chosen rank files, opened on use
+        self._closing = ExitStack()
+        for trace in opened or []:
+            self._closing.callback(trace.close)
 
     @property
     def multi_rank(self) -> bool:
         """The input holds several ranks: commands answer per rank (a ``rank`` key, column or block)."""
         return bool(self.ranks)
+
+    @property
+    def traces(self) -> list[Trace]:
+        if self._opened is None:
+            self._opened = []
+            for f in self._files:
+                self._opened.append(self._closing.enter_context(_open_rank(f)))
+        return self._opened
+
+    def each(self) -> Iterator[Trace]:
+        """Each trace in rank order; a rank file is closed before the next opens (64 ranks of a job
+        are never in memory at once), unless ``traces`` opened them all."""
+        if self._opened is not None:
+            yield from self._opened
+            return
+        for f in self._files:
+            with _open_rank(f) as trace:
+                yield trace
 
     def close(self) -> None:
         self._closing.close()
@@ -179,7 +203,8 @@ class Job:
 
 
 def open_job(path: str | Path, rank: int | None = None) -> Job:
-    """Open what ``path`` names (see the module docstring): every rank, or only ``rank``.
+    """What ``path`` names (see the module docstring): every rank, or only ``rank``; rank files are
+    opened on use, a single trace or a whole job's export now (its ranks are told by its rows).
 
     ``rank`` that the input does not hold is a ProfkitError naming the ranks it holds; on a
     single trace, ``rank`` must be the rank it records (or it records none)."""
@@ -187,16 +212,14 @@ def open_job(path: str | Path, rank: int | None = None) -> Job:
 
     path = Path(path)
     found = job_files(path)
-    closing = ExitStack()
+    if found.rank_files:
+        ranks = [f.rank for f in found.files]
+        chosen = tuple(f for f in found.files if rank is None or f.rank == rank)
+        if not chosen:
+            raise ProfkitError(_no_such_rank(path, rank, ranks))  # type: ignore[arg-type]
+        return Job(ranks, found.skipped, files=chosen)  # type: ignore[arg-type]
+    whole = open_trace(found.files[0].path)
     try:
-        if found.rank_files:
-            ranks = [f.rank for f in found.files]
-            chosen = [f for f in found.files if rank is None or f.rank == rank]
-            if not chosen:
-                raise ProfkitError(_no_such_rank(path, rank, ranks))  # type: ignore[arg-type]
-            traces = [_as_rank(closing.enter_context(open_trace(f.path)), f) for f in chosen]
-            return Job(traces, ranks, found.skipped, closing)  # type: ignore[arg-type]
-        whole = closing.enter_context(open_trace(found.files[0].path))
         views = rank_views(whole)
         if views == [whole]:
             if rank is not None and whole.meta.rank is not None and whole.meta.rank != rank:
@@ -204,14 +227,16 @@ def open_job(path: str | Path, rank: int | None = None) -> Job:
             if rank is not None and whole.meta.rank is None and rank != 0:
                 raise ProfkitError(f"{path.name} is one trace of one rank: there is no rank {rank}",
                                    hint="--rank N picks a rank of a whole-job export or of a folder of rank traces")
-            return Job([whole], [], found.skipped, closing)
+            return Job([], found.skipped, opened=[whole])
         ranks = [v.meta.rank for v in views]
         traces = [v for v in views if rank is None or v.meta.rank == rank]
         if not traces:
             raise ProfkitError(_no_such_rank(path, rank, ranks))  # type: ignore[arg-type]
-        return Job(traces, ranks, found.skipped, closing)  # type: ignore[arg-type]
+        job = Job(ranks, found.skipped, opened=traces)  # type: ignore[arg-type]
+        job._closing.callback(whole.close)  # the views share the parent's columns: it closes last
+        return job
     except BaseException:
-        closing.close()
+        whole.close()
         raise
 
 
@@ -219,8 +244,11 @@ def _no_such_rank(path: Path, rank: int, ranks: list[int]) -> str:
     return f"{path.name} holds ranks {', '.join(map(str, ranks))}: there is no rank {rank}"
 
 
-def _as_rank(trace: Trace, file: RankFile) -> Trace:
+def _open_rank(file: RankFile) -> Trace:
     """A rank file's trace, with its rank and where it came from in its meta."""
+    from profkit.readers import open_trace
+
+    trace = open_trace(file.path)
     if trace.meta.rank is None:  # in place: the reader's source shares this meta
         trace.meta.rank = file.rank
     trace.meta.extra["rank_source"] = file.rank_source
