@@ -178,3 +178,20 @@ def test_a_single_trace_keeps_its_shape(inputs: dict) -> None:
     assert isinstance(single, dict) and "rank" not in single
     bad = invoke("steps", rank1, "--rank", "3")
     assert bad.exit_code == 2 and "there is no rank 3" in bad.output
+
+
+@pytest.mark.parametrize("backend", ["torch", "nsys"])
+def test_ranks_reads_a_torchrun_run_folder(tmp_path: Path, backend: str) -> None:
+    """`profkit ranks RUN_DIR` reads the run's rank traces, never run.json or report.json as ranks
+    (it read them as rank files and exited 3), and says which files it skipped."""
+    run = torchrun_run(tmp_path, backend)
+    result = CliRunner().invoke(cli, ["ranks", str(run), "--format", "json", "--scheduler", "threads"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert [r["rank"] for r in rows] == [0, 1] and not any("error" in r for r in rows)
+    if backend == "torch":
+        assert [Path(r["file"]).name for r in rows] == ["trace_rank0.json.gz", "trace_rank1.json.gz"]
+        assert "skipped 2 files that hold no trace" in result.stderr
+        assert "report.json" in result.stderr and "run.json" in result.stderr
+    else:  # one export of the whole job, split into its ranks
+        assert {Path(r["file"]).name for r in rows} == {"trace.sqlite"}
