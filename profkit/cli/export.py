@@ -35,7 +35,8 @@ FORMATS = ("perfetto",)
 @click.option("--steps", "step_range", default=None, metavar="A:B",
               help="Only steps A to B (both included, numbered as by `profkit steps`).")
 @rank_option
-def export(trace_path: Path, rank: int | None, fmt: str, output: Path | None, window: str | None, step_range: str | None) -> None:
+def export(trace_path: Path, rank: int | None, fmt: str, output: Path | None, window: str | None,
+           step_range: str | None) -> None:
     """Write a trace (nsys export or PyTorch profiler trace) as a Perfetto/Chrome trace.
 
     \b

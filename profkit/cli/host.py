@@ -70,7 +70,7 @@ def host(trace_path: Path, rank: int | None, steady: bool, top: int, wide: bool,
             say(f"({len(rows) - len(shown)} more functions: --top 0 shows all)")
         if out["other_threads"]:
             click.echo("Other threads:")
-            emit_rows([{**r, "site": f"{Path(r['file']).name}:{r['line']}"} for r in out["other_threads"][:top or None]],
+            emit_rows(_function_rows({"functions": out["other_threads"][:top or None]}),
                       [Column("tid", "Thread", "int"), *TABLE], fmt, wide=wide)
 
 
