@@ -195,3 +195,14 @@ def test_ranks_reads_a_torchrun_run_folder(tmp_path: Path, backend: str) -> None
         assert "report.json" in result.stderr and "run.json" in result.stderr
     else:  # one export of the whole job, split into its ranks
         assert {Path(r["file"]).name for r in rows} == {"trace.sqlite"}
+
+
+def test_a_run_json_of_the_wrong_shape_is_not_a_traceback(tmp_path: Path, inputs: dict) -> None:
+    """run.json is input: a "files" that is no object, or rank_traces that are no names, leave the
+    folder to be read as any folder (its two rank traces, by their recorded ranks)."""
+    run = torchrun_run(tmp_path, "torch")
+    record = json.loads((run / "run.json").read_text())
+    for files in ([1, 2], {"rank_traces": "trace_rank0.json.gz"}, {"rank_traces": [0, 1]}):
+        (run / "run.json").write_text(json.dumps({**record, "files": files}))
+        out = cli_json("steps", run, "--rank", "1")
+        assert [o["rank"] for o in out] == [1] and out[0]["rank_source"] == "trace"

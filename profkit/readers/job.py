@@ -82,7 +82,8 @@ def job_files(path: Path) -> JobFiles:
         return JobFiles((RankFile(path, None, None),))
     if (path / RUN_JSON).is_file():
         record = read_run_record(path)
-        names = record.get("files", {}).get("rank_traces") if isinstance(record, dict) else None
+        files = record.get("files") if isinstance(record, dict) else None  # run.json is input: checked
+        names = files.get("rank_traces") if isinstance(files, dict) else None
         if isinstance(names, list) and len(names) > 1 and all(isinstance(n, str) for n in names):
             return JobFiles(_ranked([path / n for n in names]), _not_traces(path))
         if run_folder_trace(path) is not None:
