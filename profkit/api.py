@@ -4,11 +4,15 @@
     with profkit.open("run.sqlite") as t:      # an nsys export, a Kineto trace or folder, a run folder
         t.kernels()                            # = profkit kernels run.sqlite --format json
         t.steps().attrs["summary"]             # = profkit steps ... | jq .summary
+    job = profkit.open("whole.sqlite")         # a multi-rank input: every rank, a ``rank`` column
+    profkit.open("ranks/", rank=1).host()      # = profkit host ranks/ --rank 1 --format json
 
 Each method returns the rows of the matching command's ``--format json`` as a DataFrame, with
 the same columns and values; what is not a row table (a summary, findings, a note) is in
 ``df.attrs``.  The ``*_json`` functions below build that JSON once, for both: the CLI prints
-them, the API frames them, so the two cannot drift apart.
+them, the API frames them, so the two cannot drift apart; ``per_rank``/``Answers`` give every
+per-trace command one answer per rank of a multi-rank input (``profkit.readers.job``), in one
+shape (``Answers.json``).  ``tests/test_api_twins.py`` holds every command to its twin.
 
 Imports are lazy, here as in ``profkit/__init__.py``: ``profkit kernels`` imports this module
 and must not pay for pandas or the step finder, which only the commands that use them load.
@@ -318,6 +322,90 @@ def _one_rank(traces: list[Any], path: Path) -> Any:
     return traces[0]
 
 
+def export_file(trace: Trace, out: PathLike, per_rank_name: bool = False, *, window: str | None = None,
+                steps: str | None = None) -> dict[str, Any]:
+    """``profkit export``'s work for one rank: write ``trace`` to ``out`` (``per_rank_name``: OUT.rankN),
+    cut to ``window`` ("START:END", seconds from the session start) or ``steps`` ("A:B")."""
+    from profkit.export.perfetto import export_perfetto
+    from profkit.export.tracks import step_table, steps_window, trace_span
+    from profkit.model.clock import session_zero
+
+    if window is not None and steps is not None:
+        raise ProfkitError("--window and --steps both cut the trace: give one of them")
+    out = Path(out)
+    if per_rank_name:
+        stem, dot, suffixes = out.name.partition(".")
+        out = out.with_name(f"{stem}.rank{trace.meta.rank}{dot}{suffixes}")
+    table = step_table(trace)
+    window_ns = None
+    if window is not None:
+        bounds = parse_window(window)
+        span = trace_span(trace)
+        if span is not None:
+            zero = session_zero(trace)
+            # both ends included: the window of an idle stretch holds the operations on each side of it
+            window_ns = (span[0] if bounds[0] is None else zero + bounds[0],
+                         span[1] + 1 if bounds[1] is None else zero + bounds[1] + 1)
+    elif steps is not None:
+        window_ns = steps_window(table, *parse_steps(steps))
+    result = export_perfetto(trace, out, window_ns=window_ns, steps=table)
+    return {"rank": trace.meta.rank, "path": str(result.path), "events": result.events, "kernels": result.kernels,
+            "flows": result.flows}
+
+
+def parse_window(text: str) -> tuple[int | None, int | None]:
+    """'1.5:2.25' -> (1_500_000_000, 2_250_000_000) ns from the session start, exactly (as
+    decimals: a time pasted from the report with its nine decimals is that nanosecond);
+    either side may be left empty."""
+    from profkit.model.clock import parse_seconds
+
+    start, sep, end = text.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        return (parse_seconds(start) if start.strip() else None, parse_seconds(end) if end.strip() else None)
+    except ValueError:
+        raise ProfkitError(f"--window takes START:END in seconds from the session start, e.g. 1.5:2.0 "
+                           f"(got {text!r})") from None
+
+
+def parse_steps(text: str) -> tuple[int, int]:
+    """'3:5' -> (3, 5), both included; '4' -> (4, 4)."""
+    first, sep, last = text.partition(":")
+    try:
+        return (int(first), int(last if sep else first))
+    except ValueError:
+        raise ProfkitError(f"--steps takes A:B, step indices as `profkit steps` numbers them (got {text!r})") from None
+
+
+def _is_ncu_csv(path: Path) -> bool:
+    return path.suffix.lower() == ".csv" and path.is_file()
+
+
+def roofline_json(source: PathLike, *, code_dirs: Sequence[PathLike] = (),
+                  kernel_targets: Any = None) -> tuple[dict[str, Any], list[str]]:
+    """``profkit roofline SOURCE --format json`` (``{"launches", "kernels", "hint"}``) and the notes on
+    the kernels' code; SOURCE is an ncu CSV or a ``profkit trace --ncu-top`` run folder."""
+    from profkit.analysis.kernels.code import run_folder_caches
+    from profkit.analysis.roofline import roofline as analyze
+    from profkit.analysis.roofline.code import code_for_launches, join_code
+    from profkit.readers.ncu import read_launches
+    from profkit.readers.run_folder import RUN_JSON, read_run_record
+
+    source = Path(source)
+    launches = read_launches(source)
+    result = analyze(launches)
+    dirs = [Path(d) for d in code_dirs]
+    if source.is_dir() and (source / RUN_JSON).is_file():
+        dirs += run_folder_caches(read_run_record(source), source)
+    notes: list[str] = []
+    if dirs or kernel_targets:
+        code, notes = code_for_launches(launches, dirs, kernel_targets)
+        result = join_code(result, code)
+    return ({"launches": [dict(r.as_dict(), level="launch") for r in result.launches],
+             "kernels": [dict(r.as_dict(), level="kernel") for r in result.kernels], "hint": result.hint}, notes)
+
+
 # -- DataFrames ---------------------------------------------------------------------------
 
 def _frame(rows: Sequence[Row], columns: Iterable[str] = (), **attrs: Any) -> pd.DataFrame:
@@ -505,90 +593,6 @@ class Profile:
 
     def __repr__(self) -> str:
         return f"<profkit.Profile {self.path}{'' if self.rank is None else f' rank {self.rank}'}>"
-
-
-def export_file(trace: Trace, out: PathLike, per_rank_name: bool = False, *, window: str | None = None,
-                steps: str | None = None) -> dict[str, Any]:
-    """``profkit export``'s work for one rank: write ``trace`` to ``out`` (``per_rank_name``: OUT.rankN),
-    cut to ``window`` ("START:END", seconds from the session start) or ``steps`` ("A:B")."""
-    from profkit.export.perfetto import export_perfetto
-    from profkit.export.tracks import step_table, steps_window, trace_span
-    from profkit.model.clock import session_zero
-
-    if window is not None and steps is not None:
-        raise ProfkitError("--window and --steps both cut the trace: give one of them")
-    out = Path(out)
-    if per_rank_name:
-        stem, dot, suffixes = out.name.partition(".")
-        out = out.with_name(f"{stem}.rank{trace.meta.rank}{dot}{suffixes}")
-    table = step_table(trace)
-    window_ns = None
-    if window is not None:
-        bounds = parse_window(window)
-        span = trace_span(trace)
-        if span is not None:
-            zero = session_zero(trace)
-            # both ends included: the window of an idle stretch holds the operations on each side of it
-            window_ns = (span[0] if bounds[0] is None else zero + bounds[0],
-                         span[1] + 1 if bounds[1] is None else zero + bounds[1] + 1)
-    elif steps is not None:
-        window_ns = steps_window(table, *parse_steps(steps))
-    result = export_perfetto(trace, out, window_ns=window_ns, steps=table)
-    return {"rank": trace.meta.rank, "path": str(result.path), "events": result.events, "kernels": result.kernels,
-            "flows": result.flows}
-
-
-def parse_window(text: str) -> tuple[int | None, int | None]:
-    """'1.5:2.25' -> (1_500_000_000, 2_250_000_000) ns from the session start, exactly (as
-    decimals: a time pasted from the report with its nine decimals is that nanosecond);
-    either side may be left empty."""
-    from profkit.model.clock import parse_seconds
-
-    start, sep, end = text.partition(":")
-    try:
-        if not sep:
-            raise ValueError
-        return (parse_seconds(start) if start.strip() else None, parse_seconds(end) if end.strip() else None)
-    except ValueError:
-        raise ProfkitError(f"--window takes START:END in seconds from the session start, e.g. 1.5:2.0 "
-                           f"(got {text!r})") from None
-
-
-def parse_steps(text: str) -> tuple[int, int]:
-    """'3:5' -> (3, 5), both included; '4' -> (4, 4)."""
-    first, sep, last = text.partition(":")
-    try:
-        return (int(first), int(last if sep else first))
-    except ValueError:
-        raise ProfkitError(f"--steps takes A:B, step indices as `profkit steps` numbers them (got {text!r})") from None
-
-
-def _is_ncu_csv(path: Path) -> bool:
-    return path.suffix.lower() == ".csv" and path.is_file()
-
-
-def roofline_json(source: PathLike, *, code_dirs: Sequence[PathLike] = (),
-                  kernel_targets: Any = None) -> tuple[dict[str, Any], list[str]]:
-    """``profkit roofline SOURCE --format json`` (``{"launches", "kernels", "hint"}``) and the notes on
-    the kernels' code; SOURCE is an ncu CSV or a ``profkit trace --ncu-top`` run folder."""
-    from profkit.analysis.kernels.code import run_folder_caches
-    from profkit.analysis.roofline import roofline as analyze
-    from profkit.analysis.roofline.code import code_for_launches, join_code
-    from profkit.readers.ncu import read_launches
-    from profkit.readers.run_folder import RUN_JSON, read_run_record
-
-    source = Path(source)
-    launches = read_launches(source)
-    result = analyze(launches)
-    dirs = [Path(d) for d in code_dirs]
-    if source.is_dir() and (source / RUN_JSON).is_file():
-        dirs += run_folder_caches(read_run_record(source), source)
-    notes: list[str] = []
-    if dirs or kernel_targets:
-        code, notes = code_for_launches(launches, dirs, kernel_targets)
-        result = join_code(result, code)
-    return ({"launches": [dict(r.as_dict(), level="launch") for r in result.launches],
-             "kernels": [dict(r.as_dict(), level="kernel") for r in result.kernels], "hint": result.hint}, notes)
 
 
 class Ranks:
