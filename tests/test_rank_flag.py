@@ -206,3 +206,12 @@ def test_a_run_json_of_the_wrong_shape_is_not_a_traceback(tmp_path: Path, inputs
         (run / "run.json").write_text(json.dumps({**record, "files": files}))
         out = cli_json("steps", run, "--rank", "1")
         assert [o["rank"] for o in out] == [1] and out[0]["rank_source"] == "trace"
+
+
+def test_report_of_a_torch_run_folder_of_a_job_is_the_cross_rank_report(tmp_path: Path) -> None:
+    run = torchrun_run(tmp_path, "torch")
+    result = CliRunner().invoke(cli, ["report", str(run), "-o", str(tmp_path / "out"), "--scheduler", "threads"])
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    rows = report["sections"]["ranks"]["tables"]["ranks"]["rows"]
+    assert [(r["rank"], Path(r["file"]).name) for r in rows] == [(0, "trace_rank0.json.gz"), (1, "trace_rank1.json.gz")]

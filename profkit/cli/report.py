@@ -116,11 +116,16 @@ def report(exports: tuple[Path, ...], out_dir: Path | None, top: int, baseline: 
 
 
 def _is_folder_of_ranks(path: Path) -> bool:
-    """A folder (not a run folder) holding several trace files: the ranks of one job."""
+    """A folder holding several trace files, or a run folder of a torchrun job (one trace per rank,
+    profkit.readers.job): the ranks of one job."""
     from profkit.ranks.inputs import is_trace_file
+    from profkit.readers.job import job_files
 
-    return path.is_dir() and not (path / "run.json").exists() and \
-        sum(1 for f in path.iterdir() if is_trace_file(f)) > 1
+    if not path.is_dir():
+        return False
+    if (path / "run.json").exists():
+        return job_files(path).rank_files
+    return sum(1 for f in path.iterdir() if is_trace_file(f)) > 1
 
 
 def write_ranks_report_cli(traces: tuple[Path, ...], out_dir: Path | None, top: int, scheduler: str | None,
