@@ -428,8 +428,8 @@ class Profile:
     path is any input of the per-trace commands: a trace, a Kineto folder, a ``profkit trace`` run
     folder, or a multi-rank input (an export of a whole job, a folder of rank traces, a torchrun run
     folder), whose every rank (or ``rank``) answers, with a ``rank`` column; an ncu CSV answers
-    ``roofline()`` only.  Each method equals its command's ``--format json`` (``tests/test_api_twins.py``);
-    each trace's columns are read once and shared by every method."""
+    ``roofline()`` only.  Each method equals its command's ``--format json``
+    (``tests/test_api_twins.py``); each trace's columns are read once and shared by every method."""
 
     def __init__(self, path: PathLike, rank: int | None = None) -> None:
         from profkit.readers.job import open_job
@@ -440,7 +440,11 @@ class Profile:
         # an ncu CSV holds no timeline: only roofline() reads it
         self._job = None if _is_ncu_csv(self.path) else open_job(self.path, rank)
         if self._job is not None:
-            self._job.traces  # noqa: B018 (every rank opened once, kept for every method)
+            try:
+                self._job.traces  # noqa: B018 (every rank opened once, kept for every method)
+            except BaseException:
+                self._job.close()  # the ranks opened before the one that failed
+                raise
 
     @property
     def job(self) -> Job:

@@ -43,7 +43,10 @@ def host(trace_path: Path, rank: int | None, steady: bool, top: int, wide: bool,
 
     Each instant of a step counts for the innermost Python frame then open on
     the main thread (the one holding the step ranges); GPU idle is the step
-    minus the union of all GPU work, as in profkit steps.
+    minus the union of all GPU work, as in profkit steps.  A multi-rank input
+    (an export of a whole job, a folder of rank traces, a torchrun run folder)
+    gives each rank's (json: a list of these objects with rank; --rank N only
+    rank N's).
     """
     answers = per_rank(trace_path, rank, lambda trace: host_json(trace, steady=steady))
     if fmt == "json":
