@@ -31,10 +31,8 @@ KINETO = DATA / "kineto"
 # Commands that answer no question about a trace, so no Profile method mirrors them, and why.
 NO_TWIN = {
     "trace": "runs a program under a profiler (nsys on a GPU host): its product is the run folder every twin reads",
-    "doctor": "checks this machine's profilers and drivers, not a trace",
     "report": "writes report.html/.md/.json; its parts are the twins here (steps, breakdown, stalls, host, ...)",
     "ptx": "compiles kernels to machine code (profkit.ptx is its library); it reads no trace",
-    "history": "lists and compares past run folders; each run's figures come from the steps twin",
 }
 
 
@@ -169,6 +167,37 @@ def twin_scrub(run: Path, stacks: Path, tmp_path: Path) -> None:
     assert [{"what": k, "count": v} for k, v in removed.items()] == expected
 
 
+def twin_doctor(run: Path, stacks: Path, tmp_path: Path) -> None:
+    from dataclasses import asdict
+
+    from profkit.capture.doctor import run_checks
+
+    assert plain([asdict(c) for c in run_checks()]) == cli_json("doctor")
+
+
+def twin_history(run: Path, stacks: Path, tmp_path: Path) -> None:
+    """`history add` is profkit.history.add_run of the trace's run_summary; `history show` its trend."""
+    from dataclasses import asdict
+
+    from profkit.history import add_run, run_summary, trend
+
+    db_cli, db_api = tmp_path / "cli.sqlite", tmp_path / "api.sqlite"
+    runs = [KINETO / f"hist_run{i}.json.gz" for i in (1, 2, 3, 4)]
+    for i, path in enumerate(runs):
+        added = CliRunner().invoke(cli, ["history", "add", str(path), "--label", f"r{i}", "--commit", f"c{i}",
+                                         "--db", str(db_cli)])
+        assert added.exit_code == 0, added.output
+        with profkit.open(path) as p:
+            add_run(db_api, run_summary(p.trace), label=f"r{i}", commit=f"c{i}")
+    shown = cli_json("history", "show", "--db", db_cli, "--plot", tmp_path / "trend.png")
+    assert len(shown["runs"]) == 4
+
+    def when_left_out(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:  # the clock time of each add
+        return [{k: v for k, v in r.items() if k != "added_utc"} for r in rows]
+
+    assert when_left_out(plain([asdict(t) for t in trend(db_api, shown["metric"], 3)])) == when_left_out(shown["runs"])
+
+
 def twin_occupancy(run: Path, stacks: Path, tmp_path: Path) -> None:
     for path in _inputs(run):
         with profkit.open(path) as p:
@@ -192,6 +221,8 @@ TWINS: dict[str, Callable[..., None]] = {
     "diff": twin_diff,
     "export": twin_export,
     "scrub": twin_scrub,
+    "doctor": twin_doctor,
+    "history": twin_history,
 }
 
 
