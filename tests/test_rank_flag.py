@@ -215,3 +215,22 @@ def test_report_of_a_torch_run_folder_of_a_job_is_the_cross_rank_report(tmp_path
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     rows = report["sections"]["ranks"]["tables"]["ranks"]["rows"]
     assert [(r["rank"], Path(r["file"]).name) for r in rows] == [(0, "trace_rank0.json.gz"), (1, "trace_rank1.json.gz")]
+
+
+def test_kernels_of_each_rank_of_the_whole_export_are_its_devices_rows(inputs: dict) -> None:
+    """The oracle of the whole-job form: SQL on the export, rank r being device r (torchrun on one node
+    gives LOCAL_RANK r the device r; the ranks come from NCCL's payloads, not from that order)."""
+    import sqlite3
+
+    whole = inputs["whole"][0]
+    conn = sqlite3.connect(f"file:{whole}?mode=ro&immutable=1", uri=True)
+    try:
+        per_device = dict((d, (n, ns)) for d, n, ns in conn.execute(
+            'SELECT deviceId, count(*), sum("end" - start) FROM CUPTI_ACTIVITY_KIND_KERNEL GROUP BY deviceId'))
+    finally:
+        conn.close()
+    assert sorted(per_device) == [0, 1]
+    for rank in (0, 1):
+        rows = cli_json("kernels", whole, "--rank", rank)
+        assert {r["rank"] for r in rows} == {rank}
+        assert (sum(r["instances"] for r in rows), sum(r["total_ns"] for r in rows)) == per_device[rank]
