@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from profkit.cli.per_rank import rank_option
 from profkit.output import Column, emit_rows, format_option, wide_option
 
 PARTIAL_EXIT = 3
@@ -42,6 +43,7 @@ scheduler_option = click.option(
     help="Where ranks are read: a local Dask cluster by default, or an existing dask.distributed scheduler.")
 workers_option = click.option("--workers", type=click.IntRange(min=1), default=None,
                               help="Local workers (default: one per core, at most one per rank).")
+job_rank_option = rank_option  # the one --rank of every command (cli/per_rank.py), by its older name
 rank_from_option = click.option("--rank-from", "rank_from", default=None, metavar="REGEX",
                                 help="Regex whose first group is the rank in each file name.")
 
