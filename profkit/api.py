@@ -581,9 +581,10 @@ class Profile:
         require_some_rank(summaries)
         return straggler(summaries)
 
-    def memory(self, *, steady: bool = False) -> dict[str, Any]:
-        """What holds the memory at each step's peak, growth and leaks (``profkit memory``), as plain data."""
-        return memory_json(self.trace, steady=steady)
+    def memory(self, *, steady: bool = False) -> dict[str, Any] | list[dict[str, Any]]:
+        """What holds the memory at each step's peak, growth and leaks (``profkit memory``), as plain data
+        (a multi-rank input: one per rank, with rank and rank_source)."""
+        return self._answers(lambda t: memory_json(t, steady=steady)).json()
 
     def close(self) -> None:
         if self._job is not None:

@@ -198,6 +198,14 @@ def twin_history(run: Path, stacks: Path, tmp_path: Path) -> None:
     assert when_left_out(plain([asdict(t) for t in trend(db_api, shown["metric"], 3)])) == when_left_out(shown["runs"])
 
 
+def twin_memory(run: Path, stacks: Path, tmp_path: Path) -> None:
+    path = DATA / "memory" / "gpt_memory_leak.json.gz"  # torch.profiler(profile_memory=True)
+    with profkit.open(path) as p:
+        found = p.memory()
+    assert found["devices"], "no allocator recorded: nothing would be compared"
+    assert plain(found) == cli_json("memory", path)
+
+
 def twin_occupancy(run: Path, stacks: Path, tmp_path: Path) -> None:
     for path in _inputs(run):
         with profkit.open(path) as p:
@@ -216,6 +224,7 @@ TWINS: dict[str, Callable[..., None]] = {
     "host": twin_object("host", "functions", lambda run, stacks: [KINETO / "mlp_print.json.gz", stacks]),
     "graphs": twin_graphs,
     "occupancy": twin_occupancy,
+    "memory": twin_memory,
     "roofline": twin_roofline,
     "ranks": twin_ranks,
     "diff": twin_diff,

@@ -1,7 +1,7 @@
 """`profkit memory TRACE`: what holds the memory at each step's peak, what grows, what leaks
 (profkit.analysis.memory).
 
-Thin command: open the trace, take ``memory_report`` through ``profkit.api.memory_json`` (as the
+Thin command: each rank's ``memory_report`` (``profkit.api.per_rank``) through ``profkit.api.memory_json`` (as the
 Python API does), render with profkit.output.
 """
 
@@ -12,9 +12,10 @@ from pathlib import Path
 import click
 
 from profkit.analysis.memory import findings
-from profkit.api import memory_json
-from profkit.output import Column, emit_rows, format_option, json_text, wide_option
-from profkit.readers import open_trace
+from profkit.api import memory_json, per_rank
+from profkit.cli.per_rank import heading, rank_option
+from profkit.output import json_text
+from profkit.output import Column, emit_rows, format_option, wide_option
 from profkit.terminal import echo_for
 
 STEP_COLUMNS = [
@@ -30,10 +31,11 @@ LEAK_COLUMNS = [Column("site", "Allocated at"), Column("bytes_per_step", "Never 
 
 @click.command()
 @click.argument("trace_path", metavar="TRACE", type=click.Path(path_type=Path))
+@rank_option
 @click.option("--steady", is_flag=True, help="The peak over the steady-state steps only.")
 @wide_option()
 @format_option()
-def memory(trace_path: Path, steady: bool, wide: bool, fmt: str) -> None:
+def memory(trace_path: Path, rank: int | None, steady: bool, wide: bool, fmt: str) -> None:
     """Memory: each step's peak of allocated and reserved bytes, what holds the peak (allocation
     sites, and the forward / backward / optimizer step that allocated it), fragmentation, headroom,
     and the growth from step to step that makes a leak, with the sites that never free.
@@ -48,21 +50,24 @@ def memory(trace_path: Path, steady: bool, wide: bool, fmt: str) -> None:
     headroom and growth (leaking, growth_per_step_bytes, sites).  Sizes in bytes.
     Definitions: profkit.analysis.memory.
     """
-    with open_trace(trace_path) as trace:
-        report = memory_json(trace, steady=steady)
+    answers = per_rank(trace_path, rank, lambda trace: memory_json(trace, steady=steady))
     if fmt == "json":
-        click.echo(json_text(report))
+        click.echo(json_text(answers.json(), indent=2))
         return
     say = echo_for(fmt)
-    if fmt != "csv":
-        for line in findings(report):
-            say(line)
-    for device in report["devices"]:
-        label = device["label"]
-        if device["steps"] or fmt == "csv":
-            emit_rows(device["steps"], STEP_COLUMNS, fmt, title=f"Memory per step ({label})", wide=wide)
-        if fmt == "csv":
-            continue
-        emit_rows(device["held_by_site"], SITE_COLUMNS, fmt, title=f"What holds the peak ({label})", wide=wide)
-        if device["growth"]["sites"]:
-            emit_rows(device["growth"]["sites"], LEAK_COLUMNS, fmt, title=f"Leaking sites ({label})", wide=wide)
+    for answer in answers.items:
+        report, label = answer.value, heading(answers, answer)
+        if fmt != "csv":
+            if label:
+                say(f"{trace_path.name}, {label}:")
+            for line in findings(report):
+                say(line)
+        for device in report["devices"]:
+            where = f"{device['label']}, {label}" if label else device["label"]
+            if device["steps"] or fmt == "csv":
+                emit_rows(device["steps"], STEP_COLUMNS, fmt, title=f"Memory per step ({where})", wide=wide)
+            if fmt == "csv":
+                continue
+            emit_rows(device["held_by_site"], SITE_COLUMNS, fmt, title=f"What holds the peak ({where})", wide=wide)
+            if device["growth"]["sites"]:
+                emit_rows(device["growth"]["sites"], LEAK_COLUMNS, fmt, title=f"Leaking sites ({where})", wide=wide)
