@@ -513,7 +513,8 @@ def large_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return big
 
 
-@pytest.mark.parametrize("command", ["report", "host", "ranks", "steps"])
+# (host refuses this export at once: it has no Python stacks; breakdown reads all of it)
+@pytest.mark.parametrize("command", ["report", "breakdown", "ranks", "steps"])
 def test_sigterm_ends_a_command_within_2_s(command: str, large_export: Path, tmp_path: Path) -> None:
     out_dir = tmp_path / "out"
     args = [command, str(large_export)] + (["-o", str(out_dir)] if command == "report" else [])
