@@ -28,7 +28,7 @@ def test_each_rank_writes_its_own_trace(monkeypatch, tmp_path: Path) -> None:
     from profkit.capture import launch
 
     seen = []
-    monkeypatch.setattr(launch, "run_under_torch_profiler", lambda run, path, steps=None, window=None: seen.append(path))
+    monkeypatch.setattr(launch, "run_under_torch_profiler", lambda run, path, *args, **options: seen.append(path))
     monkeypatch.setenv(launch.TORCH_TRACE_ENV, str(tmp_path / "trace_rank{rank}.json"))
     monkeypatch.setenv("PROFKIT_SYNC_SITES", "0")
     monkeypatch.setenv("RANK", "3")

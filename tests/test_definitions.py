@@ -35,7 +35,7 @@ def _help(command: str) -> str:
     ("ranks", ["Kernel time: the sum of the rank's kernel durations", "Compute kernels and Comm kernels split it",
                "nor its \"Compute %\""]),
     ("stalls", ["GPU idle caused: on the sync's device", "None before the device's first kernel",
-                "Idle/step: GPU idle caused per steady-state step", "the step-time verdict of `profkit diff`"]),
+                "Idle/step: GPU idle caused inside the steady-state steps", "the step-time verdict of `profkit diff`"]),
     ("report", ["Times: seconds from the session start", "Kernel time: a sum of kernel durations",
                 "Synchronization sites: by GPU idle time caused", "\"rank R waits X per step\" is R's communication"]),
     ("steps", ["Start: in seconds from the session start"]),

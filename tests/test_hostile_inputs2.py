@@ -526,7 +526,7 @@ def test_sigterm_ends_a_command_within_2_s(command: str, large_export: Path, tmp
     _, err = proc.communicate(timeout=30)
     elapsed = time.perf_counter() - start
     assert proc.returncode in (0, 128 + signal.SIGTERM), (proc.returncode, err[-800:])
-    if command in ("report", "ranks"):  # 10-16 s on this export: still running when signalled
+    if command == "report":  # 10-16 s on this export: still running when signalled (ranks takes 2 s)
         assert proc.returncode == 128 + signal.SIGTERM
     if proc.returncode:
         assert elapsed < 2, elapsed

@@ -19,7 +19,7 @@ import pytest
 
 from profkit.analysis.kernels import summaries
 from profkit.readers import open_trace
-from profkit.readers.kineto import scrub as kineto_scrub
+from profkit.scrub import kineto as kineto_scrub
 from profkit.readers.kineto.parse import _separator
 from profkit.scrub import scrub
 from tests import planted

@@ -19,12 +19,14 @@ Schedulers:
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from typing import Any, Iterator
 
 from profkit.errors import ProfkitError
+from profkit.signals import Stopped
 from profkit.ranks.inputs import RankInput
 
 CONNECT_TIMEOUT_S = 10
@@ -61,11 +63,23 @@ def dask_client(scheduler: str | None, n_inputs: int, workers: int | None = None
     cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=processes, dashboard_address=None,
                            silence_logs=logging.ERROR)
     client = Client(cluster, set_as_default=False)
+    stopping = False
     try:
         yield client
+    except (KeyboardInterrupt, Stopped):
+        stopping = True
+        raise
     finally:
-        client.close()
-        cluster.close()
+        if stopping:
+            # A signal interrupted the main thread, maybe inside the cluster's own calls: a
+            # graceful close can then wait forever on its event loop (seen: SIGTERM during
+            # ``ranks`` under load hung in Cluster.close()).  The process is about to exit; its
+            # worker threads go with it, and worker processes are ended here.
+            for child in multiprocessing.active_children():
+                child.terminate()
+        else:
+            client.close()
+            cluster.close()
 
 
 def map_ranks(task: Callable[[RankInput], dict[str, Any]], inputs: Sequence[RankInput], *,
