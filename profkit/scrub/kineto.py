@@ -42,7 +42,8 @@ import msgspec
 from profkit import limits as trace_limits
 from profkit.atomic import atomic_path
 from profkit.errors import ProfkitError
-from profkit.readers.kineto.parse import BLOCK, EVENTS_KEY, MAX_HEADER, _separator, gc_paused, open_binary
+from profkit.readers.kineto.parse import (BLOCK, NotChunkable, _separator, gc_paused, open_binary,
+                                          read_to_events)
 from profkit.scrub.text import Anonymizer, Redactor, is_secret_option, parse_environment, secret_values
 
 ENVIRONMENT_KEYS = {"env", "environ", "environment", "envvars", "environment_variables"}
@@ -59,8 +60,9 @@ class _Object(msgspec.Struct):
 _OBJECTS = msgspec.json.Decoder(list[_Object])
 
 
-class _NotChunkable(Exception):
-    """The layout is not one the chunked pass knows: scrub the whole document."""
+class _NotChunkable(NotChunkable):
+    """The layout is not one the chunked pass knows: scrub the whole document (the reader's own
+    refusal, ``read_to_events``, is one too)."""
 
 
 def scrub_kineto(source: str | os.PathLike[str], output: str | os.PathLike[str], *, anonymize: bool = False,
@@ -73,7 +75,7 @@ def scrub_kineto(source: str | os.PathLike[str], output: str | os.PathLike[str],
             walker = _Walker(environments, anonymize)
             try:
                 _write(tmp, out.name.endswith(".gz"), lambda sink: _scrub_chunked(src, walker, sink))
-            except _NotChunkable:
+            except NotChunkable:
                 walker = _Walker(environments, anonymize)
                 _write(tmp, out.name.endswith(".gz"), lambda sink: _scrub_whole(src, walker, sink))
             found = [env for env in walker.environments if env not in environments]
@@ -285,18 +287,7 @@ class _Chunks:
 
     def _cut(self) -> Iterator[bytes]:
         f = self.f
-        buffer = f.read(BLOCK)
-        while True:
-            key_at = buffer.find(EVENTS_KEY)
-            if key_at >= 0 and buffer.find(b"[", key_at) >= 0:
-                break
-            more = f.read(BLOCK)
-            if not more or len(buffer) > MAX_HEADER:
-                raise _NotChunkable
-            buffer += more
-        array_at = buffer.find(b"[", key_at) + 1
-        if buffer[key_at + len(EVENTS_KEY):array_at - 1].strip(b" \t\r\n:"):
-            raise _NotChunkable  # '"traceEvents"' inside some string, not the key
+        buffer, key_at, array_at = read_to_events(f, BLOCK)
         if not buffer[:key_at].lstrip().startswith(b"{"):
             raise _NotChunkable
         separator = _separator(buffer[array_at:array_at + 4096])

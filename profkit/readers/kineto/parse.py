@@ -131,7 +131,7 @@ class _Sink(Protocol):
 Sink = TypeVar("Sink", bound=_Sink)
 
 
-class _NotChunkable(Exception):
+class NotChunkable(Exception):
     """The layout is not one the chunked reader knows: decode the whole file."""
 
 
@@ -236,7 +236,7 @@ def read_events(path: Path, new_sink: Callable[[], Sink]) -> tuple[dict[str, Any
             sink = new_sink()
             try:
                 return _read_chunked(path, sink.add), sink
-            except _NotChunkable:
+            except NotChunkable:
                 sink = new_sink()
                 return _read_whole(path, sink.add), sink
     except trace_limits.LimitExceeded as exc:
@@ -315,21 +315,30 @@ def lenient_events(values: list[Any]) -> list[Event]:
     return events
 
 
+def read_to_events(f: BoundedReader, block: int = BLOCK) -> tuple[bytes, int, int]:
+    """The trace's first blocks, read until its events array opens: (the bytes read, where the
+    ``"traceEvents"`` key is, the index just past the array's ``[``).  ``NotChunkable`` for a
+    layout the chunked readers do not know (the key not found in ``MAX_HEADER`` bytes, or found
+    only inside some string).  Read ``block`` bytes at a time."""
+    buffer = f.read(block)
+    while True:
+        key_at = buffer.find(EVENTS_KEY)
+        if key_at >= 0 and buffer.find(b"[", key_at) >= 0:
+            break
+        more = f.read(block)
+        if not more or len(buffer) > MAX_HEADER:
+            raise NotChunkable
+        buffer += more
+    array_at = buffer.find(b"[", key_at) + 1
+    if buffer[key_at + len(EVENTS_KEY):array_at - 1].strip(b" \t\r\n:"):
+        raise NotChunkable  # '"traceEvents"' inside some string, not the key
+    return buffer, key_at, array_at
+
+
 def _read_chunked(path: Path, on_batch: Callable[[list[Event]], None]) -> dict[str, Any]:
     with open_binary(path) as f:
         on_batch = _EventCounter(on_batch, lambda: f.read_bytes)
-        buffer = f.read(BLOCK)
-        while True:
-            key_at = buffer.find(EVENTS_KEY)
-            if key_at >= 0 and buffer.find(b"[", key_at) >= 0:
-                break
-            more = f.read(BLOCK)
-            if not more or len(buffer) > MAX_HEADER:
-                raise _NotChunkable
-            buffer += more
-        array_at = buffer.find(b"[", key_at) + 1
-        if buffer[key_at + len(EVENTS_KEY):array_at - 1].strip(b" \t\r\n:"):
-            raise _NotChunkable  # '"traceEvents"' inside some string, not the key
+        buffer, _, array_at = read_to_events(f)
         header = buffer[:array_at]
         separator = _separator(buffer[array_at:array_at + 4096])
         # Chunks are decoded in place: the comma after a chunk's last event is
@@ -364,9 +373,9 @@ def _read_chunked(path: Path, on_batch: Callable[[list[Event]], None]) -> dict[s
     try:
         doc = _DOCUMENT.decode(header + rest)
     except msgspec.MsgspecError:
-        raise _NotChunkable from None
+        raise NotChunkable from None
     if doc.traceEvents is None:
-        raise _NotChunkable
+        raise NotChunkable
     events, doc.traceEvents = doc.traceEvents, None
     on_batch(events)
     return {**_metadata(doc), RECORD_SHAPES: shapes or SHAPES_KEY in rest}
@@ -398,6 +407,6 @@ def _decode_chunk(chunk: bytes | memoryview) -> list[Event]:
     except msgspec.ValidationError:
         pass  # whole events, but some odd one: decode loosely below
     except msgspec.DecodeError:
-        raise _NotChunkable from None
+        raise NotChunkable from None
     values = _ANY.decode(chunk)
     return lenient_events(values)
