@@ -24,18 +24,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from ingest import build_export, run_once  # noqa: E402
+from ingest import PROFKIT, build_export, show_profkit as show  # noqa: E402
 
 from tests import hostile  # noqa: E402
 from tests.planted import plant_secret  # noqa: E402
 
-PROFKIT = [sys.executable, "-m", "profkit"]
-
-
-def show(label: str, argv: list[str]) -> None:
-    wall, _, rss, code, err = run_once([*PROFKIT, *argv])
-    last = err.splitlines()[-1] if err else ""
-    print(f"{label:<44} {wall:6.2f} s {rss:7.0f} MB  exit {code}  {last[:110]}", flush=True)
 
 
 def main() -> int:

@@ -16,7 +16,6 @@ import argparse
 import gzip
 import json
 import shutil
-import sqlite3
 import sys
 import tempfile
 from pathlib import Path
@@ -26,17 +25,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from ingest import run_once  # noqa: E402
+from ingest import PROFKIT, run_once, show_profkit as show  # noqa: E402
 
 from tests import test_hostile_inputs2 as recipes  # noqa: E402
 
-PROFKIT = [sys.executable, "-m", "profkit"]
-
-
-def show(label: str, argv: list[str]) -> None:
-    wall, cpu, rss, code, err = run_once([*PROFKIT, *argv])
-    last = err.splitlines()[-1] if err else ""
-    print(f"{label:<40} {wall:6.2f} s wall {cpu:6.2f} s CPU {rss:7.0f} MB  exit {code}  {last[:80]}", flush=True)
 
 
 def tiny_steps_trace(dest: Path, steps: int) -> Path:

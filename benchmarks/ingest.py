@@ -134,6 +134,18 @@ def run_once(argv: list[str], stdout: Path | None = None) -> tuple[float, float,
     return float(wall_s), float(cpu_s), int(rss_kb) / 1024, int(code), proc.stderr.strip()[-400:]
 
 
+PROFKIT = [sys.executable, "-m", "profkit"]
+
+
+def show_profkit(label: str, argv: list[str], width: int = 44) -> None:
+    """Run ``profkit ARGV`` once; print its wall and CPU time, peak RSS, exit status and last error
+    line (the hostile-input benchmarks: each recipe must end fast, small, with one line)."""
+    wall, cpu, rss, code, err = run_once([*PROFKIT, *argv])
+    last = err.splitlines()[-1] if err else ""
+    print(f"{label:<{width}} {wall:6.2f} s wall {cpu:6.2f} s CPU {rss:7.0f} MB  exit {code}  {last[:90]}",
+          flush=True)
+
+
 def measure(argv: list[str], stdout: Path | None = None, repeat: int = 3) -> tuple[float, float, int]:
     """(best wall seconds of ``repeat`` runs, peak RSS in MB of the process tree, exit status)."""
     best, peak, status = math.inf, 0.0, 0

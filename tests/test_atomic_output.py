@@ -3,7 +3,6 @@ temporary name and renamed; two reports into one folder never leave a mix."""
 
 from __future__ import annotations
 
-import json
 import threading
 from pathlib import Path
 

@@ -9,7 +9,6 @@ tests/data/kineto/gpt_compiled_cold.json.gz (a cold torch.compile run: autotunin
 
 from __future__ import annotations
 
-import bisect
 import gzip
 import json
 import re

@@ -7,8 +7,6 @@ medians over the steady state."""
 from __future__ import annotations
 
 import json
-import sqlite3
-import statistics
 from pathlib import Path
 
 from click.testing import CliRunner

@@ -47,7 +47,6 @@ def scrub(trace: Path, output: Path, anonymize: bool, report_path: Path | None, 
     with progress(f"scrubbing {trace.name}"):  # stderr, on a terminal only
         removed = scrub_file(trace, output, anonymize=anonymize)
     if report_path is not None:
-        import json
 
         from profkit.atomic import write_text
 

@@ -8,7 +8,6 @@ functions the Python API frames), render with profkit.output.  On nsys exports t
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
