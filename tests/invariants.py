@@ -30,6 +30,7 @@ from profkit.cli import cli
 COMMANDS = {"steps": ["steps"], "host": ["host"], "host_steady": ["host", "--steady"], "stalls": ["stalls"],
             "breakdown": ["breakdown", "--steady"],
             "graphs": ["graphs"], "kernels": ["kernels"], "api": ["api"]}
+PER_RANK_OBJECTS = ("host", "host_steady", "stalls", "graphs")
 RAW_SYNC_TEXT = "profkit.sync|"
 FIGURE_REL_TOL = 0.01  # printed durations have three significant digits
 UNITS_NS = {"ns": 1.0, "µs": 1e3, "us": 1e3, "ms": 1e6, "s": 1e9}
@@ -96,7 +97,10 @@ def collect(trace: Path) -> Outputs:
     for key, args in COMMANDS.items():
         result = runner.invoke(cli, [*args, str(trace), "--format", "json"])
         if result.exit_code == 0:
-            out.json[key] = json.loads(result.stdout) if result.stdout.strip() else None
+            value = json.loads(result.stdout) if result.stdout.strip() else None
+            # a multi-rank input answers with one object per rank: its first rank stands for it
+            # (kernels, api and breakdown print rows, with a rank key where there are ranks)
+            out.json[key] = _rank0(value) if key in PER_RANK_OBJECTS else value
         elif result.exit_code == 2:  # a one-line refusal ("has no Python stacks")
             out.refusals[key] = result.output.strip()
         else:
@@ -159,7 +163,8 @@ def sentences(out: Outputs) -> list[str]:
 def verdict_sentences(out: Outputs) -> list[str]:
     """The host verdict, as ``host`` prints it and as the report's findings repeat it."""
     found = [host["verdict"]["sentence"] for _, host in out.hosts if (host.get("verdict") or {}).get("sentence")]
-    found += [text for text in out.findings if "causes explain" in text or " meanwhile in " in text]
+    found += [text for text in out.findings if "causes explain" in text or " meanwhile in " in text
+              or " the host is in " in text]
     return list(dict.fromkeys(found))
 
 
@@ -176,7 +181,8 @@ class Verdict:
 
 def parse_verdict(text: str) -> Verdict:
     idle = re.search(rf"idles {DURATION} of the {DURATION} step", text)
-    causes_text = re.search(r"meanwhile in (.*?)(?:;|$)", text)
+    # "the host meanwhile in A 1 ms, B 2 ms" (idle-bound); "the host is in ..." (GPU-bound, CPU-only)
+    causes_text = re.search(r"(?:meanwhile|the host is) in (.*?)(?:;|$)", text)
     causes = []
     if causes_text:
         for part in re.split(r",\s(?=[^,]*\s\d)", causes_text.group(1)):
@@ -353,7 +359,8 @@ def graphs_replayed(out: Outputs) -> bool:
     """Whether the trace launched CUDA graphs, from the API summary and the graphs command."""
     api = out.json.get("api") or []
     launched = any(re.match(r"cu(da)?GraphLaunch", str(row.get("name"))) and row.get("instances") for row in api)
-    return launched or bool(out.json.get("graphs"))
+    found = out.json.get("graphs") or {}  # a rank that replayed no graph: only its rank keys
+    return launched or bool(found.get("replays"))
 
 
 def compiled(out: Outputs) -> bool:

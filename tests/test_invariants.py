@@ -20,24 +20,10 @@ from tests.invariants import (INVARIANTS, OUTPUTS, Outputs, host_rows, named_cau
 
 CAPTURES = committed_captures()
 
-MEDIAN = "host quotes its own step set (warm-up included) and its verdict the mean step, not steps' median"
-CAUSES = "the verdict's 'these causes explain N%' counts more than the causes it names"
-TOP = "the verdict ranks its own per-(function, line) split, not the host table's rows and figures"
-GRAPHS = "the short-kernel advice (fuse / replay as a CUDA graph) ignores the graph launches in the trace"
-COMPILE = "the short-kernel advice (fuse with torch.compile) ignores the Triton kernels in the trace"
-# What is wrong today, per (capture, invariant): each flips to a pass when #30's fixes land.
-KNOWN_WRONG: dict[tuple[str, str], str] = {
-    ("graphs/gpt_graphs_kineto", "advice_not_done"): f"{GRAPHS}; {COMPILE}",
-    ("graphs/gpt_graphs_node", "advice_not_done"): f"{GRAPHS}; {COMPILE}",
-    ("hta_zoo/graphs_triton_rank0", "advice_not_done"): f"{GRAPHS}; {COMPILE}",
-    ("kineto/gpt_compiled", "advice_not_done"): COMPILE,
-    ("kineto/gpt_compiled_cold", "advice_not_done"): COMPILE,
-    ("nsys/nsys2025_gpt_compiled", "advice_not_done"): COMPILE,
-    ("nsys/nsys2025_softmax", "advice_not_done"): COMPILE,
-    ("nsys/nsys2023_vector_add", "steady_costs"):
-        "stalls' finding divides the mean sync idle per step (216 ms; one 635 ms step of 3) by the median step "
-        "(77.7 ms): '(278%)', with no 'of what'",
-}
+# What is wrong today, per (capture, invariant), each an xfail(strict) that flips to a failure when it
+# is fixed.  Empty: every pair that was here (the host verdict's median, causes and rows; advice for
+# graphs and compile already in use; a share over 100% with no "of what") passes since #30's fixes.
+KNOWN_WRONG: dict[tuple[str, str], str] = {}
 
 
 def cases() -> list:

@@ -12,6 +12,8 @@ from profkit.output import Column, md_escape
 from profkit.report.model import Report, Table
 
 MAX_CELL_CHARS = 160
+# A fact's value is a sentence (the capture's measured slowdown, a run's command): cut only past this
+MAX_FACT_CHARS = 600
 FACT_COLUMNS = [Column("field", "Field"), Column("value", "Value")]
 
 
@@ -19,10 +21,10 @@ def _clip(text: str, limit: int = MAX_CELL_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _table(columns: list[Column], cells: list[list[str]]) -> list[str]:
+def _table(columns: list[Column], cells: list[list[str]], limit: int = MAX_CELL_CHARS) -> list[str]:
     align = ["---" if c.kind == "text" else "--:" for c in columns]
     lines = ["| " + " | ".join(md_escape(c.title) for c in columns) + " |", "| " + " | ".join(align) + " |"]
-    lines += ["| " + " | ".join(md_escape(_clip(cell)) for cell in row) + " |" for row in cells]
+    lines += ["| " + " | ".join(md_escape(_clip(cell, limit)) for cell in row) + " |" for row in cells]
     return lines
 
 
@@ -53,7 +55,7 @@ def render_markdown(report: Report) -> str:
         for note in section.notes:
             out += [f"> {md_escape(note)}", ""]
         if section.facts:
-            out += [*_table(FACT_COLUMNS, [[label, value] for label, value in section.facts]), ""]
+            out += [*_table(FACT_COLUMNS, [[label, value] for label, value in section.facts], MAX_FACT_CHARS), ""]
         for figure in section.figures:
             out += [f"*Figure: {md_escape(figure.title)}* (in report.html). {md_escape(figure.caption)}", ""]
         for table in section.tables:
