@@ -232,6 +232,8 @@ def test_ctrl_c_is_passed_on_once_and_the_run_finishes(tmp_path):
               "print('ready', flush=True)\n"
               "time.sleep(30)\n")
     rec = Recorder()
+    # as from a terminal: a test runner started in the background (nohup, &) has SIGINT ignored
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(1.0, os.kill, args=(os.getpid(), signal.SIGINT))  # Ctrl-C to profkit only
     timer.start()
     try:
@@ -239,6 +241,7 @@ def test_ctrl_c_is_passed_on_once_and_the_run_finishes(tmp_path):
                                     reporter=rec)
     finally:
         timer.cancel()
+        signal.signal(signal.SIGINT, previous)
     assert result.interrupted and result.returncode == 5
     assert "interrupted" in rec.stages
     assert ("stdout", "writing what was captured\n") in rec.out

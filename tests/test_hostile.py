@@ -193,8 +193,11 @@ def test_sigint_stops_a_query(tmp_path: Path) -> None:
     script = (f"from profkit.readers.nsys.reader import open_export\n"
               f"export = open_export({str(nsys_fixture(hostile.NSYS_BASE))!r})\n"
               f"print('ready', flush=True)\nexport.rows({ENDLESS!r})\n")
+    # as from a terminal: a test runner started in the background (nohup, &) passes SIGINT on ignored,
+    # and Python then installs no KeyboardInterrupt handler
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)}, text=True)
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stdout.readline().strip() == "ready"
     time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
