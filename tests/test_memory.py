@@ -261,3 +261,56 @@ def test_past_the_attribution_cap_the_smaller_blocks_are_one_row_and_the_parts_s
     sites = {s["site"]: s for s in capped["held_by_site"]}
     assert memory.SMALLER_BLOCKS in sites
     assert sites[memory.SMALLER_BLOCKS]["count"] > 0
+
+
+def _snapshot_file(tmp_path: Path, history: list, segments: list | None = None) -> Path:
+    """A hand-built snapshot (bad input): one device's history, and segments."""
+    import pickle
+
+    path = tmp_path / "crafted.pickle"
+    path.write_bytes(pickle.dumps({"segments": segments or [], "device_traces": [history]}))
+    return path
+
+
+FRAMES = [{"filename": "x.py", "line": 3, "name": "f"}]
+
+
+@pytest.mark.parametrize("history", [
+    [{"action": "alloc", "addr": 1, "size": 2**62, "time_us": 1, "frames": FRAMES},
+     {"action": "alloc", "addr": 2, "size": 2**62, "time_us": 2, "frames": FRAMES}],
+    [{"action": "alloc", "addr": 1, "size": 5, "time_us": 2**62, "frames": FRAMES}],
+    [{"action": "alloc", "addr": 1, "size": -1000, "time_us": 1, "frames": FRAMES},
+     {"action": "free_completed", "addr": 1, "size": -1000, "time_us": 2, "frames": FRAMES}],
+], ids=["sizes-past-int64", "time-past-int64", "negative-sizes"])
+def test_impossible_sizes_and_times_are_skipped_never_wrapped(tmp_path, history) -> None:
+    """Hand-built bad snapshots: no traceback, and no negative or wrapped byte count in any output."""
+    out = cli("memory", _snapshot_file(tmp_path, history), "--format", "json")
+    assert "Traceback" not in out.stderr
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, (out.returncode, out.stderr)
+
+
+def test_a_history_that_disagrees_with_its_segments_never_goes_below_zero(tmp_path) -> None:
+    history = [{"action": "alloc", "addr": 1, "size": 5, "time_us": 1, "frames": FRAMES}]
+    out = cli("memory", _snapshot_file(tmp_path, history, [{"device": 0, "total_size": 8, "blocks": None}]),
+              "--format", "json")
+    assert out.returncode == 0, out.stderr
+    (gpu,) = json.loads(out.stdout)["devices"]
+    assert gpu["peak"]["allocated_bytes"] == 5
+    assert all(p["bytes"] >= 0 for p in gpu["held_by_phase"])
+
+
+def test_kineto_memory_events_without_a_usable_total_are_skipped(tmp_path) -> None:
+    """Hand-built bad input: the leak capture with its [memory] events' totals damaged."""
+    doc = json.load(gzip.open(LEAK))
+    damaged = 0
+    for e in doc["traceEvents"]:
+        if e.get("name") == "[memory]" and damaged < 50:
+            e["args"]["Total Allocated"] = ["x", None, -5, 2**70, "1e400"][damaged % 5]
+            damaged += 1
+    bad = tmp_path / "damaged.json"
+    bad.write_text(json.dumps(doc))
+    out = cli("memory", bad, "--format", "json")
+    assert out.returncode == 0, out.stderr
+    (host,) = json.loads(out.stdout)["devices"]
+    assert min(s["peak_allocated_bytes"] for s in host["steps"]) >= 0
+    assert host["peak"]["allocated_bytes"] <= raw_memory(LEAK)[2].max()

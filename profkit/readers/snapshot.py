@@ -73,6 +73,23 @@ def load_snapshot(path: Path) -> dict[str, Any]:
     return value
 
 
+# A block's size and a time are taken only within these bounds: a real GPU holds under a PiB, and a
+# time in microseconds times 1000 must fit the model's int64 nanoseconds.  Outside them (a crafted
+# or damaged file) the event is skipped, never wrapped around into a negative total.
+MAX_BYTES = 1 << 50
+MAX_TIME_US = (1 << 62) // 1000
+
+
+def _size(value: Any) -> int | None:
+    size = _int(value, -1)
+    return size if 0 <= size < MAX_BYTES else None
+
+
+def _time_us(value: Any) -> int | None:
+    t = _int(value, -1)
+    return t if 0 <= t < MAX_TIME_US else None
+
+
 def _int(value: Any, default: int = schema.MISSING_INT) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and -2**63 <= value < 2**63 else default
 
@@ -107,12 +124,15 @@ class SnapshotSource:
         self.segments = [s for s in snapshot["segments"] if isinstance(s, dict)]
         traces = snapshot.get("device_traces")
         self.device_traces = traces if isinstance(traces, list) else []
+        self.skipped = 0  # history entries without a usable size or time
         self.memory = self._memory()
         self.ranges = self._annotations(snapshot.get("external_annotations"))
         self.meta = TraceMeta(source=SNAPSHOT, path=path, tool_version=None, schema_version=None, rank=None,
                               world_size=None, rounding_mode="decimal-half-up", capture_start_ns=None,
                               capture_end_ns=None, traced=("memory",) if len(self.memory["start"]) else (),
-                              extra={"oom": self.ooms, "segments": self.segment_facts()}, gpu_platform=CUDA)
+                              extra={"oom": self.ooms, "segments": self.segment_facts(),
+                                     "skipped_events": {"history": self.skipped} if self.skipped else {}},
+                              gpu_platform=CUDA)
 
     def _memory(self) -> dict[str, Any]:
         rows: list[tuple[int, int, int, int, int, int, str, str, int]] = []
@@ -149,8 +169,8 @@ class SnapshotSource:
         for a in values if isinstance(values, list) else []:
             if not isinstance(a, dict) or not isinstance(a.get("name"), str):
                 continue
-            t = _int(a.get("time_us"), -1)
-            if t < 0:
+            t = _time_us(a.get("time_us"))
+            if t is None:
                 continue
             if a.get("stage") == "START":
                 open_at.setdefault(a["name"], []).append(t * 1000)
@@ -174,24 +194,29 @@ class SnapshotSource:
 
     def _device_rows(self, device: int, history: list[Any]) -> list[tuple]:
         """One device's alloc/free events with the totals after each, ending at the dump's state."""
-        events = [e for e in history if isinstance(e, dict) and isinstance(e.get("action"), str)]
-        allocated_now = sum(_int(b.get("size"), 0) for s in self.segments if _int(s.get("device"), 0) == device
+        # an event without a size or a time within bounds is skipped (see MAX_BYTES)
+        events = [e for e in history if isinstance(e, dict) and isinstance(e.get("action"), str)
+                  and _size(e.get("size")) is not None and _time_us(e.get("time_us")) is not None]
+        self.skipped += sum(1 for e in history if isinstance(e, dict)) - len(events)
+        allocated_now = sum(_size(b.get("size")) or 0 for s in self.segments if _int(s.get("device"), 0) == device
                             for b in (s.get("blocks") or []) if isinstance(b, dict) and b.get("state") in ALLOCATED_STATES)
-        reserved_now = sum(_int(s.get("total_size"), 0) for s in self.segments if _int(s.get("device"), 0) == device)
-        change_alloc = [(_int(e.get("size"), 0) if e["action"] == ALLOC else
-                         -_int(e.get("size"), 0) if e["action"] == FREE else 0) for e in events]
-        change_res = [SEGMENT_GROWS.get(e["action"], 0) * _int(e.get("size"), 0) for e in events]
-        # walk back from the dump's state: the totals before the first recorded event
-        allocated = allocated_now - sum(change_alloc)
-        reserved = reserved_now - sum(change_res)
+        reserved_now = sum(_size(s.get("total_size")) or 0 for s in self.segments
+                           if _int(s.get("device"), 0) == device)
+        change_alloc = [(_size(e["size"]) if e["action"] == ALLOC else
+                         -_size(e["size"]) if e["action"] == FREE else 0) for e in events]
+        change_res = [SEGMENT_GROWS.get(e["action"], 0) * _size(e["size"]) for e in events]
+        # walk back from the dump's state: the totals before the first recorded event (never below
+        # zero: where the segments and the history disagree, the history counts from nothing)
+        allocated = max(allocated_now - sum(change_alloc), 0)
+        reserved = max(reserved_now - sum(change_res), 0)
         rows = []
         for e, d_alloc, d_res in zip(events, change_alloc, change_res):
             allocated += d_alloc
             reserved += d_res
-            t = _int(e.get("time_us"), 0) * 1000
+            t = _time_us(e["time_us"]) * 1000
             if e["action"] == OOM:
                 function, file, line = user_frame(e.get("frames"))
-                self.ooms.append({"device": device, "time_ns": t, "requested_bytes": _int(e.get("size"), 0),
+                self.ooms.append({"device": device, "time_ns": t, "requested_bytes": _size(e["size"]),
                                   "device_free_bytes": _int(e.get("device_free"), -1),
                                   "allocated_bytes": allocated, "reserved_bytes": reserved,
                                   "function": function, "file": file, "line": line})
@@ -209,14 +234,15 @@ class SnapshotSource:
             facts = out.setdefault(device, {"device": device, "reserved_bytes": 0, "allocated_bytes": 0,
                                             "largest_free_block_bytes": 0, "segments": 0})
             facts["segments"] += 1
-            facts["reserved_bytes"] += _int(s.get("total_size"), 0)
+            facts["reserved_bytes"] += _size(s.get("total_size")) or 0
             for b in s.get("blocks") or []:
                 if not isinstance(b, dict):
                     continue
+                size = _size(b.get("size")) or 0
                 if b.get("state") in ALLOCATED_STATES:
-                    facts["allocated_bytes"] += _int(b.get("size"), 0)
+                    facts["allocated_bytes"] += size
                 elif b.get("state") == "inactive":
-                    facts["largest_free_block_bytes"] = max(facts["largest_free_block_bytes"], _int(b.get("size"), 0))
+                    facts["largest_free_block_bytes"] = max(facts["largest_free_block_bytes"], size)
         return [out[d] for d in sorted(out)]
 
     # -- TraceSource ---------------------------------------------------------------

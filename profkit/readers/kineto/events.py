@@ -68,6 +68,9 @@ CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_graph", "cuda_runtime"
 MEMORY_EVENT = "[memory]"
 # c10::DeviceType of an allocator event: CUDA (HIP builds report their GPUs as CUDA too)
 CUDA_DEVICE_TYPE = 1
+MAX_MEMORY_BYTES = float(1 << 50)  # a size or total past a PiB is no real allocator's
+MAX_TS_US = float(1 << 52)  # a time whose ns (x 1000) still fits int64 exactly
+MAX_DEVICES = 1 << 12
 NO_ARGS = Args()
 
 
@@ -312,18 +315,27 @@ class TraceBuilder:
             return
         args = [e.args or NO_ARGS for e in evs]
         ts, size = floats([e.ts for e in evs]), floats([a.mem_bytes for a in args])
-        keep = np.isfinite(ts) & np.isfinite(size)
+        allocated, reserved = floats([a.total_allocated for a in args]), floats([a.total_reserved for a in args])
+        # sizes within a PiB, totals known and within it: anything else (a damaged or crafted event)
+        # is skipped, never wrapped into a negative total
+        keep = (np.isfinite(ts) & (np.abs(ts) < MAX_TS_US) & np.isfinite(size) & (np.abs(size) < MAX_MEMORY_BYTES)
+                & (size != 0) & (allocated >= 0) & (allocated < MAX_MEMORY_BYTES))
         dropped = len(evs) - int(np.count_nonzero(keep))
         if dropped:
             self.skipped["[memory]"] += dropped
-            ts = np.where(keep, ts, 0.0)
+            ts, size, allocated = (np.where(keep, v, 0.0) for v in (ts, size, allocated))
+        reserved = np.where((reserved >= 0) & (reserved < MAX_MEMORY_BYTES), reserved, schema.MISSING_INT)
         pid, tid = self._thread_ids(evs)
         on_gpu = ints([a.device_type for a in args]) == CUDA_DEVICE_TYPE
         device = np.where(on_gpu, ints([a.device_id for a in args]), schema.MISSING_INT)
+        odd_device = on_gpu & ((device < 0) | (device >= MAX_DEVICES)) & keep
+        if odd_device.any():
+            self.skipped["[memory]"] += int(np.count_nonzero(odd_device))
+            keep &= ~odd_device
         self.tables["memory"].append(len(evs), {
             "start": nanoseconds(ts), "pid": pid, "tid": tid, "device": device, "addr": ints([a.addr for a in args]),
-            "bytes": ints([a.mem_bytes for a in args]), "total_allocated": ints([a.total_allocated for a in args]),
-            "total_reserved": ints([a.total_reserved for a in args])}, keep)
+            "bytes": size.astype(np.int64), "total_allocated": allocated.astype(np.int64),
+            "total_reserved": reserved.astype(np.int64)}, keep)
 
     def _capture(self, e: Event) -> None:
         ts, dur = floats([e.ts, e.dur])
