@@ -98,9 +98,17 @@ def answer_ranks(job: Job, one: Callable[[Trace], Any]) -> Answers:
 def per_rank(path: PathLike, rank: int | None, one: Callable[[Trace], Any]) -> Answers:
     """``one(trace)`` for each rank ``path`` names (or only ``rank``): a whole-job export, a folder of
     rank traces, a torchrun run folder, or one trace (``profkit.readers.job.open_job``)."""
+    import warnings
+
+    from profkit.errors import ProfkitWarning
     from profkit.readers.job import open_job
 
     with open_job(path, rank) as job:
+        if job.skipped:  # a rank file that is no trace would otherwise vanish from the job unsaid
+            names = ", ".join(p.name for p in job.skipped[:5]) + (", ..." if len(job.skipped) > 5 else "")
+            single = len(job.skipped) == 1
+            warnings.warn(f"{Path(path).name}: skipped {len(job.skipped)} file{'' if single else 's'} that "
+                          f"hold{'s' if single else ''} no trace: {names}", ProfkitWarning, stacklevel=2)
         return answer_ranks(job, one)
 
 

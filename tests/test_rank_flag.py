@@ -172,12 +172,13 @@ def test_nsys_run_folder_of_a_job_is_its_whole_export(tmp_path: Path, inputs: di
 
 
 def test_a_single_trace_keeps_its_shape(inputs: dict) -> None:
-    """One rank's file is not a multi-rank input: its JSON has no rank keys, and --rank 0 is itself."""
+    """One rank's file is not a multi-rank input: its JSON has no rank keys, and --rank is the rank
+    it records or its name says (rank1.sqlite is rank 1)."""
     _, rank1 = inputs["folder"]
     single = cli_json("steps", rank1)
     assert isinstance(single, dict) and "rank" not in single
     bad = invoke("steps", rank1, "--rank", "3")
-    assert bad.exit_code == 2 and "there is no rank 3" in bad.output
+    assert bad.exit_code == 2 and "is rank 1, not rank 3" in bad.output
 
 
 @pytest.mark.parametrize("backend", ["torch", "nsys"])

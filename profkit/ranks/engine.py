@@ -117,7 +117,7 @@ def map_ranks(task: Callable[[RankInput], dict[str, Any]], inputs: Sequence[Rank
                 slots[i] = [None] * len(ranks)
                 total += len(ranks) - 1
                 _grow(client, scheduler, workers, total)
-                more = [RankInput(inp.path, inp.rank_hint, job_rank=r) for r in ranks]
+                more = [RankInput(inp.path, inp.rank_hint, job_rank=r, hint_source=inp.hint_source) for r in ranks]
                 for k, f in enumerate(client.map(task, more, pure=False)):
                     where[f.key] = (i, k, more[k])
                     pending.add(f)

@@ -6,7 +6,8 @@ The rank of a file comes, in this order, from:
 2. ``--rank-from REGEX``: the first group of the regex, matched on the file name;
 3. the file name: ``rank3``, ``rank_3``, ``rank-3``, or a trailing ``_3.`` / ``-3.``
    before the extension (``trace_3.json.gz``, ``worker-3.pt.trace.json``); not the
-   ``host_pid.timestamp.pt.trace.json`` names of ``tensorboard_trace_handler``.
+   ``host_pid.timestamp.pt.trace.json`` names of ``tensorboard_trace_handler``;
+4. else the file's place among the others ("file order"), past the ranks names took.
 
 A file that holds a whole job (one export of ``torchrun``: one process per GPU)
 is several ranks; the worker that first opens it says so, and each rank then
@@ -36,6 +37,7 @@ class RankInput:
     # One rank of a whole-job export (``profkit.model.rank_view``): the worker opens the
     # file and takes this rank's view.  None: the file is one rank, or not yet looked at.
     job_rank: int | None = None
+    hint_source: str = "file name"  # what rank_hint came from: "file name", or "file order"
 
 
 def is_trace_file(path: Path) -> bool:
@@ -75,4 +77,13 @@ def _one_trace_of(folder: Path) -> list[Path]:
 
 def rank_inputs(paths: list[Path], rank_from: str | None = None,
                 skipped: list[Path] | None = None) -> list[RankInput]:
-    return [RankInput(p, rank_from_name(p.name, rank_from)) for p in expand(paths, skipped)]
+    """Each file with the rank its name gives; where neither the name nor --rank-from gives one,
+    the file's place among the others, skipping ranks that names took (a trace's own record, read
+    on the worker, still wins)."""
+    files = expand(paths, skipped)
+    named = [rank_from_name(p.name, rank_from) for p in files]
+    if len(files) < 2 or all(r is not None for r in named):
+        return [RankInput(p, r) for p, r in zip(files, named)]
+    free = (r for r in range(len(files) + len(named)) if r not in set(named))
+    return [RankInput(p, r) if r is not None else RankInput(p, next(free), hint_source="file order")
+            for p, r in zip(files, named)]

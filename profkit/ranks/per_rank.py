@@ -44,7 +44,8 @@ def summarize_rank(inp: RankInput) -> dict[str, Any]:
                 if layout.is_job:
                     return {**base, "job_ranks": [p.rank for p in layout.ranks], "rank_source": layout.source}
                 trace = whole
-            return {**base, **summarize_trace(trace, inp.rank_hint), "worker_peak_rss_bytes": _peak_rss_bytes()}
+            return {**base, **summarize_trace(trace, inp.rank_hint, inp.hint_source),
+                    "worker_peak_rss_bytes": _peak_rss_bytes()}
     except ProfkitError as exc:
         return {**base, "error": exc.one_line()}
     except MemoryError:
@@ -60,7 +61,7 @@ def _peak_rss_bytes() -> int | None:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kilobytes on Linux
 
 
-def summarize_trace(trace: Trace, rank_hint: int | None = None) -> dict[str, Any]:
+def summarize_trace(trace: Trace, rank_hint: int | None = None, hint_source: str = "file name") -> dict[str, Any]:
     from profkit.analysis.breakdown import rank_breakdown
     from profkit.analysis.kernels.names import canonical_column
     from profkit.analysis.kernels.origin import kernel_types
@@ -85,7 +86,7 @@ def summarize_trace(trace: Trace, rank_hint: int | None = None) -> dict[str, Any
         # what the rank came from: the trace's own record ("trace": Kineto's distributedInfo), for one
         # rank of a whole-job export how it was told ("NCCL payload", "device index", "process order")
         "rank_source": trace.meta.extra.get("rank_source") or (
-            "trace" if trace.meta.rank is not None else ("file name" if rank_hint is not None else None)),
+            "trace" if trace.meta.rank is not None else (hint_source if rank_hint is not None else None)),
         "world_size": trace.meta.world_size,
         "source": trace.meta.source,
         "steps": int(steps.summary.get("count", 0)) if steps.summary else 0,

@@ -223,9 +223,11 @@ def open_job(path: str | Path, rank: int | None = None) -> Job:
     try:
         views = rank_views(whole)
         if views == [whole]:
-            if rank is not None and whole.meta.rank is not None and whole.meta.rank != rank:
-                raise ProfkitError(f"{whole.name} is rank {whole.meta.rank}, not rank {rank}")
-            if rank is not None and whole.meta.rank is None and rank != 0:
+            # the file's rank: its own record, else its name (rank1.sqlite), as `profkit ranks` reads it
+            own = whole.meta.rank if whole.meta.rank is not None else rank_from_name(found.files[0].path.name)
+            if rank is not None and own is not None and own != rank:
+                raise ProfkitError(f"{whole.name} is rank {own}, not rank {rank}")
+            if rank is not None and own is None and rank != 0:
                 raise ProfkitError(f"{path.name} is one trace of one rank: there is no rank {rank}",
                                    hint="--rank N picks a rank of a whole-job export or of a folder of rank traces")
             return Job([], found.skipped, opened=[whole])
