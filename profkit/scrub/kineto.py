@@ -30,10 +30,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import sys
-import zlib
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +40,8 @@ from profkit import limits as trace_limits
 from profkit.atomic import atomic_path
 from profkit.errors import ProfkitError
 from profkit.readers.kineto.parse import (BLOCK, NotChunkable, _separator, gc_paused, open_binary,
-                                          read_to_events)
-from profkit.scrub.text import Anonymizer, Redactor, is_secret_option, parse_environment, secret_values
+                                          read_errors, read_to_events)
+from profkit.scrub.text import Redactor, is_secret_option, parse_environment
 
 ENVIRONMENT_KEYS = {"env", "environ", "environment", "envvars", "environment_variables"}
 # zlib's default: a third of level 9's time on a Kineto trace, a few percent larger.
@@ -70,7 +67,7 @@ def scrub_kineto(source: str | os.PathLike[str], output: str | os.PathLike[str],
     """Write a scrubbed copy of the Kineto trace ``source`` to ``output``; return what was removed."""
     src, out = Path(source), Path(output)
     environments = [dict(environment or {})]
-    with _read_errors(src), gc_paused(), atomic_path(out) as tmp:
+    with read_errors(src, io_errors=False), gc_paused(), atomic_path(out) as tmp:
         while True:
             walker = _Walker(environments, anonymize)
             try:
@@ -100,13 +97,7 @@ class _Walker:
     """Scrubs decoded JSON values in place, deciding once per distinct string and key."""
 
     def __init__(self, environments: list[dict[str, str]], anonymize: bool) -> None:
-        anonymizer = Anonymizer() if anonymize else None
-        secrets: set[str] = set()
-        for env in environments:
-            secrets |= secret_values(env)
-            if anonymizer is not None:
-                anonymizer.learn(env)
-        self.redact = Redactor(secrets, anonymizer)
+        self.redact = Redactor.for_environments(environments, anonymize)
         self.environments: list[dict[str, str]] = []  # found in this pass
         self.dropped = 0
         self.strings: dict[str, str] = {}  # each distinct string, scrubbed
@@ -343,19 +334,3 @@ def _encode(value: Any) -> bytes:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
 
 
-@contextmanager
-def _read_errors(src: Path) -> Iterator[None]:
-    """The reader's one-line errors (``parse.read_events``) for the same failures."""
-    try:
-        yield
-    except trace_limits.LimitExceeded as exc:
-        raise trace_limits.LimitExceeded(f"{src.name} {exc.message}", exc.variable) from None
-    except RecursionError:
-        raise ProfkitError(f"{src.name} is nested deeper than the reader allows (about "
-                           f"{sys.getrecursionlimit():,} levels; a real trace has under 10)") from None
-    except (gzip.BadGzipFile, zlib.error) as exc:
-        raise ProfkitError(f"{src.name} is a corrupt gzip file ({exc})") from None
-    except EOFError:
-        raise ProfkitError(f"{src.name} is truncated: the gzip stream ends early") from None
-    except UnicodeDecodeError as exc:
-        raise ProfkitError(f"{src.name} is not valid JSON: bytes that are not UTF-8 ({exc.reason})") from None

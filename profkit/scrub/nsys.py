@@ -31,7 +31,7 @@ from profkit.atomic import atomic_path
 from profkit.errors import ProfkitError
 from profkit.readers.nsys.reader import (SQLITE_ERRORS, GuardedConnection, guard_connection, is_interrupted,
                                          open_export, restart_budget, stopped_query)
-from profkit.scrub.text import Anonymizer, Redactor, parse_environment, secret_values
+from profkit.scrub.text import Anonymizer, Redactor, parse_environment
 
 SYSTEM_ENV = "TARGET_INFO_SYSTEM_ENV"
 CAPTURE = "META_DATA_CAPTURE"
@@ -105,15 +105,9 @@ def _scrub_in_place(conn: sqlite3.Connection, anonymize: bool, extra_env: Mappin
     if "StringIds" in tables and _has_columns(conn, "StringIds", ("value",)):
         for (v,) in conn.execute("SELECT CAST(value AS BLOB) FROM StringIds WHERE instr(CAST(value AS BLOB), x'00') > 0"):
             environments.append(parse_environment(_text(v), "\x00"))
-    anonymizer = Anonymizer() if anonymize else None
-    secrets: set[str] = set()
-    for env in environments:
-        secrets |= secret_values(env)
-        if anonymizer is not None:
-            anonymizer.learn(env)
-    if anonymizer is not None:
-        _anonymize_identity_fields(conn, tables, anonymizer)
-    redact = Redactor(secrets, anonymizer)
+    redact = Redactor.for_environments(environments, anonymize)
+    if redact.anonymizer is not None:
+        _anonymize_identity_fields(conn, tables, redact.anonymizer)
     for table in sorted(tables):
         if not table.startswith("sqlite_"):
             _redact_table(conn, table, redact)

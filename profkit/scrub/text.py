@@ -230,6 +230,18 @@ class Anonymizer:
 class Redactor:
     """Applies every rule to one string at a time and counts what it changed."""
 
+    @classmethod
+    def for_environments(cls, environments: Iterable[Mapping[str, str]], anonymize: bool) -> Redactor:
+        """The redactor of a trace's recorded environments: their secret values, and with
+        ``anonymize`` an anonymizer that learned their user and host names (``.anonymizer``)."""
+        anonymizer = Anonymizer() if anonymize else None
+        secrets: set[str] = set()
+        for env in environments:
+            secrets |= secret_values(env)
+            if anonymizer is not None:
+                anonymizer.learn(env)
+        return cls(secrets, anonymizer)
+
     def __init__(self, secrets: Iterable[str] = (), anonymizer: Anonymizer | None = None) -> None:
         self.secrets = sorted({s for s in secrets if len(s) >= MIN_SECRET_LENGTH}, key=len, reverse=True)
         self._secret_pattern = re.compile("|".join(map(re.escape, self.secrets))) if self.secrets else None

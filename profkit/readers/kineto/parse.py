@@ -231,14 +231,22 @@ def read_events(path: Path, new_sink: Callable[[], Sink]) -> tuple[dict[str, Any
     truncated or corrupt gzip, and for one beyond the limits (``profkit.limits``):
     too many bytes, events or characters in one string, or nested deeper than
     the interpreter's recursion limit."""
-    try:
-        with gc_paused():
+    with read_errors(path), gc_paused():
+        sink = new_sink()
+        try:
+            return _read_chunked(path, sink.add), sink
+        except NotChunkable:
             sink = new_sink()
-            try:
-                return _read_chunked(path, sink.add), sink
-            except NotChunkable:
-                sink = new_sink()
-                return _read_whole(path, sink.add), sink
+            return _read_whole(path, sink.add), sink
+
+
+@contextmanager
+def read_errors(path: Path, io_errors: bool = True) -> Iterator[None]:
+    """A trace's read failures as one-line errors naming it: a limit, nesting past the recursion
+    limit, a corrupt or truncated gzip, bytes that are not UTF-8 and, with ``io_errors``, any other
+    OSError (off where the block also writes a file, whose errors are not the trace's)."""
+    try:
+        yield
     except trace_limits.LimitExceeded as exc:
         raise trace_limits.LimitExceeded(f"{path.name} {exc.message}", exc.variable) from None
     except RecursionError:
@@ -248,10 +256,12 @@ def read_events(path: Path, new_sink: Callable[[], Sink]) -> tuple[dict[str, Any
         raise ProfkitError(f"{path.name} is a corrupt gzip file ({exc})") from None
     except EOFError:
         raise ProfkitError(f"{path.name} is truncated: the gzip stream ends early") from None
-    except OSError as exc:
-        raise ProfkitError(f"{path.name}: cannot read it ({exc.strerror or exc})") from None
     except UnicodeDecodeError as exc:  # msgspec raises it for a string that is not UTF-8
         raise ProfkitError(f"{path.name} is not valid JSON: bytes that are not UTF-8 ({exc.reason})") from None
+    except OSError as exc:
+        if not io_errors:
+            raise
+        raise ProfkitError(f"{path.name}: cannot read it ({exc.strerror or exc})") from None
 
 
 def _metadata(doc: Document) -> dict[str, Any]:
