@@ -30,7 +30,6 @@ from tests import hostile  # noqa: E402
 from tests.planted import plant_secret  # noqa: E402
 
 
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "profkit-hostile")

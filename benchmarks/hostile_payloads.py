@@ -28,7 +28,6 @@ from ingest import show_profkit as show  # noqa: E402
 from tests import hostile_payloads as hp  # noqa: E402
 
 
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "profkit-hostile-payloads")

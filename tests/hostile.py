@@ -12,9 +12,13 @@ import gzip
 import json
 import shutil
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
+from click.testing import CliRunner
+
+from profkit.cli import cli
 from tests.conftest import DATA, nsys_fixture
 
 KINETO_BASE = DATA / "kineto" / "mlp_plain.json.gz"  # a real torch.profiler trace of an MLP
@@ -226,3 +230,15 @@ def planted_everywhere_kineto(dest_dir: Path) -> Planted:
     return Planted(path, {k: v[k] for k in ("mysql_pwd_copy", "ci_job_jwt_copy", "option_equals", "argv_list",
                                             "short_p", "member_key", "member_value", "nvtx_assignment",
                                             "option_space", "url_no_user", "query_token")})
+
+
+def run(args: list[str], env: dict[str, str] | None = None) -> tuple[int, str, str, float]:
+    """``profkit ARGS`` in this process: (exit code, stdout, stderr, seconds); an exception other
+    than the CLI's own exit is raised (a traceback is a failure of the hostile tests)."""
+    start = time.perf_counter()
+    result = CliRunner().invoke(cli, args, env=env)
+    elapsed = time.perf_counter() - start
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    # the bytes as written (Result.stdout turns "\r\n" into "\n")
+    return result.exit_code, result.stdout_bytes.decode("utf-8", "replace"), result.stderr, elapsed

@@ -23,31 +23,20 @@ import time
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from profkit.analysis.kernels.bandwidth import join_key
 from profkit.analysis.kernels.names import canonical_kernel_name, code_key, function_name
-from profkit.cli import cli
 from profkit.errors import ProfkitError
 from profkit.limits import LimitExceeded
 from profkit.output import short_kernel_names
 from profkit.readers.nsys.reader import open_export
 from tests import hostile
+from tests.hostile import run
 from tests.conftest import nsys_fixture
 
 ROOT = Path(__file__).resolve().parent.parent
 # Generous for a loaded 2-core CI machine; the quadratic patterns took minutes.
 SECONDS = 30
-
-
-def run(args: list[str], env: dict[str, str] | None = None) -> tuple[int, str, str, float]:
-    start = time.perf_counter()
-    result = CliRunner().invoke(cli, args, env=env)
-    elapsed = time.perf_counter() - start
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    # the bytes as written (Result.stdout turns "\r\n" into "\n")
-    return result.exit_code, result.stdout_bytes.decode("utf-8", "replace"), result.stderr, elapsed
 
 
 def one_line_error(code: int, stderr: str, *words: str) -> None:

@@ -29,13 +29,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from profkit.cli import cli
 from profkit.errors import ProfkitError
 from tests.conftest import DATA, ncu_fixture
+from tests.hostile import run
 
 ROOT = Path(__file__).resolve().parent.parent
 SECONDS = 30  # the README's promise for a crafted input, on a loaded 2-core machine
@@ -44,15 +43,6 @@ ROOFLINE = DATA / "roofline"
 NCU_RAW = "matmul_raw_import.csv"
 NCU_DETAILS = "matmul_details_import.csv"
 ENDLESS = "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT n FROM r"
-
-
-def run(args: list[str], env: dict[str, str] | None = None) -> tuple[int, str, str, float]:
-    start = time.perf_counter()
-    result = CliRunner().invoke(cli, args, env=env)
-    elapsed = time.perf_counter() - start
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result.exit_code, result.stdout, result.stderr, elapsed
 
 
 def one_line_error(code: int, stderr: str, *words: str) -> None:
