@@ -6,6 +6,10 @@ mode, alternately, ``--repeat`` times, and the median of its step times is kept.
 
     python benchmarks/capture_overhead.py            # GPU host: every program and mode
     python benchmarks/capture_overhead.py --cpu      # the CPU part (CI runs it: tests/test_capture_overhead.py)
+    python benchmarks/capture_overhead.py --only decode --modes "bare,nsys (default)" --repeat 1
+
+Beside each median step it gives the median wall time of the whole command: for a capture mode,
+`profkit trace` end to end (the program under the profiler, the export, the report).
 
 Programs (GPU host): a GPU-bound training loop (sample_kernels/hf_llama.py train), a
 host-bound decode loop (hf_llama.py generate with HF generate(), dynamic cache and
@@ -26,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,18 +70,25 @@ CPU_MODES = {"bare": None, "torch (default)": ["--backend", "torch"],
              "torch --with-stack": ["--backend", "torch", "--with-stack"]}
 
 
-def step_ms(program: Program, flags: list[str] | None, work: Path) -> float | None:
-    """The program's own steady step time, bare or under ``profkit trace FLAGS``."""
+def step_ms(program: Program, flags: list[str] | None, work: Path) -> tuple[float | None, float]:
+    """The program's own steady step time, bare or under ``profkit trace FLAGS``, and the command's
+    wall time in seconds."""
     if flags is None:
         argv = [sys.executable, *program.argv]
     else:
         run_dir = Path(tempfile.mkdtemp(dir=work))
         argv = [sys.executable, "-m", "profkit", "trace", *flags, "-o", str(run_dir), program.argv[0], "--",
                 *program.argv[1:]]
+    started = time.perf_counter()
+    paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=1800,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(paths)})
+    wall_s = time.perf_counter() - started
     found = program.step_pattern.findall(done.stdout + done.stderr)
-    return float(found[-1]) * program.to_ms if found else None
+    if not found:
+        tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
+        print(f"{program.name} / {flags}: no step time (exit {done.returncode}): {' | '.join(tail)}", file=sys.stderr)
+    return (float(found[-1]) * program.to_ms if found else None), wall_s
 
 
 def measure(programs: list[Program], modes: dict[str, list[str] | None], repeat: int) -> list[dict]:
@@ -86,27 +98,30 @@ def measure(programs: list[Program], modes: dict[str, list[str] | None], repeat:
     try:
         for program in programs:
             times: dict[str, list[float]] = {mode: [] for mode in modes}
+            walls: dict[str, list[float]] = {mode: [] for mode in modes}
             for _ in range(repeat):  # alternate the modes: a change of load hits each alike
                 for mode, flags in modes.items():
-                    value = step_ms(program, flags, work)
+                    value, wall_s = step_ms(program, flags, work)
+                    walls[mode].append(wall_s)
                     if value is not None:
                         times[mode].append(value)
             bare = statistics.median(times["bare"]) if times["bare"] else None
             for mode, values in times.items():
                 median = statistics.median(values) if values else None
                 rows.append({"program": program.name, "mode": mode, "step_ms": median, "runs": len(values),
-                             "vs_bare": median / bare if median is not None and bare else None})
+                             "vs_bare": median / bare if median is not None and bare else None,
+                             "wall_s": statistics.median(walls[mode])})
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return rows
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| program | capture | step (ms) | vs bare |", "|---|---|--:|--:|"]
+    lines = ["| program | capture | step (ms) | vs bare | whole command (s) |", "|---|---|--:|--:|--:|"]
     for r in rows:
         step = f"{r['step_ms']:.2f}" if r["step_ms"] is not None else "failed"
         ratio = f"{r['vs_bare']:.2f}x" if r["vs_bare"] is not None and r["mode"] != "bare" else "—"
-        lines.append(f"| {r['program']} | {r['mode']} | {step} | {ratio} |")
+        lines.append(f"| {r['program']} | {r['mode']} | {step} | {ratio} | {r['wall_s']:.1f} |")
     return "\n".join(lines)
 
 
@@ -114,11 +129,24 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cpu", action="store_true", help="the CPU programs and modes only")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--only", action="append", default=[], metavar="TEXT",
+                        help="only the programs whose name holds TEXT (repeatable)")
+    parser.add_argument("--modes", help="comma-separated modes to run (bare is always run)")
     args = parser.parse_args()
-    if args.cpu:
-        rows = measure([p for p in PROGRAMS if not p.gpu], CPU_MODES, args.repeat)
-    else:
-        rows = measure(PROGRAMS, GPU_MODES, args.repeat)
+    programs = [p for p in PROGRAMS if not p.gpu] if args.cpu else PROGRAMS
+    if args.only:
+        programs = [p for p in programs if any(text in p.name for text in args.only)]
+    modes = CPU_MODES if args.cpu else GPU_MODES
+    if args.modes:
+        wanted = {"bare", *(m.strip() for m in args.modes.split(","))}
+        unknown = wanted - set(modes)
+        if unknown:
+            parser.error(f"unknown modes {sorted(unknown)}; known: {list(modes)}")
+        modes = {m: f for m, f in modes.items() if m in wanted}
+    import platform
+
+    print(f"{platform.node()} | {time.strftime('%Y-%m-%d %H:%M')} | repeat {args.repeat}", file=sys.stderr)
+    rows = measure(programs, modes, args.repeat)
     print(table(rows))
     return 0 if all(r["step_ms"] is not None for r in rows) else 1
 

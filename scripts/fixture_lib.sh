@@ -12,13 +12,16 @@ nsys25() {  # name, command... -> <name>.sqlite and <name>.stdout (Nsight System
 }
 
 stats() {  # nsys binary, export -> <export>_<report>.csv ; runs on a copy (stats may touch the file)
-  local bin=$1 db=$2 base=${2%.sqlite}
-  cp "$db" /tmp/stats-copy.sqlite
+  # a folder of its own: make_zoo.sh runs several captures at once
+  local bin=$1 db=$2 base=${2%.sqlite} work f
+  work=$(mktemp -d /tmp/stats-XXXXXX)
+  cp "$db" "$work/copy.sqlite"
   "$bin" stats -q --format csv --timeunit nsec \
     --report cuda_gpu_kern_sum --report cuda_api_sum --report nvtx_sum \
     --report cuda_gpu_mem_time_sum --report cuda_gpu_mem_size_sum \
-    -o "/tmp/stats-copy" /tmp/stats-copy.sqlite > /dev/null 2>&1
-  for f in /tmp/stats-copy_*.csv; do mv "$f" "${base}__$(basename "$f" | sed 's/^stats-copy_//')"; done
+    -o "$work/copy" "$work/copy.sqlite" > /dev/null 2>&1
+  for f in "$work"/copy_*.csv; do mv "$f" "${base}__$(basename "$f" | sed 's/^copy_//')"; done
+  rm -rf "$work"
 }
 
 finish_nsys() {  # folder: scrub, nsys stats oracles of the scrubbed file, xz every export in it

@@ -5,6 +5,11 @@
 #   bash scripts/make_zoo.sh OUTDIR              # every program (2 GPUs for the distributed ones)
 #   bash scripts/make_zoo.sh OUTDIR final_sync   # only the programs named
 #   ZOO_STEPS=12 bash scripts/make_zoo.sh OUTDIR # steps per run (default 20)
+#   ZOO_JOBS=6 bash scripts/make_zoo.sh OUTDIR   # programs captured at once (default 1)
+#
+# Programs run at once share the GPU: each export's truths come from its own rows, so sharing
+# changes the timings, not what a truth checks; a program's bare run beside its captures is then
+# no timing baseline (benchmarks/capture_overhead.py is, run alone).
 #
 # Each program PROG (zoo entry NAME, one program may make several entries) gives OUTDIR/zoo/NAME/:
 #   NAME.bare.stdout           the program without a profiler: its ZOO_PLANT / ZOO_STEPS lines
@@ -28,23 +33,25 @@ PROGRAMS=$ROOT/tests/zoo/programs
 STEPS=${ZOO_STEPS:-20}
 MAX_BYTES=${ZOO_MAX_BYTES:-1500000}
 LIMIT=${ZOO_LIMIT:-300}  # seconds per capture: a hang must not eat the device time
+JOBS=${ZOO_JOBS:-1}
 source "$ROOT/scripts/fixture_lib.sh"  # fixture_workdir, stats
 fixture_workdir /tmp/zoo_work
 export PYTHONPATH=$PROGRAMS:$PYTHONPATH
 mkdir -p "$DEST" zoo
 
-# name | program and its arguments | GPUs (1, or 2 for torchrun)
+# name | program and its arguments | GPUs (1, or 2 for torchrun); the longest first, so that
+# programs run at once (ZOO_JOBS) end together
 ENTRIES=(
+  "compile_max_autotune|compile_modes.py --mode max-autotune|1"
+  "hf_generate_static|hf_generate.py --cache static|1"
+  "compile_reduce_overhead|compile_modes.py --mode reduce-overhead|1"
+  "compile_train_compiled|compile_train.py|1"
+  "hf_generate_dynamic|hf_generate.py --cache dynamic|1"
+  "compile_default|compile_modes.py --mode default|1"
   "graphed_train|graphed_train.py|1"
   "final_sync|final_sync.py|1"
   "item_sync_sleep|item_sync_sleep.py --sleep-ms 3|1"
-  "compile_default|compile_modes.py --mode default|1"
-  "compile_reduce_overhead|compile_modes.py --mode reduce-overhead|1"
-  "compile_max_autotune|compile_modes.py --mode max-autotune|1"
   "compile_train_eager|compile_train.py --eager|1"
-  "compile_train_compiled|compile_train.py|1"
-  "hf_generate_static|hf_generate.py --cache static|1"
-  "hf_generate_dynamic|hf_generate.py --cache dynamic|1"
   "python_loader|python_loader.py|1"
   "dataloader_workers|dataloader_workers.py --workers 4|1"
   "amp_bf16|amp_bf16.py|1"
@@ -139,9 +146,10 @@ for entry in "${ENTRIES[@]}"; do
   IFS='|' read -r name command gpus <<< "$entry"
   wanted "$name" || continue
   read -r -a program <<< "$command"
-  run_entry "$name" "$gpus" "${program[@]}"
-  echo "   [$((SECONDS - T0)) s]"
+  while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n; done
+  { run_entry "$name" "$gpus" "${program[@]}"; echo "   $name done [$((SECONDS - T0)) s]"; } &
 done
+wait
 python3 "$ROOT/scripts/scrub_export.py" --check zoo/*/*.sqlite.xz zoo/*/*.json.gz || echo "LEAK CHECK FAILED"
 du -ab zoo | sort -n > zoo/SIZES
 tar cf "$DEST/zoo.tar" zoo && xz -T0 -f "$DEST/zoo.tar"

@@ -446,3 +446,28 @@ def test_a_script_named_like_an_option_reaches_python_as_a_path(workdir):
     assert argv == ["python3", "-m", "profkit.capture.launch", "./-c.py"]
     argv = program_argv(TraceOptions(target="-c.py", python="python3", sync_sites=False))
     assert argv == ["python3", "./-c.py"]
+
+
+@pytest.mark.gpu
+def test_gpu_trace_memory_explains_a_planted_oom(tmp_path):
+    """`profkit trace --memory` on a loop whose sequence length doubles until the allocator fails:
+    the snapshot dumped by the out-of-memory observer names the failed request's size, which the
+    program's own observer was told (MEM_TRUTH), and the line that asked for it."""
+    from profkit.analysis.memory import memory_report
+    from profkit.readers.snapshot import open_snapshot
+
+    paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "COLUMNS": "200"}
+    run_dir = tmp_path / "run"
+    result = CliRunner().invoke(cli, ["trace", "--memory", "-o", str(run_dir), "--no-python-sync-sites",
+                                      str(ROOT / "sample_kernels/gpt_memory.py"), "--", "--oom"], env=env)
+    assert result.exit_code == 0, result.output
+    truth = json.loads(next(line for line in result.output.splitlines()
+                            if line.startswith("MEM_TRUTH "))[len("MEM_TRUTH "):])["oom"]
+    assert (run_dir / "oom_snapshot.pickle").is_file() and (run_dir / "memory_snapshot.pickle").is_file()
+    assert "Memory snapshot: profkit memory" in result.output
+    with open_snapshot(run_dir / "oom_snapshot.pickle") as trace:
+        oom = memory_report(trace)["oom"][0]
+    assert oom["requested_bytes"] == truth["requested_bytes"]
+    assert oom["cause"] == "real use"  # the request is larger than the whole device
+    assert f"Out of memory on GPU {oom['device']}" in result.output

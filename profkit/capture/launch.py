@@ -49,6 +49,13 @@ step's end and of every outermost module forward call is written to PATH as the 
 exits (``StepClock``), the same in the bare run and under the profiler, so that the two
 runs' steps can be compared.
 
+PROFKIT_MEMORY=DIR (``profkit trace --memory``): the CUDA caching allocator records its history
+(``torch.cuda.memory._record_memory_history``, Python stacks, a ring of PROFKIT_MEMORY_ENTRIES
+events, default 200,000, so memory stays bounded however long the program runs); an
+out-of-memory observer dumps the snapshot at the first allocation that fails to
+DIR/oom_snapshot.pickle, and the program's exit dumps DIR/memory_snapshot.pickle (".rankN" before
+".pickle" under torchrun).  ``profkit memory`` reads both.
+
 PROFKIT_SYNC_SITES=0 turns the sync-site hook off.
 """
 
@@ -68,6 +75,10 @@ TORCH_FORWARD_ENV = "PROFKIT_TORCH_FORWARD"
 TORCH_STACKS_ENV = "PROFKIT_TORCH_STACKS"
 CLOCK_MARK_ENV = "PROFKIT_CLOCK_MARK"
 STEP_TIMES_ENV = "PROFKIT_STEP_TIMES"
+MEMORY_ENV = "PROFKIT_MEMORY"
+MEMORY_ENTRIES_ENV = "PROFKIT_MEMORY_ENTRIES"
+MEMORY_ENTRIES = 200_000
+MEMORY_SNAPSHOT, OOM_SNAPSHOT = "memory_snapshot", "oom_snapshot"
 CLOCK_MARK_FUNCTION = "_profkit_clock_mark"
 # Long enough for a few samples at 100 Hz: the offset is known to within a sample period.
 CLOCK_MARK_S = 0.06
@@ -88,6 +99,9 @@ def main(argv: list[str]) -> None:
     step_times = os.environ.get(STEP_TIMES_ENV)
     if step_times:
         StepClock.install(step_times.replace(RANK_FIELD, os.environ.get("RANK", "0")))
+    memory_dir = os.environ.get(MEMORY_ENV)
+    if memory_dir:
+        MemoryRecorder.install(memory_dir, int(os.environ.get(MEMORY_ENTRIES_ENV) or MEMORY_ENTRIES))
     mark = os.environ.get(CLOCK_MARK_ENV)
     if mark:
         _profkit_clock_mark(mark.replace(RANK_FIELD, os.environ.get("RANK", "0")))
@@ -158,6 +172,53 @@ class StepClock:
             with open(self.path, "w") as fh:
                 json.dump({"optimizer_ns": self.optimizer, "forward_ns": self.forward}, fh)
         except OSError:  # the folder went (profkit stopped): the timing is lost, not the program's exit
+            pass
+
+
+def snapshot_name(kind: str, rank: str | None) -> str:
+    """memory_snapshot.pickle, or memory_snapshot.rank1.pickle for a rank of a distributed job."""
+    return f"{kind}.rank{rank}.pickle" if rank is not None else f"{kind}.pickle"
+
+
+class MemoryRecorder:
+    """The allocator's bounded history; its snapshot at the first out-of-memory error and at exit."""
+
+    def __init__(self, folder: str) -> None:
+        rank = os.environ.get("RANK") if "WORLD_SIZE" in os.environ else None
+        self.at_exit = os.path.join(folder, snapshot_name(MEMORY_SNAPSHOT, rank))
+        self.at_oom = os.path.join(folder, snapshot_name(OOM_SNAPSHOT, rank))
+        self.oom_seen = False
+
+    @classmethod
+    def install(cls, folder: str, entries: int) -> None:
+        import atexit
+
+        try:
+            import torch
+        except ImportError:  # no PyTorch: no allocator to record
+            return
+        if not torch.cuda.is_available():
+            return
+        recorder = cls(folder)
+        # Python frames only: C++ stacks ("all") cost every allocation a native unwind
+        torch.cuda.memory._record_memory_history(max_entries=entries, stacks="python")
+        torch._C._cuda_attach_out_of_memory_observer(recorder.on_oom)
+        atexit.register(recorder.dump, recorder.at_exit)
+
+    def on_oom(self, device: int, requested: int, device_allocated: int, device_free: int) -> None:
+        # The first failure is the one to explain: a program that catches it and retries smaller
+        # would overwrite it with a state it recovered from.
+        if not self.oom_seen:
+            self.oom_seen = True
+            self.dump(self.at_oom)
+
+    @staticmethod
+    def dump(path: str) -> None:
+        import torch
+
+        try:
+            torch.cuda.memory._dump_snapshot(path)
+        except (OSError, RuntimeError):  # the run folder went (profkit stopped): the program's exit stays its own
             pass
 
 

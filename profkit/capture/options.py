@@ -53,6 +53,8 @@ class TraceOptions:
     sample: bool = True
     # torch backend: record only this window of seconds since the program started ("START:END")
     window: str | None = None
+    # record the CUDA allocator's history; snapshots at exit and at the first out-of-memory error
+    memory: bool = False
 
 
 # The torch backend's default window: after 3 optimizer steps of warm-up, 4 steps; a program

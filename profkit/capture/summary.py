@@ -86,5 +86,8 @@ def print_summary(result: Any, console: Any = None) -> None:
         console.print(f"PARTIAL: {record.partial_reason}; the report shows what nsys captured.",
                       style="bold yellow")
     console.print(f"Run folder: {_shown(result.run_dir)}")
+    for role, name in record.files.items():
+        if "snapshot" in role:
+            console.print(f"Memory snapshot: profkit memory {_shown(result.run_dir / name)}")
     if result.report is not None:
         console.print(f"Report: {_shown(Path(result.report.html))}", style="bold")

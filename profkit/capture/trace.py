@@ -31,7 +31,7 @@ from profkit.capture import bare_run
 from profkit.capture import ncu as ncu_mod
 from profkit.capture import nsys as nsys_mod
 from profkit.capture import torch_backend
-from profkit.capture.launch import DISTRIBUTED, LAUNCH_MODULE, STEP_TIMES_ENV, parse_window
+from profkit.capture.launch import DISTRIBUTED, LAUNCH_MODULE, MEMORY_ENV, STEP_TIMES_ENV, parse_window
 from profkit.capture.options import ProgramFailed, TraceOptions, launcher_env
 from profkit.capture.gpu import detect_gpus
 from profkit.capture.nsys import ProfileRequest, Reporter
@@ -160,6 +160,9 @@ def run_trace(options: TraceOptions, reporter: Reporter, *, env: Mapping[str, st
             bare_run.run_bare(options, base_env, bare_dir / "bare.json")
         base_env = {**base_env, STEP_TIMES_ENV: str(bare_dir / "traced.json")}
 
+    if options.memory:
+        base_env = {**base_env, MEMORY_ENV: str(run_dir)}
+
     rank_traces: list[Path] = []
     if nsys is None:
         rank_traces, returncode, interrupted = torch_backend.profile(options, program, run_dir, base_env, record,
@@ -179,6 +182,9 @@ def run_trace(options: TraceOptions, reporter: Reporter, *, env: Mapping[str, st
             record.warnings.append(record.recorded["bare_run"]["sentence"])
         shutil.rmtree(bare_dir, ignore_errors=True)
         base_env.pop(STEP_TIMES_ENV, None)  # ncu's runs are not timed
+    base_env.pop(MEMORY_ENV, None)  # nor recorded by the allocator again
+    if options.memory:
+        _note_memory_snapshots(run_dir, record)
     record.exit_code = returncode
     if interrupted:
         record.partial, record.partial_reason = True, "interrupted (Ctrl-C)"
@@ -364,6 +370,29 @@ class _Quiet(Reporter):
 
 def _all_chatter(segment: str) -> nsys_mod.NsysEvent:
     return nsys_mod.NsysEvent("chatter", text=segment)
+
+
+def _note_memory_snapshots(run_dir: Path, record: RunRecord) -> None:
+    """List the allocator snapshots the program wrote; an out-of-memory one's cause is a warning."""
+    from profkit.analysis.memory import oom_sentences
+    from profkit.readers.snapshot import open_snapshot
+
+    snapshots = sorted(p.name for p in run_dir.glob("*snapshot*.pickle"))
+    record.files.update({name.removesuffix(".pickle"): name for name in snapshots})
+    if not snapshots:
+        record.warnings.append("--memory: the program wrote no allocator snapshot (no CUDA device, or it "
+                               "was killed before its exit)")
+    for name in snapshots:
+        if not name.startswith("oom_snapshot"):
+            continue
+        try:
+            trace = open_snapshot(run_dir / name)
+            try:
+                record.warnings.extend(oom_sentences(trace))
+            finally:
+                trace.close()
+        except ProfkitError as exc:
+            record.warnings.append(f"{name}: {exc.one_line()}")
 
 
 def _write_report(export: Path, run_dir: Path, ncu_csv: Path | None, record: RunRecord) -> Any:

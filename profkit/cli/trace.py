@@ -29,6 +29,9 @@ from profkit.errors import ProfkitError
 @click.option("--full", is_flag=True,
               help="nsys: also trace OS runtime calls (osrt) and every CUDA graph node, and sample Python at "
                    "1000 Hz (by default -t cuda,nvtx, one row per graph replay, 200 Hz): costs the program more.")
+@click.option("--memory", is_flag=True,
+              help="Record the CUDA caching allocator's history (bounded) and write its snapshot to the run "
+                   "folder at exit and at the first out-of-memory error: profkit memory reads them.")
 @click.option("--nsys-args", default="", metavar='"ARGS"', help='Extra nsys profile flags, e.g. "--cuda-memory-usage=true".')
 @click.option("--python", "python", default=sys.executable, show_default="this Python", metavar="PATH",
               help="Python interpreter that runs the script.")
@@ -65,7 +68,7 @@ from profkit.errors import ProfkitError
 def trace(ctx: click.Context, module: str | None, backend: str, output: Path | None, ncu_top: int, nvtx_range: str | None,
           sync_sites: bool, nsys_args: str, python: str, tmp_dir: Path | None, gpu_check: bool, top: int,
           keep_env: bool, keep_rep: bool, steps: int | None, skip_steps: int, whole: bool, with_stack: bool,
-          sample: bool, window: str | None, full: bool, bare_run: bool,
+          sample: bool, window: str | None, full: bool, bare_run: bool, memory: bool,
           target_and_args: tuple[str, ...]) -> None:
     """Profile a program with Nsight Systems (or torch.profiler) and write profkit's report.
 
@@ -76,6 +79,7 @@ def trace(ctx: click.Context, module: str | None, backend: str, output: Path | N
       profkit trace --backend torch --whole --with-stack train.py                 # all of it, every call
       profkit trace --backend torch --window 20:25 serve.py                       # 5 s of an inference loop
       profkit trace --ncu-top 3 sample_kernels/gelu.py --n 8192
+      profkit trace --memory train.py                                              # + allocator snapshots
       profkit trace -m my_pkg.bench -- --size 4096
     """
     from profkit.capture.progress import make_reporter
@@ -99,7 +103,8 @@ def trace(ctx: click.Context, module: str | None, backend: str, output: Path | N
                            nvtx_range=nvtx_range, sync_sites=sync_sites, nsys_args=extra, python=python,
                            temp_root=tmp_dir, check_gpu=gpu_check, top=top, backend=backend, keep_env=keep_env,
                            keep_rep=keep_rep, steps=steps, skip_steps=skip_steps, window=window,
-                           whole=whole, with_stack=with_stack, sample=sample, full=full, bare_run=bare_run)
+                           whole=whole, with_stack=with_stack, sample=sample, full=full, bare_run=bare_run,
+                           memory=memory)
     reporter = make_reporter()
     try:
         result = run_trace(options, reporter)

@@ -423,6 +423,13 @@ def findings(report: dict[str, Any]) -> list[str]:
             site = growth["sites"][0]
             lines.append(f"Memory ({d['label']}): leaking: every steady step ends {size(growth['growth_per_step_bytes'])} "
                          f"higher; {site['site']} keeps {size(site['bytes_per_step'])} per step that is never freed.")
+    return lines + oom_findings(report)
+
+
+def oom_findings(report: dict[str, Any]) -> list[str]:
+    """One sentence per out-of-memory error: the request, what was allocated, fragmentation or real
+    use, and the site that held the most."""
+    lines = []
     for oom in report.get("oom") or ():
         why = (f"fragmentation: the allocator held {size(oom['cached_free_bytes'])} free in its segments, "
                "enough for the request, but in no block big enough" if oom["cause"] == "fragmentation" else
@@ -434,6 +441,11 @@ def findings(report: dict[str, Any]) -> list[str]:
                      f"failed with {size(oom['allocated_bytes'])} allocated and {size(oom['reserved_bytes'])} "
                      f"reserved ({why}){held}.")
     return lines
+
+
+def oom_sentences(trace: Trace) -> list[str]:
+    """``oom_findings`` of a trace (a snapshot dumped at an out-of-memory error)."""
+    return oom_findings(memory_report(trace))
 
 
 def size(n: int) -> str:
