@@ -62,9 +62,13 @@ PROGRAMS = [
                                                   "--hf-generate", "--cache-implementation", "static"], True,
             STEADY_MS, 1.0),
 ]
-# mode -> profkit trace flags (None: the bare program)
+# mode -> profkit trace flags (None: the bare program; RAW_NSYS: nsys alone, without profkit)
+RAW_NSYS = ["<nsys alone>"]
 GPU_MODES = {"bare": None, "nsys (default)": ["--backend", "nsys"], "nsys --full": ["--backend", "nsys", "--full"],
              "nsys --no-python-sync-sites": ["--backend", "nsys", "--no-python-sync-sites"],
+             "nsys, no Python sampling": ["--backend", "nsys", "--nsys-args", "--python-sampling=false"],
+             # the floor: nsys's own CUDA API and kernel tracing, no launcher, hook or sampling
+             "nsys -t cuda,nvtx alone": RAW_NSYS,
              "torch (default)": ["--backend", "torch"]}
 CPU_MODES = {"bare": None, "torch (default)": ["--backend", "torch"],
              "torch --with-stack": ["--backend", "torch", "--with-stack"]}
@@ -75,6 +79,10 @@ def step_ms(program: Program, flags: list[str] | None, work: Path) -> tuple[floa
     wall time in seconds."""
     if flags is None:
         argv = [sys.executable, *program.argv]
+    elif flags is RAW_NSYS:
+        report = Path(tempfile.mkdtemp(dir=work)) / "raw"
+        argv = [shutil.which("nsys") or "nsys", "profile", "-t", "cuda,nvtx", "--sample=none", "--cpuctxsw=none",
+                "-o", str(report), sys.executable, *program.argv]
     else:
         run_dir = Path(tempfile.mkdtemp(dir=work))
         argv = [sys.executable, "-m", "profkit", "trace", *flags, "-o", str(run_dir), program.argv[0], "--",
@@ -102,6 +110,7 @@ def measure(programs: list[Program], modes: dict[str, list[str] | None], repeat:
             for _ in range(repeat):  # alternate the modes: a change of load hits each alike
                 for mode, flags in modes.items():
                     value, wall_s = step_ms(program, flags, work)
+                    print(f"  {program.name} | {mode} | step {value} ms | {wall_s:.1f} s", file=sys.stderr, flush=True)
                     walls[mode].append(wall_s)
                     if value is not None:
                         times[mode].append(value)

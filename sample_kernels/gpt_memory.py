@@ -151,7 +151,7 @@ def run_until_oom(args: argparse.Namespace, dev: torch.device) -> dict:
         while seq <= OOM_MAX_SEQ:
             tokens = torch.randint(vocab, (args.batch, seq + 1), device=dev)
             optimizer.zero_grad(set_to_none=True)
-            loss = model(tokens[:, :-1], tokens[:, 1:])
+            loss = model(tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous())
             loss.backward()
             optimizer.step()
             step, seq = step + 1, seq * 2

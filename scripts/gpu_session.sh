@@ -5,10 +5,13 @@
 #   bash scripts/gpu_session.sh OUTDIR PART...
 #
 # Parts:
-#   tests      pytest -m gpu over the GPU test files                        -> OUTDIR/gpu_tests.log
+#   tests      pytest -m gpu over the GPU test files (GPU_TESTS: other ids)  -> OUTDIR/gpu_tests.log, and
+#              the run folders' ncu.csv, report.json and snapshots            -> OUTDIR/gpu_test_runs.tar.xz
 #   zoo        scripts/make_zoo.sh, the 1-GPU programs, ZOO_JOBS at once    -> OUTDIR/zoo.tar.xz
 #   memory     scripts/make_memory_fixtures.sh OUTDIR gpu                   -> OUTDIR/memory_gpu.tar.xz
+#   oom        only its planted out-of-memory run                           -> OUTDIR/memory_oom.tar.xz
 #   overhead   benchmarks/capture_overhead.py, alone on the GPU             -> OUTDIR/capture_overhead.md
+#              (OVERHEAD_ARGS: its arguments, shell-quoted)
 # Parts named together run at once, except overhead, which times steps and so runs after the rest.
 # SESSION_LIMIT (seconds, default 540) bounds the parts run at once; what they wrote is kept.
 set -uo pipefail
@@ -17,7 +20,7 @@ shift
 ROOT=$PWD
 LIMIT=${SESSION_LIMIT:-540}
 mkdir -p "$OUTDIR"
-exec > >(tee -a "$OUTDIR/session.log") 2>&1
+exec > >(tee -a "$OUTDIR/session.log") 2>&1  # logs: session, gpu_tests, zoo, memory
 T0=$SECONDS
 source "$ROOT/.gpu-kit/setup.sh"
 # profkit's runtime packages the host lacks: each wheel only when its module does not import
@@ -42,10 +45,13 @@ python3 -m profkit doctor || true
 echo "[setup done: $((SECONDS - T0)) s]"
 
 run_tests() {
-  timeout "$LIMIT" python3 -m pytest -p no:cacheprovider -m gpu -q -x --no-header -rA \
-    tests/test_trace_cli.py tests/test_capture_torch.py tests/test_samples_gpu.py tests/test_trace_distributed_gpu.py \
-    > "$OUTDIR/gpu_tests.log" 2>&1
+  # shellcheck disable=SC2086
+  timeout "$LIMIT" python3 -m pytest -p no:cacheprovider -m gpu -q --no-header -rA --basetemp=/tmp/gpu-tests \
+    ${GPU_TESTS:-tests/test_trace_cli.py tests/test_capture_torch.py tests/test_samples_gpu.py \
+      tests/test_trace_distributed_gpu.py} > "$OUTDIR/gpu_tests.log" 2>&1
   echo "gpu tests: exit $? ($(tail -1 "$OUTDIR/gpu_tests.log"))"
+  (cd /tmp/gpu-tests && find . \( -name ncu.csv -o -name report.json -o -name '*snapshot*.pickle' \) -print0 \
+    | tar cJf "$OUTDIR/gpu_test_runs.tar.xz" --null -T -)
 }
 run_zoo() {  # the 1-GPU entries (this host has one GPU)
   ZOO_JOBS=${ZOO_JOBS:-6} ZOO_LIMIT=${ZOO_LIMIT:-240} timeout "$LIMIT" bash "$ROOT/scripts/make_zoo.sh" /tmp/zoo-out \
@@ -62,6 +68,14 @@ run_memory() {
   (cd /tmp/memory-out && tar cJf "$OUTDIR/memory_gpu.tar.xz" memory_gpu)
 }
 
+run_oom() {
+  mkdir -p /tmp/memory-oom && cd /tmp/memory-oom || return
+  timeout 120 python3 "$ROOT/sample_kernels/gpt_memory.py" --oom --snapshot gpt_oom.pickle > gpt_oom.stdout 2> gpt_oom.stderr
+  echo "oom: exit $?"
+  xz -9 -f gpt_oom.pickle; tar cJf "$OUTDIR/memory_oom.tar.xz" gpt_oom.*
+  cd "$ROOT" || return
+}
+
 pids=()
 overhead=0
 for part in "$@"; do
@@ -69,6 +83,7 @@ for part in "$@"; do
     tests) run_tests & pids+=($!) ;;
     zoo) run_zoo & pids+=($!) ;;
     memory) run_memory & pids+=($!) ;;
+    oom) run_oom & pids+=($!) ;;
     overhead) overhead=1 ;;
     *) echo "unknown part: $part" ;;
   esac
@@ -76,7 +91,15 @@ done
 for pid in "${pids[@]}"; do wait "$pid"; done
 echo "[parts done: $((SECONDS - T0)) s]"
 if [ $overhead = 1 ]; then
-  timeout "$LIMIT" python3 "$ROOT/benchmarks/capture_overhead.py" ${OVERHEAD_ARGS:-} > "$OUTDIR/capture_overhead.md" 2>&1
+  eval "overhead_args=(${OVERHEAD_ARGS:-})"
+  timeout "${OVERHEAD_LIMIT:-$LIMIT}" python3 "$ROOT/benchmarks/capture_overhead.py" "${overhead_args[@]}" > "$OUTDIR/capture_overhead.md" 2>&1
   echo "overhead: exit $?"
 fi
 echo "[session: $((SECONDS - T0)) s]"
+# what comes back from the host: at most 8 files of 16 MiB each
+cd "$OUTDIR" || exit 1
+for archive in ./*.tar.xz; do
+  [ -f "$archive" ] || continue
+  if [ "$(stat -c %s "$archive")" -gt 15000000 ]; then split -b 15000000 "$archive" "$archive.part-" && rm "$archive"; fi
+done
+ls -la

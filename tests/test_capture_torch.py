@@ -147,12 +147,13 @@ def test_python_without_torch_is_refused(tmp_path: Path, monkeypatch: pytest.Mon
 
 @pytest.mark.gpu
 def test_gpu_train_mlp_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The MLP loop with print(loss.item()): kernels, one sync site per step at the print, a report."""
+    """The MLP loop with print(loss.item()), the whole program recorded: kernels, one sync site per step
+    at the print, a report."""
     monkeypatch.chdir(ROOT)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     run_dir = tmp_path / "run"
     result = run_trace(TraceOptions(target="sample_kernels/train_mlp.py", args=["--steps", "5", "--print-loss"],
-                                    backend="torch", output=run_dir, python=sys.executable), Recorder())
+                                    backend="torch", whole=True, output=run_dir, python=sys.executable), Recorder())
     assert result.exit_code == 0 and result.record.backend == "torch"
     events = raw_events(run_dir / KINETO_JSON)
     kernels = [e for e in events if e.get("cat") == "kernel"]

@@ -52,8 +52,10 @@ def test_torchrun_job_gives_the_cross_rank_report(tmp_path: Path, backend: str) 
 
 
 @pytest.mark.gpu
-def test_reduce_overhead_program_is_recorded_per_graph_node(tmp_path: Path) -> None:
-    done = profkit_trace(tmp_path, str(GPT), "--", "--steps", "12", "--compile-mode", "reduce-overhead",
+def test_reduce_overhead_program_is_recorded_per_graph_node_with_full(tmp_path: Path) -> None:
+    """--full records every kernel of every replay (nsys's node level); the default one row per
+    replay (tests/test_graphs.py reads such captures)."""
+    done = profkit_trace(tmp_path, "--full", str(GPT), "--", "--steps", "12", "--compile-mode", "reduce-overhead",
                          "--nvtx-steps")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     report = json.loads((tmp_path / "run" / "report.json").read_text())

@@ -100,19 +100,24 @@ def main(argv: list[str]) -> None:
     if step_times:
         StepClock.install(step_times.replace(RANK_FIELD, os.environ.get("RANK", "0")))
     memory_dir = os.environ.get(MEMORY_ENV)
-    if memory_dir:
-        MemoryRecorder.install(memory_dir, int(os.environ.get(MEMORY_ENTRIES_ENV) or MEMORY_ENTRIES))
+    memory = MemoryRecorder.install(memory_dir, int(os.environ.get(MEMORY_ENTRIES_ENV) or MEMORY_ENTRIES)) \
+        if memory_dir else None
     mark = os.environ.get(CLOCK_MARK_ENV)
     if mark:
         _profkit_clock_mark(mark.replace(RANK_FIELD, os.environ.get("RANK", "0")))
     trace_path = os.environ.get(TORCH_TRACE_ENV)
-    if trace_path:
-        trace_path = trace_path.replace(RANK_FIELD, os.environ.get("RANK", "0"))
-        run_under_torch_profiler(lambda: run_program(argv), trace_path, os.environ.get(TORCH_STEPS_ENV),
-                                 os.environ.get(TORCH_WINDOW_ENV), with_stack=os.environ.get(TORCH_STACKS_ENV) == "1",
-                                 forward=os.environ.get(TORCH_FORWARD_ENV))
-    else:
-        run_program(argv)
+    try:
+        if trace_path:
+            trace_path = trace_path.replace(RANK_FIELD, os.environ.get("RANK", "0"))
+            run_under_torch_profiler(lambda: run_program(argv), trace_path, os.environ.get(TORCH_STEPS_ENV),
+                                     os.environ.get(TORCH_WINDOW_ENV),
+                                     with_stack=os.environ.get(TORCH_STACKS_ENV) == "1",
+                                     forward=os.environ.get(TORCH_FORWARD_ENV))
+        else:
+            run_program(argv)
+    finally:  # however the program ends (an exception, sys.exit), before the interpreter tears down
+        if memory is not None:
+            memory.dump(memory.at_exit)
 
 
 def _profkit_clock_mark(path: str) -> None:
@@ -190,20 +195,18 @@ class MemoryRecorder:
         self.oom_seen = False
 
     @classmethod
-    def install(cls, folder: str, entries: int) -> None:
-        import atexit
-
+    def install(cls, folder: str, entries: int) -> MemoryRecorder | None:
         try:
             import torch
         except ImportError:  # no PyTorch: no allocator to record
-            return
+            return None
         if not torch.cuda.is_available():
-            return
+            return None
         recorder = cls(folder)
         # Python frames only: C++ stacks ("all") cost every allocation a native unwind
         torch.cuda.memory._record_memory_history(max_entries=entries, stacks="python")
         torch._C._cuda_attach_out_of_memory_observer(recorder.on_oom)
-        atexit.register(recorder.dump, recorder.at_exit)
+        return recorder
 
     def on_oom(self, device: int, requested: int, device_allocated: int, device_free: int) -> None:
         # The first failure is the one to explain: a program that catches it and retries smaller
@@ -218,8 +221,9 @@ class MemoryRecorder:
 
         try:
             torch.cuda.memory._dump_snapshot(path)
-        except (OSError, RuntimeError):  # the run folder went (profkit stopped): the program's exit stays its own
-            pass
+        except Exception as exc:  # noqa: BLE001 - the program's own exit status and error stay what they were
+            print(f"profkit: warning: no memory snapshot written to {path} ({type(exc).__name__}: {exc})",
+                  file=sys.stderr)
 
 
 def run_program(argv: list[str]) -> None:
