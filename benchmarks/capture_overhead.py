@@ -66,9 +66,9 @@ PROGRAMS = [
 RAW_NSYS = ["<nsys alone>"]
 GPU_MODES = {"bare": None, "nsys (default)": ["--backend", "nsys"], "nsys --full": ["--backend", "nsys", "--full"],
              "nsys --no-python-sync-sites": ["--backend", "nsys", "--no-python-sync-sites"],
-             "nsys, no Python sampling": ["--backend", "nsys", "--nsys-args", "--python-sampling=false"],
+             "nsys no Python sampling": ["--backend", "nsys", "--nsys-args", "--python-sampling=false"],
              # the floor: nsys's own CUDA API and kernel tracing, no launcher, hook or sampling
-             "nsys -t cuda,nvtx alone": RAW_NSYS,
+             "nsys alone (-t cuda nvtx)": RAW_NSYS,
              "torch (default)": ["--backend", "torch"]}
 CPU_MODES = {"bare": None, "torch (default)": ["--backend", "torch"],
              "torch --with-stack": ["--backend", "torch", "--with-stack"]}

@@ -46,7 +46,7 @@ echo "[setup done: $((SECONDS - T0)) s]"
 
 run_tests() {
   # shellcheck disable=SC2086
-  timeout "$LIMIT" python3 -m pytest -p no:cacheprovider -m gpu -q --no-header -rA --basetemp=/tmp/gpu-tests \
+  timeout "$LIMIT" python3 -m pytest -p no:cacheprovider -m gpu -v --no-header -rA --tb=short --basetemp=/tmp/gpu-tests \
     ${GPU_TESTS:-tests/test_trace_cli.py tests/test_capture_torch.py tests/test_samples_gpu.py \
       tests/test_trace_distributed_gpu.py} > "$OUTDIR/gpu_tests.log" 2>&1
   echo "gpu tests: exit $? ($(tail -1 "$OUTDIR/gpu_tests.log"))"
@@ -98,6 +98,10 @@ fi
 echo "[session: $((SECONDS - T0)) s]"
 # what comes back from the host: at most 8 files of 16 MiB each
 cd "$OUTDIR" || exit 1
+# the parts' logs in one archive (session.log stays plain: the call's reply shows its tail)
+logs=(zoo.log memory.log gpu_tests.log)
+present=(); for log in "${logs[@]}"; do [ -f "$log" ] && present+=("$log"); done
+if [ ${#present[@]} -gt 0 ]; then tar cJf logs.tar.xz "${present[@]}" && rm "${present[@]}"; fi
 for archive in ./*.tar.xz; do
   [ -f "$archive" ] || continue
   if [ "$(stat -c %s "$archive")" -gt 15000000 ]; then split -b 15000000 "$archive" "$archive.part-" && rm "$archive"; fi

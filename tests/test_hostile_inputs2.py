@@ -409,6 +409,23 @@ def test_a_roof_without_counters_names_no_bound(tmp_path: Path) -> None:
     assert row["verdict"].startswith("no bound: this capture lacks counters for fp16")
 
 
+def test_a_tensor_source_counted_only_by_sparsity_is_no_missing_roof(tmp_path: Path) -> None:
+    """A TRANSFORMED real capture: tests/data/roofline/gelu_raw.csv.xz (H100) without the fp8
+    source's plain counter (``sm__ops_path_tensor_src_fp8.sum`` and its avg/min/max), as the
+    hierarchical chart of an ``--ncu-top`` capture gives fp8 on sm_90: only as
+    ``_sparsity_off``/``_sparsity_on`` rates.  Dense plus sparse work is the source's work (0 here),
+    so the GELU kernel keeps its memory bound instead of "no bound: lacks counters for fp8"."""
+    rows = list(csv.reader(io.StringIO(lzma.open(ROOFLINE / "gelu_raw.csv.xz", "rt").read())))
+    plain = re.compile(r"^sm__ops_path_tensor_src_fp8\.(sum|avg|min|max)(\.per_second)?$")
+    keep = [i for i, name in enumerate(rows[0]) if not plain.match(name)]
+    assert len(keep) < len(rows[0])
+    transformed = _write([[r[i] for i in keep] for r in rows], tmp_path / "transformed_fp8_by_sparsity_raw.csv")
+    real, derived = _roofline_json(ROOFLINE / "gelu_raw.csv.xz"), _roofline_json(transformed)
+    assert derived["missing_counters"] == {} and derived["bound"] == real["bound"] == "memory"
+    assert derived["flops"] == pytest.approx(real["flops"], rel=1e-9)
+    assert derived["verdict"] == real["verdict"]
+
+
 # -- strict JSON from every command ----------------------------------------------------------------
 def _json_commands(tmp_path: Path) -> list[list[str]]:
     from tests.conftest import _decompressed, nsys_fixture

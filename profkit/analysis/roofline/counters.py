@@ -159,6 +159,7 @@ def _tensor(v: dict[str, float], missing: dict[str, str]) -> dict[str, TensorWor
     """
     src_total: dict[str, float] = {}
     src_sparse: dict[str, float] = {}
+    src_dense: dict[str, float] = {}
     src_peak: dict[str, float] = {}
     src_dense_peak: dict[str, float] = {}
     op_total: dict[str, float] = {}
@@ -177,6 +178,8 @@ def _tensor(v: dict[str, float], missing: dict[str, str]) -> dict[str, TensorWor
                 src_total[source] = src_total.get(source, 0.0) + value
             elif sparsity == "on":
                 src_sparse[source] = src_sparse.get(source, 0.0) + value
+            else:
+                src_dense[source] = src_dense.get(source, 0.0) + value
             continue
         m = _OP.match(name)
         if m:
@@ -190,7 +193,13 @@ def _tensor(v: dict[str, float], missing: dict[str, str]) -> dict[str, TensorWor
                     op_sparse[source] = op_sparse.get(source, 0.0) + value
     out: dict[str, TensorWork] = {}
     for source, roof in TENSOR_SOURCES.items():
-        flops = src_total.get(source, op_total.get(source))
+        flops = src_total.get(source)
+        if flops is None and (source in src_dense or source in src_sparse):
+            # a capture with the hierarchical chart's counters only (--ncu-top: fp8 on sm_90 comes as
+            # ..._src_fp8_sparsity_off/_on rates): the source's work is its dense plus its sparse work
+            flops = src_dense.get(source, 0.0) + src_sparse.get(source, 0.0)
+        if flops is None:
+            flops = op_total.get(source)
         if flops is None:
             if source in src_peak or source in src_dense_peak or source in op_dense_peak:
                 missing[roof] = f"sm__ops_path_tensor_src_{source}.sum"
