@@ -446,6 +446,11 @@ def test_a_script_named_like_an_option_reaches_python_as_a_path(workdir):
     assert argv == ["python3", "-m", "profkit.capture.launch", "./-c.py"]
     argv = program_argv(TraceOptions(target="-c.py", python="python3", sync_sites=False))
     assert argv == ["python3", "./-c.py"]
+    # --memory and --bare-run work through the launcher, with or without sync sites (on the GPU
+    # host, --memory --no-python-sync-sites once ran the program bare and wrote no snapshot)
+    for feature in ("memory", "bare_run"):
+        argv = program_argv(TraceOptions(target="-c.py", python="python3", sync_sites=False, **{feature: True}))
+        assert argv == ["python3", "-m", "profkit.capture.launch", "./-c.py"]
 
 
 @pytest.mark.gpu

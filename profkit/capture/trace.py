@@ -64,7 +64,8 @@ class TraceResult:
 
 
 def program_argv(options: TraceOptions) -> list[str]:
-    """The argv run under nsys: through the sync-site launcher, or as given."""
+    """The argv run under nsys: through profkit's launcher where a feature of it is asked for
+    (sync sites, --memory's allocator history, --bare-run's step clock), else as given."""
     target, args = options.target, list(options.args)
     if options.module:
         entry = ["-m", target]
@@ -75,10 +76,11 @@ def program_argv(options: TraceOptions) -> list[str]:
         entry = [f"./{target}" if target.startswith("-") else target]
     else:
         return [str(Path(target).resolve()) if os.sep in target else target, *args]
-    if options.sync_sites and torch_backend.is_distributed(options):
+    launcher = options.sync_sites or options.memory or options.bare_run
+    if launcher and torch_backend.is_distributed(options):
         # torchrun itself unhooked; each rank's worker through the launcher, so every rank has its sync sites
         return [options.python, "-m", LAUNCH_MODULE, DISTRIBUTED, *args]
-    if options.sync_sites:
+    if launcher:
         return [options.python, "-m", LAUNCH_MODULE, *entry, *args]
     return [options.python, *entry, *args]
 
@@ -322,7 +324,8 @@ def _as_dict(row: Any) -> dict[str, Any]:
 def _run_ncu(options: TraceOptions, ncu: FoundTool, kernels: list[dict[str, Any]], run_dir: Path,
              base_env: dict[str, str], record: RunRecord, reporter: Reporter) -> Path | None:
     """Profile the top kernels; ncu.csv in run_dir, or None if every kernel failed."""
-    program = program_argv(TraceOptions(**{**options.__dict__, "sync_sites": False}))
+    plain = {"sync_sites": False, "memory": False, "bare_run": False}  # ncu replays the program as given
+    program = program_argv(TraceOptions(**{**options.__dict__, **plain}))
     env = ncu_mod.ncu_environment(base_env)
     targets = ncu_mod.pick_targets(kernels, options.ncu_top)
     ncu_mod.remove_stale(run_dir)
