@@ -324,9 +324,11 @@ HOSTILE_NUMBERS = ["1e400", "1e" + "5" * 5000, "1e308", "-1e400", "inf", "NaN", 
 def roofline_csv(tmp_path: Path, cell: str, metric: str = "dram__bytes.sum", kernel: str | None = None) -> Path:
     """The real fp32 GEMM raw page with one cell replaced (and the kernel renamed)."""
     rows = list(csv.reader(io.StringIO(lzma.open(ROOFLINE / "gemm_fp32_raw.csv.xz", "rt").read())))
-    for name in (metric, *(("dram__bytes_read.sum", "dram__bytes_write.sum") if metric == "dram__bytes.sum" else ())):
+    # DRAM bytes have three sources: the sum, read + write, and the rate per second x duration
+    dram = ("dram__bytes_read.sum", "dram__bytes_write.sum", "dram__bytes.sum.per_second")
+    for name in (metric, *(dram if metric == "dram__bytes.sum" else ())):
         rows[2][rows[0].index(name)] = cell
-        rows[1][rows[0].index(name)] = "Gbyte"
+        rows[1][rows[0].index(name)] = "byte/s" if name.endswith("per_second") else "Gbyte"
     if kernel is not None:
         rows[2][rows[0].index("Kernel Name")] = kernel
     return _write(rows, tmp_path / "hostile_cell_raw.csv")

@@ -99,6 +99,9 @@ def _first(values: dict[str, float], names: tuple[str, ...]) -> tuple[float | No
 # rate is divided by; else the launch's duration times the SM clock.
 SM_CYCLES = ("smsp__cycles_elapsed.avg", "sm__cycles_elapsed.avg")
 PER_CYCLE = ".sum.per_cycle_elapsed"
+PER_SECOND = ".sum.per_second"
+BYTE_COUNTERS = ("dram__bytes", "lts__t_bytes", "l1tex__t_bytes")
+TENSOR_PREFIXES = ("sm__ops_path_tensor_", "sm__inst_executed_pipe_tensor", "smsp__inst_executed_pipe_tensor")
 
 
 def derive_sums(v: dict[str, float], duration_ns: float | None) -> dict[str, float]:
@@ -107,6 +110,11 @@ def derive_sums(v: dict[str, float], duration_ns: float | None) -> dict[str, flo
     (``ncu --section SpeedOfLight_RooflineChart``) writes the FFMA/FADD/FMUL counters only that
     way; on the real captures of tests/data/roofline, which have both, rate x
     ``sm__cycles_elapsed.avg`` equals ``.sum`` to 8 digits."""
+    # bytes per memory level given only as a rate per second (the standard capture's DRAM):
+    # rate x the launch's duration
+    per_second = {name[: -len(PER_SECOND)] + ".sum": rate * duration_ns * 1e-9 for name, rate in v.items()
+                  if duration_ns and name.endswith(PER_SECOND) and name.startswith(BYTE_COUNTERS)}
+    v = {**{k: x for k, x in per_second.items() if k not in v}, **v}
     cycles, _ = _first(v, SM_CYCLES)
     if cycles is None:
         clock, _ = _first(v, SM_CLOCK)
@@ -134,10 +142,17 @@ def read_counters(metrics: dict[str, Any], duration_ns: float | None) -> Counter
         if peak is not None:
             c.cuda_peak_per_cycle[roof] = 2 * peak
     c.tensor = _tensor(v, c.missing)
+    counted = sum(c.cuda_flops.values()) + sum(t.flops or 0 for t in c.tensor.values())
+    if counted == 0 and not any(name.startswith(TENSOR_PREFIXES) for name in v):
+        # no FLOP counted, and no tensor-core counter to say the FLOPs are not there (the standard
+        # SpeedOfLight_RooflineChart capture has none): a tensor-core GEMM would read as memory-bound
+        c.missing["tensor cores"] = "sm__ops_path_tensor_* (ncu --section SpeedOfLight_HierarchicalTensorRooflineChart)"
     dram = v.get("dram__bytes.sum")
     if dram is None and v.get("dram__bytes_read.sum") is not None and v.get("dram__bytes_write.sum") is not None:
         dram = v["dram__bytes_read.sum"] + v["dram__bytes_write.sum"]
     c.bytes = {"DRAM": dram, "L2": v.get("lts__t_bytes.sum"), "L1": v.get("l1tex__t_bytes.sum")}
+    if dram is None and v.get("dram__bytes.sum.peak_sustained") is not None:  # a roof with a peak and no bytes
+        c.missing["DRAM"] = "dram__bytes.sum (or its .per_second rate)"
     for level, peak_metric, clocks in (("DRAM", "dram__bytes.sum.peak_sustained", DRAM_CLOCK),
                                        ("L2", "lts__t_bytes.sum.peak_sustained", L2_CLOCK),
                                        ("L1", "l1tex__t_bytes.sum.peak_sustained", L1_CLOCK)):
