@@ -182,7 +182,8 @@ class Verdict:
 def parse_verdict(text: str) -> Verdict:
     idle = re.search(rf"idles {DURATION} of the {DURATION} step", text)
     # "the host meanwhile in A 1 ms, B 2 ms" (idle-bound); "the host is in ..." (GPU-bound, CPU-only)
-    causes_text = re.search(r"(?:meanwhile|the host is) in (.*?)(?:;|$)", text)
+    # "loading data in A 4 ms per step" (data-bound), "waiting in A 1 ms" (sync-bound)
+    causes_text = re.search(r"(?:meanwhile|the host is|loading data|waiting) in (.*?)(?:;|$)", text)
     causes = []
     if causes_text:
         for part in re.split(r",\s(?=[^,]*\s\d)", causes_text.group(1)):
@@ -190,7 +191,7 @@ def parse_verdict(text: str) -> Verdict:
             match = re.match(rf"(.*\S)\s+{DURATION}(?: per step)?$", part.strip())
             if match:
                 causes.append((match.group(1), float(match.group(2).replace(",", "")) * UNITS_NS[match.group(3)]))
-    claim = re.search(r"explain (\d+(?:\.\d+)?)% of the (step|GPU idle|idle)", text)
+    claim = re.search(r"(?:explain|that is) (\d+(?:\.\d+)?)% of the (step|GPU idle|idle)", text)
     return Verdict(step_ns=parse_ns(f"{idle.group(3)} {idle.group(4)}") if idle else None,
                    idle_ns=parse_ns(f"{idle.group(1)} {idle.group(2)}") if idle else None,
                    causes=causes, claimed_pct=float(claim.group(1)) if claim else None,

@@ -1,8 +1,8 @@
 """What a Kineto trace holds, read straight from its JSON: the truth profkit's commands must
 reproduce on the public traces (tests/data/hta_zoo).  Nothing here imports profkit.
 
-- steps: the ``ProfilerStep#N`` ranges torch.profiler writes around each ``prof.step()``: their
-  count and CPU durations;
+- steps: the ``ProfilerStep#N`` ranges torch.profiler writes around each ``prof.step()`` on the
+  CPU: their count and durations;
 - kernels: ``cat == "kernel"`` events, per name; Triton's by name;
 - CUDA graphs: ``cudaGraphLaunch`` runtime calls, and the kernels they launched (same correlation id);
 - copies and sets: ``gpu_memcpy`` / ``gpu_memset`` events; syncs: ``cuda_sync`` events;
@@ -72,7 +72,9 @@ def load(path: Path) -> dict:
 def truth_of(path: Path) -> Truth:
     trace = load(path)
     events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X"]
-    steps = sorted((e for e in events if STEP_NAME.match(str(e.get("name")))), key=lambda e: e["ts"])
+    # the CPU's ranges: newer PyTorch repeats each on the GPU's timeline (cat gpu_user_annotation)
+    steps = sorted((e for e in events if STEP_NAME.match(str(e.get("name"))) and e.get("cat") != "gpu_user_annotation"),
+                   key=lambda e: e["ts"])
     kernels = [e for e in events if e.get("cat") == "kernel"]
     launches = [e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")
                 and GRAPH_LAUNCH.match(str(e.get("name")))]

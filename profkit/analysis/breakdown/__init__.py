@@ -21,6 +21,7 @@ from profkit.analysis.breakdown import idle as _idle
 from profkit.analysis.timeline import intervals
 from profkit.analysis.breakdown import launch as _launch
 from profkit.analysis.breakdown import temporal as _temporal
+from profkit.analysis.kernels.graphs import has_graphs
 from profkit.errors import ProfkitError
 from profkit.model import Trace
 
@@ -89,7 +90,8 @@ def rank_breakdown(trace: Trace, steady: bool = False, top_idle: int = 5) -> dic
                                     totals["host_wait_ns"] / stream_idle if stream_idle else None,
                                     _launch.long_gap_share(*intervals.gaps(events["start"].to_numpy(),
                                                                            events["end"].to_numpy(),
-                                                                           keep_reversed=True)))
+                                                                           keep_reversed=True)),
+                                    graphs_launched=has_graphs(trace))
     launch["delay_outliers"] = _launch.launch_delay_outliers(launches)
     row.update(
         window=window_info,

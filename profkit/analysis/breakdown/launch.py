@@ -66,11 +66,13 @@ def launches(events: pd.DataFrame, include_memory: bool = True) -> pd.DataFrame:
 
 
 def launch_summary(rows: pd.DataFrame, idle_pct: float | None, host_wait_share: float | None,
-                   long_gaps: float | None = None) -> dict[str, Any]:
+                   long_gaps: float | None = None, graphs_launched: bool = False) -> dict[str, Any]:
     """Totals, medians, outlier counts and a launch-bound verdict in words.
 
     ``host_wait_share``: the share of idle time that is host wait (0..1);
-    ``long_gaps``: the share of idle time in gaps of LONG_GAP_NS or more (``long_gap_share``)."""
+    ``long_gaps``: the share of idle time in gaps of LONG_GAP_NS or more (``long_gap_share``);
+    ``graphs_launched``: the trace replays CUDA graphs already, so the advice is about the
+    kernels still launched one by one, not to start using graphs."""
     n = len(rows)
     if n == 0:
         return {"launches": 0, "launch_bound": False, "verdict": "no kernel launches in the trace"}
@@ -87,7 +89,9 @@ def launch_summary(rows: pd.DataFrame, idle_pct: float | None, host_wait_share: 
         verdict = (f"launch-bound: {short_share:.0%} of kernels run shorter on the GPU than their launch takes "
                    f"on the CPU (median launch {np.median(cpu) / 1000:.1f} µs, median kernel "
                    f"{np.median(gpu) / 1000:.1f} µs) and the GPU is idle {idle_pct:.0f}% of the time, "
-                   "mostly waiting for the host: fuse kernels or capture a CUDA graph")
+                   "mostly waiting for the host: "
+                   + ("fuse the kernels still launched one by one, or bring them into the graphs this program "
+                      "already replays" if graphs_launched else "fuse kernels or capture a CUDA graph"))
     elif short_share >= LAUNCH_BOUND_SHORT_SHARE and idle_enough and host_waits:
         verdict = (f"not launch-bound: the GPU is idle {idle_pct:.0f}% of the time, but {long_gaps:.0%} of that "
                    f"in stretches of {LONG_GAP_NS / 1e6:.0f} ms or more, far longer than a launch: the host was busy "
