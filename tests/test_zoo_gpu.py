@@ -189,3 +189,13 @@ def test_triton_suite_roofline_against_the_planted_work() -> None:
     # DRAM traffic of the LayerNorm: at most its logical bytes (read x, write y) and at least 85% of
     # them (the rest hits in L2)
     assert 0.85 * truth["layernorm_bytes"] <= layernorm["dram_bytes"] <= truth["layernorm_bytes"]
+
+
+@pytest.mark.slow
+def test_readme_table() -> None:
+    """tests/zoo/README.md holds today's table (python -m tests.zoo.gpu_table)."""
+    from tests.zoo.gpu_table import table
+
+    readme = (Path(__file__).parent / "zoo" / "README.md").read_text()
+    between = readme.split("<!-- gpu-zoo-table -->\n", 1)[1].split("\n<!-- /gpu-zoo-table -->", 1)[0]
+    assert between.strip() == table()
