@@ -135,9 +135,6 @@ def _sentence(kind: str, parts: dict[str, float], step_ns: float, idle_ns: float
     pct = (lambda v: f"{100.0 * v / step_ns:.0f}%") if step_ns else (lambda v: "?")
     text = f"{WORDS[kind][0].upper()}{WORDS[kind][1:]}: "
     median = f" ({format_duration(median_ns)} median step)" if median_ns else ""
-    if median_ns and step_ns and abs(step_ns - median_ns) > 0.05 * median_ns:
-        # the shares below are of the mean step (every per-step figure is a mean): say so where the two differ
-        median = f" ({format_duration(median_ns)} median step, {format_duration(step_ns)} mean; shares are of the mean)"
     host = [c for c in causes if c["cause"] == "python"]
     if kind == "host":
         text += f"{CPU_ONLY}{median}"
