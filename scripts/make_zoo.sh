@@ -43,10 +43,10 @@ mkdir -p "$DEST" zoo
 # programs run at once (ZOO_JOBS) end together
 ENTRIES=(
   "compile_max_autotune|compile_modes.py --mode max-autotune|1"
-  "hf_generate_static|hf_generate.py --cache static|1"
+  "hf_generate_static|hf_generate.py --cache static --new-tokens 16|1"
   "compile_reduce_overhead|compile_modes.py --mode reduce-overhead|1"
   "compile_train_compiled|compile_train.py|1"
-  "hf_generate_dynamic|hf_generate.py --cache dynamic|1"
+  "hf_generate_dynamic|hf_generate.py --cache dynamic --new-tokens 16|1"
   "compile_default|compile_modes.py --mode default|1"
   "graphed_train|graphed_train.py|1"
   "final_sync|final_sync.py|1"
