@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterator
+from pathlib import Path
 
 from tests.captures import readable
 from tests.invariants import OUTPUTS
@@ -39,8 +40,8 @@ def rows() -> Iterator[tuple[str, str, str, str, bool]]:
         if "sync" in plants:
             stalls = [r for r in out.json["stalls"]["rows"] if r["in_steps"]]
             top = max(stalls, key=lambda r: r["per_step"]["gpu_idle_ns"] + r["per_step"]["cpu_blocked_ns"])
-            yield name, "planted sync line (top stall in the steps)", plants["sync"], str(top["source"]), \
-                top["source"] == plants["sync"]
+            found = Path(top["source"]).name if top["source"] else "source unknown"
+            yield name, "planted sync line (top stall in the steps)", plants["sync"], found, found == plants["sync"]
 
 
 def table() -> str:

@@ -29,6 +29,7 @@ ranges      NVTX_EVENTS push/pop and start/end ranges (+ domain-create events)
 syncs       CUPTI_ACTIVITY_KIND_SYNCHRONIZATION (+ ENUM_CUPTI_SYNC_TYPE)
 osrt        OSRT_API calls (eventClass 27, as osrt_sum counts them)
 python_frames  NVTX_EVENTS eventType 34 with their payload blobs (``python_samples``)
+python_sites   each API call's user frame, from python_frames around the call's midpoint
 processes   PROCESSES
 threads     ThreadNames
 ==========  =====================================================
@@ -318,8 +319,8 @@ class NsysSource:
         return NsysSource(export)
 
     def has(self, table: str) -> bool:
-        if table == "python_frames":
-            return python_samples.has_python_sampling(self.export)
+        if table in ("python_frames", "python_sites"):
+            return python_samples.has_python_sampling(self.export) and self.has("api")
         nsys_table = _NSYS_TABLES.get(table)
         return nsys_table is not None and self.export.has_table(nsys_table)
 
@@ -372,6 +373,12 @@ class NsysSource:
             if self._frames is None:
                 self._frames = python_samples.python_frames(self.export)
             return {c: self._frames[c] for c in columns}
+        if table == "python_sites":  # each API call's user frame, from the samples around it
+            frames = self.load_arrays("python_frames", ["start", "end", "pid", "tid", "depth", "function", "file",
+                                                          "line"])
+            api = self.load_arrays("api", ["start", "end", "pid", "tid", "correlation"])
+            sites = python_samples.python_sites(frames, api)
+            return {c: sites[c] for c in columns}
         spec = self.spec(table)
         wanted = list(columns)
         text_columns = [c for c in wanted if c in _RANGE_TEXT_COLUMNS] if table == "ranges" else []

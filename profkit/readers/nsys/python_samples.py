@@ -174,3 +174,57 @@ def _coded(keys: list[int], strings: dict[int, str]) -> Coded:
     remap = np.array([distinct.setdefault(label, len(distinct)) for label in labels], dtype=np.int64)
     codes = remap[inverse.reshape(-1)] if len(labels) else np.zeros(0, dtype=np.int64)
     return Coded(codes, list(distinct))
+
+
+# Frames that are never the user's site: torch's own code (a sync made by ``loss.item()`` or
+# ``torch.cuda.synchronize()`` is the caller's) and profkit's (its launcher), as in Kineto's
+# python_sites (readers/kineto/stacks.py); nsys names files by absolute path.
+_NOT_THE_USERS = ("/site-packages/torch/", "/dist-packages/torch/", "/profkit/")
+
+
+def _is_user_file(path: str) -> bool:
+    return bool(path) and not path.startswith("<") and not any(part in path for part in _NOT_THE_USERS)
+
+
+def python_sites(frames: dict[str, Any], api: dict[str, Any]) -> dict[str, Any]:
+    """One row per API call with a sample taken while it ran (model table ``python_sites``): the
+    innermost user frame of the first such sample, at the line it was sampled on.
+
+    Only a sample taken during the call shows its line: a frame row starts at a sample whose
+    stack differs from the one before, so the call's user frame is the deepest one whose row
+    starts inside the call.  A call shorter than the sample spacing usually has none (a 27 us
+    ``.item()`` between 1 kHz samples): the samples around it show the lines before and after
+    it, never its own, so it gets no site rather than a neighbour's line."""
+    files = frames["file"]
+    if not len(frames["start"]) or not len(api["start"]) or not len(files.categories):
+        return empty_arrays("python_sites")
+    user = np.array([_is_user_file(f) for f in files.categories], dtype=bool)[files.codes]
+    f_pid, f_tid, f_depth = frames["pid"][user], frames["tid"][user], frames["depth"][user]
+    f_start, f_line = frames["start"][user], frames["line"][user]
+    f_file, f_function = files.codes[user], frames["function"].codes[user]
+    a_start, a_end = np.asarray(api["start"], dtype=np.int64), np.asarray(api["end"], dtype=np.int64)
+    found = np.full(len(a_start), -1, dtype=np.int64)  # the frame row of each call
+    thread_key = (np.asarray(f_pid, dtype=np.int64) << 32) | np.asarray(f_tid, dtype=np.int64)
+    call_key = (np.asarray(api["pid"], dtype=np.int64) << 32) | np.asarray(api["tid"], dtype=np.int64)
+    for key in np.unique(thread_key).tolist():
+        calls = np.flatnonzero(call_key == key)
+        if not len(calls):
+            continue
+        rows = np.flatnonzero(thread_key == key)
+        for depth in sorted(set(f_depth[rows].tolist()), reverse=True):  # the deepest user frame wins
+            open_calls = calls[found[calls] < 0]
+            if not len(open_calls):
+                break
+            at_depth = rows[f_depth[rows] == depth]
+            at_depth = at_depth[np.argsort(f_start[at_depth], kind="stable")]
+            starts = f_start[at_depth]
+            i = np.searchsorted(starts, a_start[open_calls], side="left")  # first row starting in the call
+            inside = (i < len(starts)) & (starts[np.minimum(i, len(starts) - 1)] <= a_end[open_calls])
+            found[open_calls[inside]] = at_depth[i[inside]]
+    calls = np.flatnonzero(found >= 0)
+    rows = found[calls]
+    labels = [f"{files.categories[f]}:{line}" for f, line in zip(f_file[rows].tolist(), f_line[rows].tolist())]
+    unique, inverse = np.unique(np.array(labels, dtype=object), return_inverse=True) if labels else ([], [])
+    return {"pid": api["pid"][calls], "tid": api["tid"][calls], "correlation": api["correlation"][calls],
+            "start": api["start"][calls], "site": Coded(np.asarray(inverse, dtype=np.int64), list(unique)),
+            "function": Coded(f_function[rows], list(frames["function"].categories))}
