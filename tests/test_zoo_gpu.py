@@ -39,11 +39,26 @@ KNOWN_WRONG: dict[tuple[str, str], str] = {
     **{(f"{program}.kineto", "sync_line"): "Kineto names main()'s line at profiler start, not the .item() line"
        for program in ("item_sync_sleep", "graphed_train", "amp_bf16")},
     ("item_sync_sleep.kineto", "slow_line"): "Kineto names main()'s line at profiler start (26), not the sleep line",
-    # steps cut at each step's first GPU operation: host time at a step's start (the wait for the
-    # next batch, a profiler step's own work) is charged to the step before it
-    **{(f"{key}", "step_median"): "a step's leading host wait is charged to the step before (steps are cut "
-       "at their first GPU operation): per-step durations shift by one" for key in
-       ("dataloader_workers.graph", "dataloader_workers.kineto", "graphed_train.kineto", "item_sync_sleep.kineto")},
+    # steps are cut at each step's first GPU operation: host time at a step's start (the wait for
+    # the next batch, the loop's own work after a synchronizing step, prof.step()) is charged to the
+    # step before it, so per-step durations shift by one and a step can read shorter than its own
+    # GPU span.  (Starting a range step at its range's start where the GPU had nothing left to do
+    # fixes these and makes the public HTA traces' step medians equal ProfilerStep#N's to 0.1 ms,
+    # but moves the definition the SQL step oracle and ~20 tests hold: not landed this session.)
+    **{(key, "step_median"): "a step's leading host wait is charged to the step before" for key in
+       ("dataloader_workers.graph", "graphed_train.graph", "stream_wait.graph")},
+    **{(key, "per_step"): "a step's leading host wait is charged to the step before: it reads shorter than "
+       "its own GPU span" for key in
+       ("amp_bf16.graph", "amp_bf16.kineto", "compile_train_eager.graph", "compile_train_eager.kineto",
+        "dataloader_workers.graph", "dataloader_workers.kineto", "graphed_train.graph", "graphed_train.node",
+        "graphed_train.kineto", "item_sync_sleep.graph", "item_sync_sleep.kineto", "python_loader.graph",
+        "stream_wait.kineto", "triton_suite.graph")},
+    # a step that launches an operation the GPU runs at once (another stream) starts at it: the step
+    # before it ends early, down to 0 ns (final_sync, compile_max_autotune under torch.profiler)
+    **{(key, "per_step"): "a step that launches an operation the GPU runs at once (another stream) starts "
+       "at it: the step before is cut short, down to 0 ns" for key in
+       ("compile_max_autotune.graph", "compile_max_autotune.node", "compile_max_autotune.kineto",
+        "compile_reduce_overhead.node", "final_sync.kineto", "stream_wait.graph")},
     **{(f"python_loader.{level}", "slow_line"): "the batch-building line is below the table's top 3 (forward, "
        "embedding, backward lead: the samples' innermost frames, not the loop's line)" for level in ("graph", "node")},
 }
@@ -96,29 +111,41 @@ def test_step_count(program: str, level: str, path: Path) -> None:
     assert outputs(path).steps["summary"]["count"] == expected
 
 
-# Captures whose steps hold host time outside the program's two CUDA events (the wait for the next
-# batch; under torch.profiler, prof.step()'s own work after a synchronizing step): a step runs start
-# to start, so there it is never shorter than the events say, and longer by that gap.
-GAP_BETWEEN_EVENTS = {"dataloader_workers.graph", "dataloader_workers.node", "dataloader_workers.kineto",
-                      "item_sync_sleep.kineto", "graphed_train.kineto"}
-
-
 @pytest.mark.parametrize("program, level, path", cases("step_median"))
 def test_step_median(program: str, level: str, path: Path) -> None:
-    """The steady median against the program's own CUDA-event step times under that capture, over
-    the steps profkit calls steady (torch.profiler's steps are the program's last ones: the first
-    two are its warm-up)."""
+    """Each step lasts at least its GPU span (the program's own CUDA events around it) and at least
+    the host's start-to-start interval (the "step" ranges by SQL; torch.profiler's ProfilerStep#N,
+    which run from one prof.step() to the next): a GPU-bound loop's period is the first, a
+    host-bound one's (a batch to wait for, a sleep, the loop's own work) the second.  The steady
+    median against the median of that truth over the steps profkit calls steady; torch.profiler's
+    steps are the program's last ones (its first two are the profiler's warm-up)."""
     out = outputs(path)
     own = planted(program, level).step_ms
     steps = out.steps["steps"]
     offset = len(own) - len(steps)
     assert offset == (2 if level == "kineto" else 0)
+    if level == "kineto":
+        host = [ns / 1e6 for ns in truth_of(path).step_ns]
+    else:
+        ranges = export_truth(path).step_ranges
+        host = [(b[0] - a[0]) / 1e6 for a, b in zip(ranges, ranges[1:])] + [(ranges[-1][1] - ranges[-1][0]) / 1e6]
+    truth = [max(o, h) for o, h in zip(own[offset:], host)]
     steady = steady_indices(out)
-    if ident(program, level) in GAP_BETWEEN_EVENTS:
-        assert all(steps[i]["duration_ns"] / 1e6 >= 0.99 * own[i + offset] for i in steady)
-        return
-    expected = statistics.median(own[i + offset] for i in steady)
+    expected = statistics.median(truth[i] for i in steady)
     assert out.steps["summary"]["median_ns"] / 1e6 == pytest.approx(expected, rel=STEP_REL_TOL)
+
+
+@pytest.mark.parametrize("program, level, path", cases("per_step"))
+def test_no_step_is_shorter_than_its_gpu_span(program: str, level: str, path: Path) -> None:
+    """Step by step, not only the median: no steady step but the last (which has no next step to
+    end at) is shorter than the program's CUDA events say its GPU work took."""
+    out = outputs(path)
+    own = planted(program, level).step_ms
+    steps = out.steps["steps"]
+    offset = len(own) - len(steps)
+    short = [(i, steps[i]["duration_ns"] / 1e6, own[i + offset]) for i in steady_indices(out)[:-1]
+             if steps[i]["duration_ns"] / 1e6 < 0.99 * own[i + offset]]
+    assert not short
 
 
 @pytest.mark.parametrize("program, level, path", cases("kernels", levels=("graph", "node")))
