@@ -20,6 +20,9 @@ per device (the host's allocator is device -1):
   sites whose blocks, allocated in the steady steps, are never freed before the trace ends, in
   (nearly) every steady step -- blocks of the last step that outlive the recording are no leak.
 
+``step_peaks(trace)`` gives the per-step peaks alone (what `profkit diff` and `history` compare:
+``profkit.analysis.compare.memory``).
+
 Sizes are bytes.  A trace without allocator events gives a ``ProfkitError`` naming the option
 that records them.
 """
@@ -73,7 +76,48 @@ class _Events:
 
 def memory_report(trace: Trace, steady: bool = False) -> dict[str, Any]:
     """Per-step peaks, what holds the peak, fragmentation, headroom and leaks (module docstring)."""
-    if not trace.has("memory") or not trace.count("memory"):
+    table, steps, windows = _allocator_and_steps(trace, steady)
+    devices = []
+    for device, rows in table.groupby("device", sort=True):
+        recorded = rows[["function", "file", "line"]].reset_index(drop=True) \
+            if (rows["file"].astype(str) != "").any() else None
+        devices.append(_device_report(trace, int(device), _device_events(int(device), rows), windows, steady,
+                                      recorded))
+    snapshot = trace.meta.extra.get("segments") if trace.meta.source == SNAPSHOT_SOURCE else None
+    for d in devices:
+        facts = next((f for f in snapshot or () if f["device"] == d["device"]), None)
+        d["at_dump"] = facts  # a snapshot: the segments' state when it was written
+        if facts and d["fragmentation_bytes"] is not None:
+            d["largest_free_block_bytes"] = facts["largest_free_block_bytes"]
+    return {"trace": trace.name, "steps_from": steps.source if steps is not None and steps.found else None,
+            "devices": devices, "oom": _ooms(trace, table)}
+
+
+def has_memory(trace: Trace) -> bool:
+    """Whether the trace recorded allocator events (what every figure here is made of)."""
+    return bool(trace.has("memory") and trace.count("memory"))
+
+
+def step_peaks(trace: Trace) -> dict[str, Any]:
+    """Each device's per-step rows (``memory_report``'s "steps": peak allocated and reserved bytes,
+    phase), without what holds the peak: finding each block's site is most of ``memory_report``'s
+    cost, and a comparison of two runs needs only the peaks.  ``{"trace", "steps_from", "devices":
+    [{"device", "label", "steps"}]}``; raises like ``memory_report``."""
+    table, steps, windows = _allocator_and_steps(trace, steady=False)
+    devices = [{"device": int(device), "label": device_label(int(device)),
+                "steps": _per_step(_device_events(int(device), rows), windows)}
+               for device, rows in table.groupby("device", sort=True)]
+    return {"trace": trace.name, "steps_from": steps.source if steps is not None and steps.found else None,
+            "devices": devices}
+
+
+def device_label(device: int) -> str:
+    return "host allocator" if device == HOST else f"GPU {device}"
+
+
+def _allocator_and_steps(trace: Trace, steady: bool) -> tuple[pd.DataFrame, Any, pd.DataFrame]:
+    """The allocator's events in time order, the trace's steps (None for a snapshot) and their windows."""
+    if not has_memory(trace):
         raise ProfkitError(f"{trace.name} has no allocator events: the trace did not record memory", hint=HOW)
     table = trace.table("memory").sort_values("start", kind="stable")
     # A snapshot records the allocator alone (no steps): its figures are over the whole history.
@@ -83,24 +127,15 @@ def memory_report(trace: Trace, steady: bool = False) -> dict[str, Any]:
                            hint="see profkit steps")
     windows = _step_windows(steps.steps) if steps is not None and steps.found else \
         pd.DataFrame({"index": [], "phase": [], "start": [], "end": []})
-    devices = []
-    for device, rows in table.groupby("device", sort=True):
-        columns = [rows[c].to_numpy(np.int64) for c in
-                   ("start", "tid", "addr", "bytes", "total_allocated", "total_reserved")]
-        if device == HOST:  # the host allocator reserves nothing: its 0 is "no such figure", not 0 bytes
-            columns[-1] = np.full(len(rows), -1, dtype=np.int64)
-        events = _Events(*columns)
-        recorded = rows[["function", "file", "line"]].reset_index(drop=True) \
-            if (rows["file"].astype(str) != "").any() else None
-        devices.append(_device_report(trace, int(device), events, windows, steady, recorded))
-    snapshot = trace.meta.extra.get("segments") if trace.meta.source == SNAPSHOT_SOURCE else None
-    for d in devices:
-        facts = next((f for f in snapshot or () if f["device"] == d["device"]), None)
-        d["at_dump"] = facts  # a snapshot: the segments' state when it was written
-        if facts and d["fragmentation_bytes"] is not None:
-            d["largest_free_block_bytes"] = facts["largest_free_block_bytes"]
-    return {"trace": trace.name, "steps_from": steps.source if steps is not None and steps.found else None,
-            "devices": devices, "oom": _ooms(trace, table)}
+    return table, steps, windows
+
+
+def _device_events(device: int, rows: pd.DataFrame) -> _Events:
+    columns = [rows[c].to_numpy(np.int64) for c in
+               ("start", "tid", "addr", "bytes", "total_allocated", "total_reserved")]
+    if device == HOST:  # the host allocator reserves nothing: its 0 is "no such figure", not 0 bytes
+        columns[-1] = np.full(len(rows), -1, dtype=np.int64)
+    return _Events(*columns)
 
 
 def _step_windows(steps: pd.DataFrame) -> pd.DataFrame:
@@ -131,7 +166,7 @@ def _device_report(trace: Trace, device: int, ev: _Events, windows: pd.DataFrame
     fragmentation = None if peak["reserved_bytes"] in (None, 0) else peak["reserved_bytes"] - peak["allocated_bytes"]
     return {
         "device": device,
-        "label": "host allocator" if device == HOST else f"GPU {device}",
+        "label": device_label(device),
         "steps": per_step,
         "peak": peak,
         "peak_reserved_bytes": reserved_peak,
@@ -458,4 +493,5 @@ def size(n: int) -> str:
     return f"{value:.1f} GiB"
 
 
-__all__ = ["BEFORE_TRACE", "HOST", "findings", "memory_report", "size"]
+__all__ = ["BEFORE_TRACE", "HOST", "device_label", "findings", "has_memory", "memory_report", "size",
+           "step_peaks"]
