@@ -13,7 +13,9 @@ Both traces are reduced to the same per-step figures, then compared:
   instances as it gained) and are one row, with BASE's spelling in ``base_name``;
 - sync sites (file:line, API) added or removed, and their counts;
 - registers / shared memory / theoretical occupancy per kernel that changed;
-- the compute / communication / idle breakdown, base vs new.
+- the compute / communication / idle breakdown, base vs new;
+- peak memory per steady step, where both traces recorded the allocator
+  (``profkit.analysis.compare.memory``).
 
 Kernels are matched by ``canonical_kernel_name`` so an nsys trace and a
 Kineto trace of the same program line up; rows show one original spelling.
@@ -28,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from profkit.analysis.compare import noise
+from profkit.analysis.compare.memory import memory_diff
 from profkit.analysis.compare.same_program import ProgramCheck
 from profkit.analysis.kernels.names import canonical_column
 from profkit.analysis.steps.windows import step_of
@@ -253,6 +256,7 @@ def diff_traces(base: Trace, new: Trace, *, min_effect_pct: float = noise.MIN_EF
         "syncs": sync_changes(base, new),
         "resources": resource_changes(base_res, new_res),
         "breakdown": breakdown_shift(base, new),
+        "memory": memory_diff(base, new),
     }
 
 
