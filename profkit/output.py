@@ -14,9 +14,12 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import click
+
+from profkit.errors import ProfkitError
 
 FORMATS = ("table", "json", "csv", "md")
 
@@ -147,6 +150,26 @@ def human_bytes(n: float) -> str:
             return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
         n /= 1024
     return f"{n} B"  # unreachable
+
+
+# Units a size may be written in: SI (powers of 1000, as disks and `df -H` count) and IEC (powers
+# of 1024, as PyTorch and profkit print memory).  Case matters: "mb" could be millibits.
+BYTE_UNITS = {"": 1, "B": 1, "kB": 1000, "KB": 1000, "MB": 1000 ** 2, "GB": 1000 ** 3, "TB": 1000 ** 4,
+              "KiB": 1024, "MiB": 1024 ** 2, "GiB": 1024 ** 3, "TiB": 1024 ** 4}
+_SIZE = re.compile(r"([0-9]+(?:\.[0-9]+)?) ?([A-Za-z]*)")
+
+
+def parse_bytes(text: str, what: str = "size") -> int:
+    """"2GiB", "512MiB", "100MB", "1.5 GiB" or "4096" as a whole number of bytes.  Anything else
+    (a negative, an unknown unit, a fraction of a byte) is a ProfkitError naming ``what``."""
+    hint = "write bytes, or a number and a unit: 2GiB, 512MiB, 100MB; KiB, MiB, GiB count 1024s, kB, MB, GB 1000s"
+    match = _SIZE.fullmatch(text.strip())
+    if not match or match.group(2) not in BYTE_UNITS:
+        raise ProfkitError(f"{what}: cannot read {text!r} as a size", hint=hint)
+    value = Decimal(match.group(1)) * BYTE_UNITS[match.group(2)]  # Decimal: "0.1MB" is 100000 bytes exactly
+    if value != value.to_integral_value():
+        raise ProfkitError(f"{what}: {text!r} is not a whole number of bytes", hint=hint)
+    return int(value)
 
 
 def json_text(value: Any, indent: int | None = 2, default: Callable[[Any], Any] | None = None) -> str:

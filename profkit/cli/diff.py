@@ -1,7 +1,12 @@
 """`profkit diff BASE NEW`: what a change did to a run, with a verdict you can gate CI on.
 
 Exit codes: 0; 1 with ``--fail-on-regression PCT`` when the step time is
-"slower" by at least PCT percent; 2 bad input (one line).
+"slower" by at least PCT percent, and with ``--fail-on-memory-growth SIZE`` when
+NEW's median per-step peak of allocated memory exceeds BASE's by more than SIZE
+on a device (each gate that fired names itself in one line on stderr); 2 bad
+input (one line), a SIZE profkit cannot read among them, and
+``--fail-on-memory-growth`` on traces that cannot answer it (either lacks
+allocator events, or steps).
 """
 
 from __future__ import annotations
@@ -12,8 +17,10 @@ from typing import Any
 
 import click
 
+from profkit.analysis.memory import size
 from profkit.cli.kernel_code_options import kernel_target_options
 from profkit.cli.per_rank import rank_option
+from profkit.errors import ProfkitError
 from profkit.output import json_text
 from profkit.output import Column, emit_rows, short_kernel_names, terminal_safe, top_option, wide_option
 from profkit.terminal import echo, shorten, terminal_width
@@ -43,6 +50,10 @@ CSV_COLUMNS = [Column(k, k) for k in ("kind", "status", "name", "api", "base", "
                    "name, api, base, new, delta, delta_pct, unit).")
 @click.option("--fail-on-regression", "fail_pct", type=click.FloatRange(min=0), default=None, metavar="PCT",
               help="Exit 1 when NEW's step time is slower than BASE's by at least PCT percent.")
+@click.option("--fail-on-memory-growth", "fail_size", default=None, metavar="SIZE",
+              help="Exit 1 when NEW's median per-step peak of allocated memory exceeds BASE's by more than SIZE "
+                   "(bytes, or e.g. 2GiB, 512MiB, 100MB); both traces must record the allocator "
+                   "(torch.profiler's profile_memory=True).")
 @click.option("--min-effect", "min_effect", type=click.FloatRange(min=0), default=None, metavar="PCT",
               help="Smallest step-time change that counts (default 2%).")
 @click.option("--inductor", "code_dirs", multiple=True, type=click.Path(file_okay=False, path_type=Path),
@@ -55,7 +66,7 @@ CSV_COLUMNS = [Column(k, k) for k in ("kind", "status", "name", "api", "base", "
 @top_option(10, "table: list the N kernels whose time per step changed most (0: all).  json, csv and md "
                 "list every kernel.", minimum=0)
 @wide_option()
-def diff(base: Path, new: Path, fmt: str, fail_pct: float | None, min_effect: float | None,
+def diff(base: Path, new: Path, fmt: str, fail_pct: float | None, fail_size: str | None, min_effect: float | None,
          code_dirs: tuple[Path, ...], kernel_targets: Any, rank: int | None, force: bool, top: int,
          wide: bool) -> None:
     """Compare two traces of the same program: step time, kernels, sync sites, registers, breakdown.
@@ -66,6 +77,7 @@ def diff(base: Path, new: Path, fmt: str, fail_pct: float | None, min_effect: fl
       profkit diff before.sqlite after.sqlite
       profkit diff base.json.gz new.json.gz --format md >> "$GITHUB_STEP_SUMMARY"
       profkit diff base.sqlite new.sqlite --fail-on-regression 5
+      profkit diff base.json.gz new.json.gz --fail-on-memory-growth 256MiB
       profkit diff whole_base.sqlite whole_new.sqlite --rank 1   # exports of a whole multi-GPU job
 
     An export of a whole multi-GPU job (one process per GPU) holds several
@@ -80,15 +92,24 @@ def diff(base: Path, new: Path, fmt: str, fail_pct: float | None, min_effect: fl
     Kernels: GPU time per steady step, by name across profilers (nsys and
       torch.profiler spell one kernel alike): new, gone, slower, faster,
       same, or changed (only its template arguments did; base_name in JSON).
+    Peak memory: where both traces recorded the allocator (torch.profiler's
+      profile_memory=True), each steady step's peak allocated (and reserved)
+      bytes on the GPU (else the host allocator), compared by their medians
+      as step time is: "higher"/"lower" when the interval excludes 0 and the
+      change is at least 1 MiB or 1%, whichever is smaller; where every step
+      of both runs peaks alike, the difference is exact and needs no interval.
     Two traces sharing under half their kernel names are refused (exit 2;
       --force compares them).  When the two sides come from different
       profilers, the first line says so and which side ran under
       torch.profiler's overhead (with_stack, record_shapes).
     """
     from profkit.analysis.compare.diff import regression_pct
+    from profkit.analysis.compare.memory import memory_growth
     from profkit.api import diff_json
+    from profkit.output import parse_bytes
     from profkit.report.diff import change_rows, render_markdown
 
+    max_growth = None if fail_size is None else parse_bytes(fail_size, "--fail-on-memory-growth")
     result = diff_json(base, new, rank=rank, force=force, min_effect_pct=min_effect, code_dirs=code_dirs,
                        kernel_targets=kernel_targets)
     if fmt == "json":
@@ -99,9 +120,23 @@ def diff(base: Path, new: Path, fmt: str, fail_pct: float | None, min_effect: fl
         emit_rows(change_rows(result), CSV_COLUMNS, "csv")
     else:
         _print_table(result, top, wide)
+    failed = []
     pct = regression_pct(result)
     if fail_pct is not None and pct is not None and pct >= fail_pct:
-        click.echo(f"profkit: step time regressed {pct:.1f}% (>= {fail_pct:g}%)", err=True)
+        failed.append(f"profkit: step time regressed {pct:.1f}% (>= {fail_pct:g}%)")
+    if max_growth is not None:
+        grew = memory_growth(result["memory"])
+        if grew is None:
+            why = (result["memory"] or {}).get("note") or "neither trace recorded allocator events"
+            raise ProfkitError(f"--fail-on-memory-growth: {why}",
+                               hint="record both with torch.profiler.profile(profile_memory=True)")
+        a = grew["allocated"]
+        if a["delta_bytes"] > max_growth:
+            failed.append(f"profkit: peak memory ({grew['label']}) grew {size(a['delta_bytes'])} ({a['delta_bytes']:,} B, "
+                          f"> {size(max_growth)}): median per-step peak allocated {size(a['base_median_bytes'])} → "
+                          f"{size(a['new_median_bytes'])}")
+    if failed:
+        click.echo("\n".join(failed), err=True)
         sys.exit(1)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from profkit.analysis.memory import size
 from profkit.output import md_escape
 from profkit.report.text import duration
 
@@ -27,6 +28,38 @@ def headline(result: dict[str, Any]) -> str:
     return (f"Step time: {step['verdict']} — median {duration(step['base_median_ns'])} → "
             f"{duration(step['new_median_ns'])} ({step['delta_pct']:+.1f}%{ci}; "
             f"{step.get('base_steps', '?')} vs {step.get('new_steps', '?')} steady steps)")
+
+
+def memory_lines(result: dict[str, Any]) -> list[str]:
+    """Peak memory in sentences: one per device compared (the median per-step peak allocated, its
+    change and verdict, and the reserved peak's), or the one line saying why it was not compared;
+    none when neither trace recorded the allocator."""
+    memory = result.get("memory")
+    if not memory:
+        return []
+    lines = []
+    for d in memory["devices"]:
+        a, r = d["allocated"], d["reserved"]
+        if a["exact"]:
+            how = "exact: every steady step peaks alike"
+        elif a["ci_low_pct"] is not None:
+            how = f"95% CI {a['ci_low_pct']:+.2f}% .. {a['ci_high_pct']:+.2f}%"
+        else:
+            how = a["why"]
+        pct = f", {a['delta_pct']:+.2f}%" if a["delta_pct"] is not None else ""
+        reserved = (f"; reserved {size(r['base_median_bytes'])} → {size(r['new_median_bytes'])} ({r['verdict']})"
+                    if r else "")
+        lines.append(f"Peak memory ({d['label']}): {a['verdict']} — median per-step peak allocated "
+                     f"{size(a['base_median_bytes'])} → {size(a['new_median_bytes'])} "
+                     f"({_signed_size(a['delta_bytes'])}{pct}; {how}; {a['base_steps']} vs {a['new_steps']} "
+                     f"steady steps){reserved}")
+    if memory.get("note"):
+        lines.append(f"Peak memory: {memory['note']}")
+    return lines
+
+
+def _signed_size(n: float) -> str:
+    return ("+" if n > 0 else "−" if n < 0 else "±") + size(abs(int(n)))
 
 
 def top_changes(result: dict[str, Any], n: int = TOP_CHANGES) -> list[str]:
@@ -54,6 +87,7 @@ def render_markdown(result: dict[str, Any]) -> str:
     parts = [f"> ⚠️ {md_escape(note)}", ""] if note else []
     parts += [f"### profkit diff: {VERDICT_WORDS.get(step['verdict'], step['verdict'])}", "",
              f"`{_code(result['base'])}` → `{_code(result['new'])}`", "", md_escape(headline(result)), ""]
+    parts += [f"{md_escape(line)}\n" for line in memory_lines(result)]
     parts += [f"> {md_escape(n)}\n" for n in result.get("notes", ())]
     changes = top_changes(result)
     if changes:
@@ -109,7 +143,8 @@ def _fit(rows: list[str], budget: int) -> str:
 
 def change_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     """One flat row per compared figure (`profkit diff --format csv`): the step time (its
-    median), each kernel (GPU time per steady step) and each sync site (its count).
+    median), the peak memory (median per-step peak allocated and reserved, per device), each
+    kernel (GPU time per steady step) and each sync site (its count).
     Columns: kind, status, name, api, base, new, delta, delta_pct, unit."""
     step = result["step"]
     rows = [{"kind": "step", "status": step["verdict"], "name": "step time (median)", "api": None,
@@ -117,6 +152,13 @@ def change_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
              "delta": (step["new_median_ns"] - step["base_median_ns"]) if step.get("base_median_ns") is not None
              and step.get("new_median_ns") is not None else None,
              "delta_pct": step.get("delta_pct"), "unit": "ns"}]
+    for d in (result.get("memory") or {}).get("devices", ()):
+        for figure in ("allocated", "reserved"):
+            c = d[figure]
+            if c:
+                rows.append({"kind": "memory", "status": c["verdict"], "name": f"peak {figure} ({d['label']}, median "
+                             "per step)", "api": None, "base": c["base_median_bytes"], "new": c["new_median_bytes"],
+                             "delta": c["delta_bytes"], "delta_pct": c["delta_pct"], "unit": "bytes"})
     rows += [{"kind": "kernel", "status": k["status"], "name": k["name"], "api": None,
               "base": k["base_ns_per_step"], "new": k["new_ns_per_step"], "delta": k["delta_ns_per_step"],
               "delta_pct": k["delta_pct"], "unit": "ns per step"} for k in result["kernels"]]
@@ -128,15 +170,15 @@ def change_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def render_text(result: dict[str, Any], labels: dict[str, str] | None = None, n: int = TOP_CHANGES) -> str:
-    """The terminal's summary (`profkit diff`'s table format): the verdict, then the
-    causes in a few lines: syncs per run and sync sites added/removed/changed, GPU
+    """The terminal's summary (`profkit diff`'s table format): the verdict, the peak memory
+    (``memory_lines``), then the causes in a few lines: syncs per run and sync sites added/removed/changed, GPU
     kernel time per step and how many kernels changed, then the ``n`` biggest changes.
     ``labels``: the name each kernel is shown by (the tables' short names), else the
     full name."""
     labels = labels or {}
     note = (result.get("profilers") or {}).get("note")
     lines = [note] if note else []  # first: it qualifies every figure below
-    lines += [headline(result), *(f"Note: {n}" for n in result.get("notes", ()))]
+    lines += [headline(result), *memory_lines(result), *(f"Note: {n}" for n in result.get("notes", ()))]
     syncs = result["syncs"]
     if syncs:
         base, new = sum(s["base_count"] for s in syncs), sum(s["new_count"] for s in syncs)
