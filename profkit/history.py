@@ -1,13 +1,17 @@
 """Run history: a SQLite database of run summaries, and regressions across commits.
 
 ``add`` stores one run: its step summary and per-step samples (step time and
-GPU kernel time per step), and the time
+GPU kernel time per step), the time
 per step of its kernels (with per-step samples of the ``SAMPLED_KERNELS``
-biggest).  ``trend`` reads one metric over the runs in the order they were
-added and flags each run against a rolling baseline: the pooled samples of
-the previous ``window`` runs that were not themselves flagged (a regression
-must not become the baseline that hides the next one), compared with the
-same noise model as `profkit diff` (``profkit.analysis.compare.noise``).
+biggest), and, where the trace recorded the allocator, its peak memory: each
+steady step's peak of allocated and reserved bytes and their medians (the GPU
+whose median peak is highest, else the host allocator).  ``trend`` reads one
+metric over the runs in the order they were added and flags each run against
+a rolling baseline: the pooled samples of the previous ``window`` runs that
+were not themselves flagged (a regression must not become the baseline that
+hides the next one), compared with the same noise model as `profkit diff`
+(``profkit.analysis.compare.noise``; for peak memory, the same rules in bytes:
+``profkit.analysis.compare.memory``).
 
 The database is written through sqlite-utils (tables ``runs`` and
 ``kernels``), so it is also easy to query by hand.  It is input like a
@@ -48,7 +52,11 @@ STEP_MEDIAN = "step_median"
 # them — while GPU time per step was 0.207 ms in every run but the one with a
 # slowed kernel (1.218 ms).  So it is the default metric.
 GPU_TIME = "gpu_time"
-METRICS = f"{GPU_TIME}, {STEP_MEDIAN} or kernel:NAME"
+# Peak memory per steady step: the median of the steps' peaks of allocated (reserved) bytes.
+PEAK_MEMORY = "peak_memory"
+PEAK_RESERVED = "peak_reserved"
+MEMORY_METRICS = {PEAK_MEMORY: "peak_allocated_samples", PEAK_RESERVED: "peak_reserved_samples"}
+METRICS = f"{GPU_TIME}, {STEP_MEDIAN}, {PEAK_MEMORY}, {PEAK_RESERVED} or kernel:NAME"
 
 
 @dataclass(frozen=True)
@@ -57,11 +65,14 @@ class TrendPoint:
     label: str | None
     commit: str | None
     added_utc: str
-    value_ns: float | None
-    baseline_ns: float | None
+    value: float | None       # in ``unit``
+    baseline: float | None
+    unit: str                 # "ns" (time metrics) or "bytes" (peak memory)
     delta_pct: float | None
-    verdict: str          # slower / faster / no change / baseline / missing
+    verdict: str          # slower / faster (higher / lower for memory) / no change / baseline / missing
     regression: bool
+    peak_allocated_bytes: float | None = None  # the run's median per-step peaks, whatever the metric
+    peak_reserved_bytes: float | None = None
 
 
 # -- the database: opened like a trace, and checked as it is read ----------------------------------------
@@ -166,7 +177,10 @@ def _sqlite_utils(db: HistoryDb) -> Any:
 _TEXT, _REAL = (str, type(None)), (float, type(None))
 RUN_COLUMNS = {"id": (int,), "label": _TEXT, "commit": _TEXT, "added_utc": _TEXT, "trace": _TEXT,
                "source": _TEXT, "step_source": _TEXT, "steps": (int, type(None)), "step_median_ns": _REAL,
-               "step_mean_ns": _REAL, "step_samples": _TEXT, "gpu_samples": _TEXT}
+               "step_mean_ns": _REAL, "step_samples": _TEXT, "gpu_samples": _TEXT,
+               "peak_allocated_bytes": _REAL, "peak_reserved_bytes": _REAL, "peak_allocated_samples": _TEXT,
+               "peak_reserved_samples": _TEXT}
+SAMPLE_COLUMNS = ("step_samples", "gpu_samples", "peak_allocated_samples", "peak_reserved_samples")
 # A stored list of samples is a flat JSON list of numbers, as add_run writes it: checked with this
 # pattern before it is parsed, so no nesting or object reaches the JSON parser.
 _FLAT_NUMBERS = re.compile(r"\s*\[[-+0-9.eE,\s]*\]\s*")
@@ -184,7 +198,7 @@ def _checked_run(db: HistoryDb, row: tuple, names: Sequence[str]) -> dict[str, A
         if kinds is None:
             continue
         out[name] = value = typed(value, kinds, f"{db.path.name}: runs.{name}")
-        if isinstance(value, str) and name not in ("step_samples", "gpu_samples") and len(value) > limit:
+        if isinstance(value, str) and name not in SAMPLE_COLUMNS and len(value) > limit:
             raise LimitExceeded(f"{db.path.name}: runs.{name} holds {len(value):,} characters, more than "
                                 f"the {limit:,} allowed", VARIABLES["max_string"])
     for name in RUN_COLUMNS:
@@ -240,6 +254,7 @@ def run_summary(trace: Trace) -> dict[str, Any]:
     samples = {key: _padded(group["ns"].to_numpy(), steps) for key, group in kernels.groupby("name")
                if key in sampled}
     return {
+        **memory_summary(trace),
         "trace": trace.name, "source": trace.meta.source, "step_source": result.source,
         "steps": int(durations.size),
         "step_median_ns": float(np.median(durations)) if durations.size else None,
@@ -250,6 +265,27 @@ def run_summary(trace: Trace) -> dict[str, Any]:
         "kernels": [{"name": display.get(k, k), "key": k, "ns_per_step": float(v), "samples": samples.get(k)}
                     for k, v in per_key.items()],
     }
+
+
+def memory_summary(trace: Trace) -> dict[str, Any]:
+    """A run's peak memory, what ``add`` stores of it: ``peak_allocated_bytes`` and
+    ``peak_reserved_bytes`` (medians over the steady steps) and their per-step samples; None
+    each where the trace recorded no allocator events (or no reserved bytes: the host's).
+    Of several GPUs, the one whose median peak allocated is highest: the first to run out."""
+    from profkit.analysis.compare.memory import run_peaks
+
+    peaks = run_peaks(trace)
+    out: dict[str, Any] = {"peak_allocated_bytes": None, "peak_reserved_bytes": None,
+                           "peak_allocated_samples": None, "peak_reserved_samples": None}
+    if peaks is None or not peaks.devices:
+        return out
+    device = max(peaks.devices, key=lambda d: float(np.median(d.allocated)))
+    out["peak_allocated_bytes"] = float(np.median(device.allocated))
+    out["peak_allocated_samples"] = device.allocated.tolist()
+    if device.reserved is not None:
+        out["peak_reserved_bytes"] = float(np.median(device.reserved))
+        out["peak_reserved_samples"] = device.reserved.tolist()
+    return out
 
 
 def _padded(values: np.ndarray, steps: int) -> list[float]:
@@ -280,7 +316,14 @@ def add_run(db_path: Path, summary: dict[str, Any], *, label: str | None = None,
                "trace": summary["trace"], "source": summary["source"], "step_source": summary["step_source"],
                "steps": summary["steps"], "step_median_ns": summary["step_median_ns"],
                "step_mean_ns": summary["step_mean_ns"], "step_samples": json.dumps(summary["step_samples"]),
-               "gpu_samples": json.dumps(summary["gpu_samples"])}
+               "gpu_samples": json.dumps(summary["gpu_samples"]),
+               "peak_allocated_bytes": summary.get("peak_allocated_bytes"),
+               "peak_reserved_bytes": summary.get("peak_reserved_bytes")}
+        # memory columns only where the run has a value: sqlite-utils makes a new column from its
+        # first value, and one made from NULL is TEXT, whose affinity would store later numbers as text
+        row.update({k: json.dumps(summary[k]) for k in ("peak_allocated_samples", "peak_reserved_samples")
+                    if summary.get(k) is not None})
+        row = {k: v for k, v in row.items() if v is not None or not k.startswith("peak_")}
         with db.conn:  # one transaction: the run and its kernels, or nothing
             tables = _sqlite_utils(db)
             runs = tables["runs"]
@@ -356,29 +399,43 @@ def _trend(db: HistoryDb, metric: str, window: int, min_effect_pct: float) -> li
     if metric.startswith("kernel:"):
         metric = "kernel:" + resolve_kernel(db, metric[len("kernel:"):])
     samples = [_samples(db, run, metric) for run in runs]
+    unit = "bytes" if metric in MEMORY_METRICS else "ns"
     points: list[TrendPoint] = []
     clean: list[int] = []  # indexes of earlier runs not flagged
     for i, run in enumerate(runs):
         values = samples[i]
         value = float(np.median(values)) if values is not None and len(values) else None
         base_runs = clean[-window:]
+        point = {"run_id": run["id"], "label": run["label"], "commit": run["commit"], "added_utc": run["added_utc"],
+                 "value": value, "baseline": None, "unit": unit, "delta_pct": None,
+                 "peak_allocated_bytes": run["peak_allocated_bytes"], "peak_reserved_bytes": run["peak_reserved_bytes"]}
         if value is None:
-            points.append(TrendPoint(run["id"], run["label"], run["commit"], run["added_utc"], None, None, None,
-                                     "missing", False))
+            points.append(TrendPoint(**point, verdict="missing", regression=False))
             continue
         if not base_runs:
-            points.append(TrendPoint(run["id"], run["label"], run["commit"], run["added_utc"], value, None, None,
-                                     "baseline", False))
+            points.append(TrendPoint(**point, verdict="baseline", regression=False))
             clean.append(i)
             continue
         pooled = np.concatenate([samples[j] for j in base_runs])
-        change = noise.compare(pooled, values, min_effect_pct=min_effect_pct)
-        flagged = change.verdict == noise.SLOWER
-        points.append(TrendPoint(run["id"], run["label"], run["commit"], run["added_utc"], value,
-                                 change.base_median, change.delta_pct, change.verdict, flagged))
+        baseline, delta_pct, verdict, flagged = _compared(metric, pooled, values, min_effect_pct)
+        points.append(TrendPoint(**{**point, "baseline": baseline, "delta_pct": delta_pct}, verdict=verdict,
+                                 regression=flagged))
         if not flagged:
             clean.append(i)
     return points
+
+
+def _compared(metric: str, base: np.ndarray, new: np.ndarray,
+              min_effect_pct: float) -> tuple[float, float | None, str, bool]:
+    """(baseline median, change %, verdict, flagged) of a run against its baseline: step time's
+    noise model, or for peak memory the same rules in bytes (``compare.memory.peak_change``)."""
+    if metric in MEMORY_METRICS:
+        from profkit.analysis.compare.memory import HIGHER, peak_change
+
+        change = peak_change(base, new)
+        return float(change["base_median_bytes"]), change["delta_pct"], change["verdict"], change["verdict"] == HIGHER
+    result = noise.compare(base, new, min_effect_pct=min_effect_pct)
+    return result.base_median, result.delta_pct, result.verdict, result.verdict == noise.SLOWER
 
 
 CANDIDATES_SHOWN = 8
@@ -421,6 +478,8 @@ def _samples(db: HistoryDb, run: dict[str, Any], metric: str) -> np.ndarray | No
         return sample_values(run["step_samples"], f"{where}'s step_samples")
     if metric == GPU_TIME:
         return sample_values(run["gpu_samples"], f"{where}'s gpu_samples")
+    if metric in MEMORY_METRICS:  # a run without allocator events has none: "missing"
+        return sample_values(run[MEMORY_METRICS[metric]], f"{where}'s {MEMORY_METRICS[metric]}")
     if metric.startswith("kernel:"):
         from profkit.analysis.kernels.names import canonical_kernel_name
         from profkit.readers.sqlite_input import typed
@@ -460,7 +519,8 @@ def _trend_png(points: list[TrendPoint], metric: str) -> bytes:
     from profkit.report.figures import plt, png_bytes
 
     xs = list(range(1, len(points) + 1))
-    ys = [p.value_ns / 1e6 if p.value_ns is not None else np.nan for p in points]
+    unit, scale = ("MiB", 2 ** 20) if points and points[0].unit == "bytes" else ("ms", 1e6)
+    ys = [p.value / scale if p.value is not None else np.nan for p in points]
     fig, ax = plt.subplots(figsize=(9, 3.2), dpi=100)
     ax.plot(xs, ys, marker="o", color="#1f6fb4")
     bad = [(x, y) for x, y, p in zip(xs, ys, points) if p.regression]
@@ -469,7 +529,7 @@ def _trend_png(points: list[TrendPoint], metric: str) -> bytes:
         ax.legend(loc="upper left")
     ax.set_xticks(xs, [(p.label or (p.commit or "")[:8] or str(p.run_id)) for p in points], rotation=30,
                   fontsize=8)
-    ax.set_ylabel("ms")
+    ax.set_ylabel(unit)
     ax.set_title(metric, fontsize=9)
     ax.grid(alpha=0.3)
     fig.tight_layout()

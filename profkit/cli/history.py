@@ -20,9 +20,14 @@ TREND_COLUMNS = [
     Column("commit", "Commit", drop=2),
     Column("value_ns", "Value (ns)", "ns"),
     Column("baseline_ns", "Baseline (ns)", "ns", drop=1),
+    Column("value_bytes", "Value (bytes)", "int"),
+    Column("baseline_bytes", "Baseline (bytes)", "int", drop=1),
     Column("delta_pct", "Δ %", "pct"),
     Column("verdict", "Verdict"),
     Column("regression", "Regression"),
+    # the run's median per-step peaks, whatever the metric (shown where some run recorded memory)
+    Column("peak_allocated_bytes", "Peak allocated", "bytes", drop=3),
+    Column("peak_reserved_bytes", "Peak reserved", "bytes", drop=3),
 ]
 
 
@@ -50,13 +55,23 @@ def add(run: Path, label: str | None, commit: str | None, force: bool, db_path: 
     commit = commit or _recorded_commit(run_info) or git_head(Path.cwd())
     run_id = add_run(db_path, summary, label=label or (commit[:12] if commit else trace_path.name), commit=commit,
                      force=force)
-    click.echo(f"run {run_id}: {summary['steps']} steps, median "
-               f"{summary['step_median_ns'] / 1e6:.3f} ms" if summary["step_median_ns"] else f"run {run_id}: no steps")
+    from profkit.analysis.memory import size
+
+    said = f"run {run_id}: {summary['steps']} steps, median " \
+        f"{summary['step_median_ns'] / 1e6:.3f} ms" if summary["step_median_ns"] else f"run {run_id}: no steps"
+    if summary["peak_allocated_bytes"] is not None:
+        reserved = summary["peak_reserved_bytes"]
+        said += f", peak memory {size(int(summary['peak_allocated_bytes']))} allocated" + (
+            f", {size(int(reserved))} reserved" if reserved is not None else "") + " (median per step)"
+    click.echo(said)
 
 
 @history.command()
-@click.option("--metric", default="gpu_time", show_default=True, metavar="gpu_time|step_median|kernel:NAME",
+@click.option("--metric", default="gpu_time", show_default=True,
+              metavar="gpu_time|step_median|peak_memory|peak_reserved|kernel:NAME",
               help="gpu_time: GPU kernel time per steady step (immune to host noise); step_median: step time; "
+                   "peak_memory / peak_reserved: each steady step's peak of allocated / reserved bytes (runs "
+                   "recorded with profile_memory=True; a run is flagged when its peak is higher); "
                    "kernel:NAME: one kernel's time per step (NAME as `profkit kernels` shows it, its full "
                    "name, or the start of either, if only one kernel matches).")
 @click.option("--last", "last", type=click.IntRange(min=1), default=3, show_default=True, metavar="N",
@@ -75,17 +90,26 @@ def show(metric: str, last: int, plot_path: Path | None, fmt: str, wide: bool, d
     from profkit.history import trend, trend_png
 
     points = trend(db_path, metric, last)
-    rows = [asdict(p) for p in points]
+    rows = [_row(asdict(p)) for p in points]
     plot_path = plot_path or db_path.with_suffix(".png")
     write_bytes(plot_path, trend_png(points, metric))
     if fmt == "json":
         click.echo(json_text({"metric": metric, "plot": str(plot_path), "runs": rows}, indent=2))
         return
-    emit_rows([{**r, "regression": "yes" if r["regression"] else "no"} for r in rows], TREND_COLUMNS, fmt,
+    keys = {k for r in rows for k, v in r.items() if v is not None or not k.startswith("peak_")}
+    shown = [c for c in TREND_COLUMNS if c.key in keys]
+    emit_rows([{**r, "regression": "yes" if r["regression"] else "no"} for r in rows], shown, fmt,
               title=f"{metric} over {len(rows)} runs", wide=wide)
     flagged = [p for p in points if p.regression]
     echo(f"{len(flagged)} regression(s)" + (": " + ", ".join(f"run {p.run_id} ({p.label})" for p in flagged)
                                             if flagged else "") + f"; plot: {plot_path}", err=True)
+
+
+def _row(point: dict) -> dict:
+    """A trend point with its value and baseline named by their unit: value_ns / baseline_ns for
+    time, value_bytes / baseline_bytes for peak memory."""
+    unit = point.pop("unit")
+    return {f"{k}_{unit}" if k in ("value", "baseline") else k: v for k, v in point.items()}
 
 
 def _recorded_commit(run_info: dict | None) -> str | None:
