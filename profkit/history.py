@@ -65,14 +65,21 @@ class TrendPoint:
     label: str | None
     commit: str | None
     added_utc: str
-    value: float | None       # in ``unit``
-    baseline: float | None
-    unit: str                 # "ns" (time metrics) or "bytes" (peak memory)
+    # the metric's median and its baseline's: in ns for a time metric, in bytes for peak memory
+    # (the other pair is None)
+    value_ns: float | None
+    baseline_ns: float | None
+    value_bytes: float | None
+    baseline_bytes: float | None
     delta_pct: float | None
     verdict: str          # slower / faster (higher / lower for memory) / no change / baseline / missing
     regression: bool
-    peak_allocated_bytes: float | None = None  # the run's median per-step peaks, whatever the metric
-    peak_reserved_bytes: float | None = None
+    peak_allocated_bytes: float | None  # the run's median per-step peaks, whatever the metric
+    peak_reserved_bytes: float | None
+
+    @property
+    def value(self) -> float | None:
+        return self.value_ns if self.value_bytes is None else self.value_bytes
 
 
 # -- the database: opened like a trace, and checked as it is read ----------------------------------------
@@ -407,7 +414,8 @@ def _trend(db: HistoryDb, metric: str, window: int, min_effect_pct: float) -> li
         value = float(np.median(values)) if values is not None and len(values) else None
         base_runs = clean[-window:]
         point = {"run_id": run["id"], "label": run["label"], "commit": run["commit"], "added_utc": run["added_utc"],
-                 "value": value, "baseline": None, "unit": unit, "delta_pct": None,
+                 "value_ns": None, "baseline_ns": None, "value_bytes": None, "baseline_bytes": None,
+                 f"value_{unit}": value, "delta_pct": None,
                  "peak_allocated_bytes": run["peak_allocated_bytes"], "peak_reserved_bytes": run["peak_reserved_bytes"]}
         if value is None:
             points.append(TrendPoint(**point, verdict="missing", regression=False))
@@ -418,7 +426,7 @@ def _trend(db: HistoryDb, metric: str, window: int, min_effect_pct: float) -> li
             continue
         pooled = np.concatenate([samples[j] for j in base_runs])
         baseline, delta_pct, verdict, flagged = _compared(metric, pooled, values, min_effect_pct)
-        points.append(TrendPoint(**{**point, "baseline": baseline, "delta_pct": delta_pct}, verdict=verdict,
+        points.append(TrendPoint(**{**point, f"baseline_{unit}": baseline, "delta_pct": delta_pct}, verdict=verdict,
                                  regression=flagged))
         if not flagged:
             clean.append(i)
@@ -519,7 +527,7 @@ def _trend_png(points: list[TrendPoint], metric: str) -> bytes:
     from profkit.report.figures import plt, png_bytes
 
     xs = list(range(1, len(points) + 1))
-    unit, scale = ("MiB", 2 ** 20) if points and points[0].unit == "bytes" else ("ms", 1e6)
+    unit, scale = ("MiB", 2 ** 20) if metric in MEMORY_METRICS else ("ms", 1e6)
     ys = [p.value / scale if p.value is not None else np.nan for p in points]
     fig, ax = plt.subplots(figsize=(9, 3.2), dpi=100)
     ax.plot(xs, ys, marker="o", color="#1f6fb4")

@@ -87,29 +87,24 @@ def show(metric: str, last: int, plot_path: Path | None, fmt: str, wide: bool, d
     from dataclasses import asdict
 
     from profkit.atomic import write_bytes
-    from profkit.history import trend, trend_png
+    from profkit.history import MEMORY_METRICS, trend, trend_png
 
     points = trend(db_path, metric, last)
-    rows = [_row(asdict(p)) for p in points]
+    rows = [asdict(p) for p in points]
     plot_path = plot_path or db_path.with_suffix(".png")
     write_bytes(plot_path, trend_png(points, metric))
     if fmt == "json":
         click.echo(json_text({"metric": metric, "plot": str(plot_path), "runs": rows}, indent=2))
         return
-    keys = {k for r in rows for k, v in r.items() if v is not None or not k.startswith("peak_")}
-    shown = [c for c in TREND_COLUMNS if c.key in keys]
+    # the value in the metric's unit; each run's peaks where some run recorded them
+    hidden = {"value_ns", "baseline_ns"} if metric in MEMORY_METRICS else {"value_bytes", "baseline_bytes"}
+    hidden |= {k for k in ("peak_allocated_bytes", "peak_reserved_bytes") if all(r[k] is None for r in rows)}
+    shown = [c for c in TREND_COLUMNS if c.key not in hidden]
     emit_rows([{**r, "regression": "yes" if r["regression"] else "no"} for r in rows], shown, fmt,
               title=f"{metric} over {len(rows)} runs", wide=wide)
     flagged = [p for p in points if p.regression]
     echo(f"{len(flagged)} regression(s)" + (": " + ", ".join(f"run {p.run_id} ({p.label})" for p in flagged)
                                             if flagged else "") + f"; plot: {plot_path}", err=True)
-
-
-def _row(point: dict) -> dict:
-    """A trend point with its value and baseline named by their unit: value_ns / baseline_ns for
-    time, value_bytes / baseline_bytes for peak memory."""
-    unit = point.pop("unit")
-    return {f"{k}_{unit}" if k in ("value", "baseline") else k: v for k, v in point.items()}
 
 
 def _recorded_commit(run_info: dict | None) -> str | None:
