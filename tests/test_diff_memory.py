@@ -194,6 +194,10 @@ def test_the_gate_without_memory_on_a_side_is_an_error(no_memory: Path) -> None:
     assert result.exit_code == 2
     [line] = result.stderr.strip().splitlines()
     assert line.startswith("profkit: error: --fail-on-memory-growth: only NEW")
+    neither = diff(no_memory, no_memory, "--fail-on-memory-growth", "1MiB")
+    assert neither.exit_code == 2
+    [line] = neither.stderr.strip().splitlines()
+    assert "neither trace recorded allocator events" in line and "profile_memory=True" in line
 
 
 @pytest.mark.parametrize("size", ["2gb", "-1MiB", "1.5B", "MiB", "", "1e9", "2 GiBs", "0x100"])

@@ -17,10 +17,8 @@ from typing import Any
 
 import click
 
-from profkit.analysis.memory import size
 from profkit.cli.kernel_code_options import kernel_target_options
 from profkit.cli.per_rank import rank_option
-from profkit.errors import ProfkitError
 from profkit.output import json_text
 from profkit.output import Column, emit_rows, short_kernel_names, terminal_safe, top_option, wide_option
 from profkit.terminal import echo, shorten, terminal_width
@@ -104,7 +102,7 @@ def diff(base: Path, new: Path, fmt: str, fail_pct: float | None, fail_size: str
       torch.profiler's overhead (with_stack, record_shapes).
     """
     from profkit.analysis.compare.diff import regression_pct
-    from profkit.analysis.compare.memory import memory_growth
+    from profkit.analysis.compare.memory import growth_over
     from profkit.api import diff_json
     from profkit.output import parse_bytes
     from profkit.report.diff import change_rows, render_markdown
@@ -124,17 +122,9 @@ def diff(base: Path, new: Path, fmt: str, fail_pct: float | None, fail_size: str
     pct = regression_pct(result)
     if fail_pct is not None and pct is not None and pct >= fail_pct:
         failed.append(f"profkit: step time regressed {pct:.1f}% (>= {fail_pct:g}%)")
-    if max_growth is not None:
-        grew = memory_growth(result["memory"])
-        if grew is None:
-            why = (result["memory"] or {}).get("note") or "neither trace recorded allocator events"
-            raise ProfkitError(f"--fail-on-memory-growth: {why}",
-                               hint="record both with torch.profiler.profile(profile_memory=True)")
-        a = grew["allocated"]
-        if a["delta_bytes"] > max_growth:
-            failed.append(f"profkit: peak memory ({grew['label']}) grew {size(a['delta_bytes'])} ({a['delta_bytes']:,} B, "
-                          f"> {size(max_growth)}): median per-step peak allocated {size(a['base_median_bytes'])} → "
-                          f"{size(a['new_median_bytes'])}")
+    grew = None if max_growth is None else growth_over(result["memory"], max_growth)
+    if grew:
+        failed.append(f"profkit: {grew}")
     if failed:
         click.echo("\n".join(failed), err=True)
         sys.exit(1)

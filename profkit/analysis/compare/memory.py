@@ -31,6 +31,7 @@ import numpy as np
 from profkit.analysis.compare import noise
 from profkit.analysis.memory import HOST, has_memory, size, step_peaks
 from profkit.analysis.steps import STEADY
+from profkit.errors import ProfkitError
 from profkit.model import Trace
 
 HIGHER, LOWER = "higher", "lower"
@@ -171,7 +172,24 @@ def _unknown(note: str) -> dict[str, Any]:
 
 
 def memory_growth(memory: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The device whose median per-step peak allocated grew the most (its ``devices`` row), for
-    ``--fail-on-memory-growth``; None when no peak was compared."""
+    """The device whose median per-step peak allocated grew the most (its ``devices`` row); None
+    when no peak was compared."""
     devices = (memory or {}).get("devices") or []
     return max(devices, key=lambda d: d["allocated"]["delta_bytes"]) if devices else None
+
+
+def growth_over(memory: dict[str, Any] | None, max_bytes: int) -> str | None:
+    """``--fail-on-memory-growth``: the reason, in one sentence, when NEW's median per-step peak
+    allocated exceeds BASE's by more than ``max_bytes`` on some device, else None.  The medians
+    themselves, not the verdict: a gate in bytes means those bytes.  Raises when the two runs
+    cannot answer it (a gate that passes for want of data would hide what it guards)."""
+    grew = memory_growth(memory)
+    if grew is None:
+        why = (memory or {}).get("note") or "neither trace recorded allocator events"
+        raise ProfkitError(f"--fail-on-memory-growth: {why}", hint=None if memory else HOW)
+    a = grew["allocated"]
+    if a["delta_bytes"] <= max_bytes:
+        return None
+    return (f"peak memory ({grew['label']}) grew {size(a['delta_bytes'])} ({a['delta_bytes']:,} B, > "
+            f"{size(max_bytes)}): median per-step peak allocated {size(a['base_median_bytes'])} → "
+            f"{size(a['new_median_bytes'])}")
