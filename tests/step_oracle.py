@@ -4,8 +4,11 @@
 The definition (see ``profkit.analysis.steps.result``): a step starts when the
 first GPU operation (kernel, memcpy, memset) launched inside its NVTX range
 starts -- launched by a CUDA runtime call of the same process, any thread,
-that began inside the range -- and ends where the next step starts; the last
-one at its last operation's end or its range's end, whichever is later.
+that began inside the range -- unless the GPU had finished all the work launched
+before the range while the range was already open: then the step starts when
+its range began or that work ended, whichever is later (the host time it opens
+with, waiting for a batch, is its own).  It ends where the next step starts; the
+last one at its last operation's end or its range's end, whichever is later.
 """
 
 from __future__ import annotations
@@ -34,10 +37,22 @@ def gpu_step_spans(export: Path, text: str = "step") -> list[tuple[int, int]]:
                 SELECT o.start, o.end, r.start AS launch, o.globalPid AS gpid FROM ({ops}) o
                 JOIN CUPTI_ACTIVITY_KIND_RUNTIME r
                   ON r.correlationId = o.correlationId AND (r.globalTid & 0xFFFFFFFFFF000000) = o.globalPid)
-            SELECT st.start, st.end, min(l.start), max(l.end) FROM steps st
+            SELECT st.start, st.end, min(l.start), max(l.end),
+                   (SELECT max(b.end) FROM launched b WHERE b.gpid = st.gpid AND b.launch < st.start)
+            FROM steps st
             JOIN launched l ON l.gpid = st.gpid AND l.launch BETWEEN st.start AND st.end
             GROUP BY st.start, st.end ORDER BY st.start""", (text,)).fetchall()
-    starts = [r[2] for r in rows]
+    return _spans([(r[0], r[1], r[2], r[3]) for r in rows], rows[0][4] if rows else None)
+
+
+def _spans(rows: list[tuple[int, int, int, int]], prior_end: int | None) -> list[tuple[int, int]]:
+    """(range start, range end, first op start, last op end) per step -> (start, end) per step;
+    ``prior_end``: the end of the GPU work launched before the first range."""
+    starts = []
+    before = prior_end
+    for range_start, _, first_op, last_op in rows:
+        starts.append(first_op if before is None else min(first_op, max(range_start, before)))
+        before = last_op if before is None else max(before, last_op)
     ends = starts[1:] + [max(rows[-1][1], rows[-1][3])] if rows else []
     return list(zip(starts, ends))
 
@@ -76,10 +91,24 @@ def kineto_step_spans(trace: Path, text: str = "step") -> list[tuple[int, int]]:
         if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "correlation" in e.get("args", {}):
             gpu.setdefault(e["args"]["correlation"], []).append((ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])))
     rows = []
+    prior = None
     for start, end, pid in ranges:
         ops = [op for t, p, corr in launches if p == pid and start <= t <= end for op in gpu.get(corr, ())]
         if ops:
+            if not rows:
+                earlier = [e for t, p, corr in launches if p == pid and t < start for _, e in gpu.get(corr, ())]
+                prior = max(earlier) if earlier else None
             rows.append((start, end, min(s for s, _ in ops), max(e for _, e in ops)))
-    starts = [r[2] for r in rows]
-    ends = starts[1:] + [max(rows[-1][1], rows[-1][3])] if rows else []
-    return list(zip(starts, ends))
+    return _spans(rows, prior)
+
+
+def assert_same_steps(by_pattern, by_ranges) -> None:
+    """The launch pattern found the range steps: one step per range, each pattern step starting at
+    the range step's first GPU operation, which is where the range step starts or after it (a range
+    that opens while the GPU idles starts there, with the host work before its first launch)."""
+    pattern, ranges = by_pattern.steps, by_ranges.steps
+    assert len(pattern) == len(ranges)
+    assert (ranges["start_ns"] <= pattern["start_ns"]).all()
+    assert (ranges["start_ns"] >= ranges["cpu_start_ns"]).all()
+    later = ranges["start_ns"] < pattern["start_ns"]
+    assert (pattern["start_ns"][later] - ranges["start_ns"][later] < ranges["duration_ns"][later]).all()

@@ -158,8 +158,13 @@ def test_report_steps_breakdown_and_export_agree_on_steps_and_idle_stretches(fix
     following = printed[steps.index(middle) + 1]
     _invoke("export", path, "-o", by_window, "--window", f"{printed[steps.index(middle)]}:{following}")
     ops = _exported_gpu_ops(by_window)
-    assert min(s for s, _ in ops) <= middle["start_ns"] and middle["start_ns"] in {s for s, _ in ops}
-    assert max(s for s, _ in ops) == middle["end_ns"]  # the next step's first operation, the window's end
+    # a step starts at its first GPU operation, or at its range's start where it opened on an idle GPU
+    assert middle["start_ns"] in {s for s, _ in ops} | {middle["cpu_start_ns"]}
+    assert min(s for s, _ in ops) <= middle["start_ns"] or middle["start_ns"] == middle["cpu_start_ns"]
+    # the window's end is the next step's start: its first operation, or its range's start
+    following_step = steps[steps.index(middle) + 1]
+    assert middle["end_ns"] == following_step["start_ns"]
+    assert max(s for s, _ in ops) <= middle["end_ns"]
 
 
 def test_report_names_the_zero_and_where_the_capture_began(tmp_path: Path) -> None:

@@ -78,10 +78,11 @@ def test_item_syncs_of_a_kineto_trace_with_the_hook_ranges(tmp_path: Path) -> No
     assert report.step_range == "step N"  # "step 0", "step 1": numbers count as one name
     [site] = report.sites
     assert (site["source"], site["count"], site["gpu_idle_ns"], site["in_steps"]) == ("train.py:59", 2, 38_000, 2)
-    # step times (profkit.analysis.steps): first GPU operation to the next step's, 10 -> 1010 µs;
-    # the last one to its range's end, 1010 -> 1200 µs
-    assert [s.duration_ns for s in report.steps] == [1_000_000, 190_000]
-    assert report.step_stats["count"] == 2 and report.step_stats["median_ns"] == 595_000
+    # step times (profkit.analysis.steps): each range opens on an idle GPU, so a step starts with
+    # its range (0 and 1000 µs), not 10 µs later at its first kernel; the last one ends at its
+    # range's end, 1000 -> 1200 µs
+    assert [s.duration_ns for s in report.steps] == [1_000_000, 200_000]
+    assert report.step_stats["count"] == 2 and report.step_stats["median_ns"] == 600_000
 
 
 def test_without_hook_ranges_the_python_stack_names_the_function(tmp_path: Path) -> None:

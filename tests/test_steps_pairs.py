@@ -27,7 +27,7 @@ import pytest
 from profkit.analysis.steps import KERNEL_PATTERN, NVTX, find_steps
 from profkit.readers import open_trace
 from tests.conftest import DATA, nsys_fixture
-from tests.step_oracle import gpu_step_durations, kineto_step_spans
+from tests.step_oracle import assert_same_steps, gpu_step_durations, kineto_step_spans
 
 KINETO_REVIEW = DATA / "kineto" / "review"
 STEPS = 30  # --steps 30
@@ -63,7 +63,10 @@ def test_gpu_bound_kineto_pair_record_function_steps_and_kernel_pattern_agree() 
     assert by_ranges.name == "step" and by_ranges.steps["duration_ns"].tolist() == oracle
     assert by_pattern.source == KERNEL_PATTERN
     assert by_pattern.summary["count"] == len(oracle) == STEPS
-    assert by_pattern.summary["warmup_count"] == by_ranges.summary["warmup_count"] == WARMUP
+    assert by_pattern.summary["warmup_count"] == WARMUP
+    # the annotated run's second step opens with 1.3 ms of host work while the GPU idles (its range
+    # begins well before its first launch): 6.8 ms against a steady 4.5, so a warm-up step there too
+    assert by_ranges.summary["warmup_count"] == WARMUP + 1
     # measured: 4.4806 ms (record_function) and 4.4733 ms (launch pattern), 0.16% apart
     assert by_pattern.summary["median_ns"] == pytest.approx(_oracle_median(oracle), rel=0.02)
 
@@ -92,6 +95,7 @@ def test_launch_bound_kineto_pair_has_the_same_steps_not_the_same_speed() -> Non
     by_ranges, by_pattern = _steps(annotated), _steps(plain)
     assert by_ranges.steps["duration_ns"].tolist() == oracle
     assert by_pattern.source == KERNEL_PATTERN and by_pattern.summary["count"] == len(oracle) == 20
-    # within each run, the launch pattern finds the annotated steps themselves
+    # within each run, the launch pattern finds the annotated steps themselves: each starts at its
+    # first GPU operation, the range's step there or earlier, where the range opened on an idle GPU
     with open_trace(annotated) as trace:
-        assert find_steps(trace, use_ranges=False).steps["start_ns"].tolist() == by_ranges.steps["start_ns"].tolist()
+        assert_same_steps(find_steps(trace, use_ranges=False), by_ranges)

@@ -104,7 +104,8 @@ def test_synthetic_single_step_range():
     result = find_steps(trace)
     assert result.source == NVTX
     assert result.summary["count"] == 1 and result.summary["steady_count"] == 1
-    assert starts(result) == [spans[1][0]]
+    # the range opens 10 us before its first kernel with the GPU idle: the step owns that time
+    assert starts(result) == [spans[1][0] - 10_000]
 
 
 def test_synthetic_single_iteration_without_ranges_says_so():
@@ -161,7 +162,8 @@ def test_synthetic_profiler_step_ranges():
               for i, (s, e) in enumerate(spans)]
     result = find_steps(synthetic_trace(kernels, ranges=ranges, range_kind="profiler_step"))
     assert result.source == PROFILER_STEP
-    assert starts(result) == [s for s, _ in spans]
+    # each range opens 20 us before its first kernel, the GPU idle since the step before: from there
+    assert starts(result) == [s - 20_000 for s, _ in spans]
 
 
 def test_synthetic_named_step_range_and_a_wrong_name():

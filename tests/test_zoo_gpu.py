@@ -39,20 +39,6 @@ KNOWN_WRONG: dict[tuple[str, str], str] = {
     **{(f"{program}.kineto", "sync_line"): "Kineto names main()'s line at profiler start, not the .item() line"
        for program in ("item_sync_sleep", "graphed_train", "amp_bf16")},
     ("item_sync_sleep.kineto", "slow_line"): "Kineto names main()'s line at profiler start (26), not the sleep line",
-    # steps are cut at each step's first GPU operation: host time at a step's start (the wait for
-    # the next batch, the loop's own work after a synchronizing step, prof.step()) is charged to the
-    # step before it, so per-step durations shift by one and a step can read shorter than its own
-    # GPU span.  (Starting a range step at its range's start where the GPU had nothing left to do
-    # fixes these and makes the public HTA traces' step medians equal ProfilerStep#N's to 0.1 ms,
-    # but moves the definition the SQL step oracle and ~20 tests hold: not landed this session.)
-    **{(key, "step_median"): "a step's leading host wait is charged to the step before" for key in
-       ("dataloader_workers.graph", "graphed_train.graph", "stream_wait.graph")},
-    **{(key, "per_step"): "a step's leading host wait is charged to the step before: it reads shorter than "
-       "its own GPU span" for key in
-       ("amp_bf16.graph", "amp_bf16.kineto", "compile_train_eager.graph", "compile_train_eager.kineto",
-        "dataloader_workers.graph", "dataloader_workers.kineto", "graphed_train.graph", "graphed_train.node",
-        "graphed_train.kineto", "item_sync_sleep.graph", "item_sync_sleep.kineto", "python_loader.graph",
-        "stream_wait.kineto", "triton_suite.graph")},
     # a step that launches an operation the GPU runs at once (another stream) starts at it: the step
     # before it ends early, down to 0 ns (final_sync, compile_max_autotune under torch.profiler)
     **{(key, "per_step"): "a step that launches an operation the GPU runs at once (another stream) starts "

@@ -117,6 +117,14 @@ def _result(trace: Trace, act: Activity, source: str, name: str, first: np.ndarr
         gpu_start[has] = _segment_reduce(np.minimum, act.start, first[has], last[has])
         gpu_end[has] = _segment_reduce(np.maximum, act.end, first[has], last[has])
     start = gpu_start
+    if source != KERNEL_PATTERN and n:
+        # A step whose range begins while the GPU has nothing left of the work before it (it waits
+        # for the next batch, a sleep, a profiler step's own work) owns that wait: it starts when
+        # its range does, or when the earlier GPU work ends, whichever is later.  Cut at its first
+        # GPU operation instead, the wait went to the step before (the zoo's dataloader).
+        prior = int(act.end[: int(first[0])].max()) if len(act) and first[0] > 0 else np.iinfo(np.int64).min
+        before_end = np.maximum.accumulate(np.concatenate([[prior], gpu_end[:-1]]))
+        start = np.minimum(gpu_start, np.maximum(cpu_start.astype(np.int64), before_end))
     end = np.empty(n, dtype=np.int64)
     end[:-1] = start[1:]
     end[-1] = max(int(gpu_end[-1]), int(cpu_end[-1]))

@@ -3,11 +3,15 @@
 Definitions (ns, on the trace's clock):
 
 - A step's **start** is when its first GPU operation starts (the first
-  kernel, copy or memset launched inside it).  Steps **tile** the loop: a
+  kernel, copy or memset launched inside it) -- except for a step range that
+  opens while the GPU has nothing left of the work before it: that step
+  starts when its range does (or when that earlier work ends, if later), so
+  the host time it opens with (waiting for a batch, a sleep, the loop's own
+  work) is its own, not its predecessor's.  Pattern steps, which have no
+  range, start at their first GPU operation.  Steps **tile** the loop: a
   step ends where the next one starts, so whatever happens between two
-  steps (the Python loop, data loading, a print, an eval pass that is not a
-  step) belongs to the step before it, and the median step time is the
-  loop's period.  The last step ends when its last GPU operation ends (or
+  steps that is no step's (an eval pass that is not a step) belongs to the
+  step before it, and the median step time is the loop's period.  The last step ends when its last GPU operation ends (or
   its range ends, if later).  A step that launched nothing keeps its range's
   CPU times.
 - **gpu_busy_ns**: time inside the step when at least one kernel, copy or
