@@ -288,6 +288,17 @@ def test_steps_collect_their_syncs_and_the_idle_inside_them() -> None:
     assert [s.estimated_without_syncs_ns for s in steps] == [60, 60]
 
 
+def test_a_warm_up_syncs_drain_is_no_steady_steps_cost() -> None:
+    """A sync in the warm-up step whose idle runs into the first steady step's window (that step's
+    range opened on the drained GPU) charges the warm-up step alone: a per-step cost counts the
+    steady steps' own syncs (the zoo's amp_bf16 had a warm-up sync priced per steady step)."""
+    steps = [Step(0, "step", T1, 0, 100, phase="warmup"), Step(1, "step", T1, 100, 200)]
+    a = SyncEvent(T1, (ssync(50, 60),), gpu_idle_ns=70, idle_start=60, idle_end=130)
+    attach_steps([a], steps)
+    assert a.step == 0 and a.steady_idle_ns == 0
+    assert [s.gpu_idle_ns for s in steps] == [40, 0]
+
+
 # -- aggregation and findings ---------------------------------------------------------
 def test_sites_group_by_line_or_by_api_and_range(tmp_path: Path) -> None:
     src = tmp_path / "proj" / "train.py"

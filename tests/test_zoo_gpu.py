@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from profkit.cli import cli
 from tests.captures import readable
 from tests.invariants import OUTPUTS, Outputs
-from tests.zoo.capture_truth import ZOO_DATA, captures, export_truth, planted
+from tests.zoo.capture_truth import ZOO_DATA, captures, export_truth, planted, step_truth_ms
 from tests.zoo.truth import truth_of
 
 CAPTURES = captures()
@@ -106,16 +106,9 @@ def test_step_median(program: str, level: str, path: Path) -> None:
     median against the median of that truth over the steps profkit calls steady; torch.profiler's
     steps are the program's last ones (its first two are the profiler's warm-up)."""
     out = outputs(path)
-    own = planted(program, level).step_ms
     steps = out.steps["steps"]
-    offset = len(own) - len(steps)
-    assert offset == (2 if level == "kineto" else 0)
-    if level == "kineto":
-        host = [ns / 1e6 for ns in truth_of(path).step_ns]
-    else:
-        ranges = export_truth(path).step_ranges
-        host = [(b[0] - a[0]) / 1e6 for a, b in zip(ranges, ranges[1:])] + [(ranges[-1][1] - ranges[-1][0]) / 1e6]
-    truth = [max(o, h) for o, h in zip(own[offset:], host)]
+    assert len(planted(program, level).step_ms) - len(steps) == (2 if level == "kineto" else 0)
+    truth = step_truth_ms(program, level, path, len(steps))
     steady = steady_indices(out)
     expected = statistics.median(truth[i] for i in steady)
     assert out.steps["summary"]["median_ns"] / 1e6 == pytest.approx(expected, rel=STEP_REL_TOL)

@@ -108,3 +108,20 @@ def export_truth(path: Path) -> ExportTruth:
             blocking_syncs=sorted(syncs, key=lambda s: s[1]))
     finally:
         db.close()
+
+
+def step_truth_ms(program: str, level: str, path: Path, steps: int) -> list[float]:
+    """Each of the ``steps`` steps profkit found (torch.profiler's are the program's last ones: its
+    first two are the profiler's warm-up): at least its GPU span (the program's own CUDA events
+    around it) and at least the host's start-to-start interval (the "step" ranges by SQL, or
+    ProfilerStep#N), whichever is longer.  A GPU-bound loop's period is the first, a host-bound
+    one's (a batch to wait for, a sleep, the loop's own work) the second."""
+    from .truth import truth_of  # the Kineto JSON's own truth (no profkit either)
+
+    own = planted(program, level).step_ms[-steps:]
+    if level == "kineto":
+        host = [ns / 1e6 for ns in truth_of(path).step_ns]
+    else:
+        ranges = export_truth(path).step_ranges
+        host = [(b[0] - a[0]) / 1e6 for a, b in zip(ranges, ranges[1:])] + [(ranges[-1][1] - ranges[-1][0]) / 1e6]
+    return [max(o, h) for o, h in zip(own, host)]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tests.captures import readable
 from tests.invariants import OUTPUTS
-from tests.zoo.capture_truth import captures, export_truth, planted
+from tests.zoo.capture_truth import captures, export_truth, planted, step_truth_ms
 from tests.zoo.truth import truth_of
 
 
@@ -23,14 +23,7 @@ def rows() -> Iterator[tuple[str, str, str, str, bool]]:
         name = f"{program}.{level}"
         count = len(export_truth(path).step_ranges) if level != "kineto" else truth_of(path).steps
         yield name, "steps", f"{count:,}", f"{steps['summary']['count']:,}", count == steps["summary"]["count"]
-        own = planted(program, level).step_ms
-        offset = len(own) - len(steps["steps"])
-        if level == "kineto":
-            host = [ns / 1e6 for ns in truth_of(path).step_ns]
-        else:
-            ranges = export_truth(path).step_ranges
-            host = [(b[0] - a[0]) / 1e6 for a, b in zip(ranges, ranges[1:])] + [(ranges[-1][1] - ranges[-1][0]) / 1e6]
-        truth = [max(o, h) for o, h in zip(own[offset:], host)]
+        truth = step_truth_ms(program, level, path, len(steps["steps"]))
         steady = [i for i, s in enumerate(steps["steps"]) if s.get("phase") == "steady"]
         expected = statistics.median(truth[i] for i in steady)
         found = steps["summary"]["median_ns"] / 1e6

@@ -362,8 +362,9 @@ def attach_steps(events: Sequence[SyncEvent], steps: Sequence[Step]) -> None:
     """Set each event's step (the step of its process containing its anchor call) and each step's totals.
 
     A step's ``gpu_idle_ns`` sums the sync-caused idle intervals clipped to
-    the step's GPU window, whichever step's sync caused them; an event's
-    ``steady_idle_ns`` is its idle inside the GPU windows of steady steps.
+    the step's GPU window, whichever step's sync of the same phase caused them
+    (a sync outside every step charges none); an event's ``steady_idle_ns`` is
+    its idle inside the GPU windows of steady steps, where it is in one.
     """
     by_pid: dict[int, list[Step]] = defaultdict(list)
     for s in steps:
@@ -384,14 +385,20 @@ def attach_steps(events: Sequence[SyncEvent], steps: Sequence[Step]) -> None:
             event.step = step.index
             step.syncs += 1
             step.cpu_blocked_ns += event.cpu_blocked_ns
-        if event.idle_start is not None and event.idle_end is not None and event.gpu_idle_ns > 0:
+        # The idle a sync leaves runs until the GPU gets work again, into the next step's window where
+        # that step's range opened on the drained GPU: the sync's cost, charged to the steps it covers.
+        # But only to steps of the sync's own phase (a warm-up sync's drain is no steady step's cost),
+        # and a sync called outside every step charges none.
+        if event.step is not None and event.idle_start is not None and event.idle_end is not None \
+                and event.gpu_idle_ns > 0:
+            phase = ss[j].phase  # the step found above, which holds the sync's call
             ws = windows[pid]
-            j = max(bisect.bisect_right(window_starts[pid], event.idle_start) - 1, 0)
-            while j < len(ws) and ws[j][0][0] < event.idle_end:
-                (lo, hi), k = ws[j]
+            w = max(bisect.bisect_right(window_starts[pid], event.idle_start) - 1, 0)
+            while w < len(ws) and ws[w][0][0] < event.idle_end:
+                (lo, hi), k = ws[w]
                 overlap = min(hi, event.idle_end) - max(lo, event.idle_start)
-                if overlap > 0:
+                if overlap > 0 and ss[k].phase == phase:
                     ss[k].gpu_idle_ns += overlap
-                    if ss[k].phase == "steady":
+                    if phase == "steady":
                         event.steady_idle_ns += overlap
-                j += 1
+                w += 1
