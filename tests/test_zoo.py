@@ -52,11 +52,14 @@ def truth(name: str) -> Truth:
     return truth_of(ZOO / f"{name}.json.gz")
 
 
-def test_truth_never_asks_profkit() -> None:
-    """The truth is read from the JSON alone: truth.py imports nothing of profkit's."""
+@pytest.mark.parametrize("module", ["truth.py", "capture_truth.py"])
+def test_truth_never_asks_profkit(module: str) -> None:
+    """The truth is read from the traces alone: neither the public traces' (truth.py, the JSON) nor
+    the GPU zoo's (capture_truth.py: SQL, the JSON, the programs' lines) imports anything of
+    profkit's (capture_truth's one zoo import is truth.py itself, relatively)."""
     import ast
 
-    tree = ast.parse((Path(__file__).parent / "zoo" / "truth.py").read_text())
+    tree = ast.parse((Path(__file__).parent / "zoo" / module).read_text())
     modules = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     modules |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert not {name for name in modules if name.split(".")[0] in ("profkit", "tests")}

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from profkit.model.keys import rows_by_thread
 from profkit.model.trace import Coded, empty_arrays
 from profkit.readers.kineto.columns import Table
 
@@ -60,8 +61,8 @@ def python_sites(frames: Table, api: Table) -> dict[str, Any]:
 
     found_api: list[np.ndarray] = []
     found_frame: list[np.ndarray] = []
-    api_of = _by_thread(a_pid, a_tid)
-    for (pid, tid), on_thread in _by_thread(f_pid, f_tid).items():
+    api_of = rows_by_thread(a_pid, a_tid)
+    for (pid, tid), on_thread in rows_by_thread(f_pid, f_tid).items():
         calls = api_of.get((pid, tid))
         if calls is None:
             continue
@@ -96,16 +97,6 @@ def python_sites(frames: Table, api: Table) -> dict[str, Any]:
 
 def _label(name: object) -> tuple[str, str]:
     return (user_frame(name) if isinstance(name, str) else None) or ("", "")
-
-
-def _by_thread(pid: np.ndarray, tid: np.ndarray) -> dict[tuple[int, int], np.ndarray]:
-    """Row indices of each (pid, tid), in row order: one sort for all threads (a mask per thread
-    made 40,000 threads of one frame each a 3-billion-step scan)."""
-    order = np.lexsort((tid, pid))  # stable: each thread's rows keep their order
-    p, t = pid[order], tid[order]
-    cut = (np.flatnonzero((p[1:] != p[:-1]) | (t[1:] != t[:-1])) + 1).tolist()
-    bounds = [0, *cut, len(order)] if len(order) else []
-    return {(int(p[a]), int(t[a])): order[a:b] for a, b in zip(bounds[:-1], bounds[1:])}
 
 
 def _enclosing(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -146,7 +137,7 @@ def python_frames(frames: Table) -> dict[str, Any]:
     builtin_row = is_builtin[kept_name] if len(keep) else np.zeros(0, dtype=bool)
     depth = np.zeros(len(keep), dtype=np.int64)
     caller = np.arange(len(keep), dtype=np.int64)  # the Python frame each row stands for (-1: none)
-    for on_thread in _by_thread(pid, tid).values():
+    for on_thread in rows_by_thread(pid, tid).values():
         order = on_thread[np.lexsort((-end[on_thread], start[on_thread]))]  # outer before inner at equal starts
         parent = _enclosing(start[order], end[order])
         d = np.zeros(len(order), dtype=np.int64)

@@ -29,7 +29,7 @@ ranges      NVTX_EVENTS push/pop and start/end ranges (+ domain-create events)
 syncs       CUPTI_ACTIVITY_KIND_SYNCHRONIZATION (+ ENUM_CUPTI_SYNC_TYPE)
 osrt        OSRT_API calls (eventClass 27, as osrt_sum counts them)
 python_frames  NVTX_EVENTS eventType 34 with their payload blobs (``python_samples``)
-python_sites   each API call's user frame, from python_frames around the call's midpoint
+python_sites   each API call's user frame, from a Python sample taken while it ran
 processes   PROCESSES
 threads     ThreadNames
 ==========  =====================================================
@@ -373,7 +373,7 @@ class NsysSource:
             if self._frames is None:
                 self._frames = python_samples.python_frames(self.export)
             return {c: self._frames[c] for c in columns}
-        if table == "python_sites":  # each API call's user frame, from the samples around it
+        if table == "python_sites":  # each API call's user frame, from a sample taken while it ran
             frames = self.load_arrays("python_frames", ["start", "end", "pid", "tid", "depth", "function", "file",
                                                           "line"])
             api = self.load_arrays("api", ["start", "end", "pid", "tid", "correlation"])

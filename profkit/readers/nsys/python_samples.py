@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from profkit.errors import ProfkitError
+from profkit.model.keys import rows_by_thread
 from profkit.model.trace import Coded, empty_arrays
 from profkit.readers.nsys.payloads import (
     ARRAY_FLAGS, ARRAY_LENGTH_INDEX, INTEGER_TYPES, REGISTERED_STRING_HANDLE, PayloadSchemas, read_schemas,
@@ -204,13 +205,11 @@ def python_sites(frames: dict[str, Any], api: dict[str, Any]) -> dict[str, Any]:
     f_file, f_function = files.codes[user], frames["function"].codes[user]
     a_start, a_end = np.asarray(api["start"], dtype=np.int64), np.asarray(api["end"], dtype=np.int64)
     found = np.full(len(a_start), -1, dtype=np.int64)  # the frame row of each call
-    thread_key = (np.asarray(f_pid, dtype=np.int64) << 32) | np.asarray(f_tid, dtype=np.int64)
-    call_key = (np.asarray(api["pid"], dtype=np.int64) << 32) | np.asarray(api["tid"], dtype=np.int64)
-    for key in np.unique(thread_key).tolist():
-        calls = np.flatnonzero(call_key == key)
-        if not len(calls):
+    calls_of = rows_by_thread(np.asarray(api["pid"], dtype=np.int64), np.asarray(api["tid"], dtype=np.int64))
+    for thread, rows in rows_by_thread(np.asarray(f_pid, dtype=np.int64), np.asarray(f_tid, dtype=np.int64)).items():
+        calls = calls_of.get(thread)
+        if calls is None:
             continue
-        rows = np.flatnonzero(thread_key == key)
         for depth in sorted(set(f_depth[rows].tolist()), reverse=True):  # the deepest user frame wins
             open_calls = calls[found[calls] < 0]
             if not len(open_calls):
