@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import json
 import pickle
+import sqlite3
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from profkit.analysis.memory import BEFORE_TRACE, memory_report
+from profkit.analysis.memory.categories import ACTIVATIONS, OPTIMIZER_STATE, PARAMETERS, WORKSPACES
+from profkit.analysis.memory.driver import CACHING_ALLOCATOR, OUTSIDE
 from profkit.readers import open_trace
 from profkit.readers.snapshot import open_snapshot
 from tests.conftest import _decompressed
@@ -117,10 +120,83 @@ def test_the_oom_snapshot_names_the_failed_request_its_line_and_cause() -> None:
     assert oom["held_by_site"][0]["site"] == f"{truth['function']} ({truth['site']})"
 
 
-@pytest.mark.xfail(strict=True, reason="#33: no reader yet for nsys --cuda-memory-usage "
-                                       "(CUDA_GPU_MEMORY_USAGE_EVENTS): profkit memory refuses the export")
-def test_nsys_cuda_memory_usage_agrees_with_the_snapshot() -> None:
-    with open_trace(_decompressed(CUDA / "gpt_memory_nsys.sqlite.xz")) as trace:
+NSYS = CUDA / "gpt_memory_nsys.sqlite.xz"
+
+
+def _held_by_sql(path: Path) -> int:
+    """The most device memory the process held, from the export's own rows: the running sum of
+    device allocations (kinds Device, Array, Device Static) minus frees, at its highest."""
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        (held,) = db.execute("""
+            WITH kinds AS (SELECT id FROM ENUM_CUDA_MEM_KIND WHERE label IN ('Device', 'Array', 'Device Static')),
+                 ops AS (SELECT id, label FROM ENUM_CUDA_DEV_MEM_EVENT_OPER),
+                 signed AS (SELECT e.start, e.rowid AS r,
+                                   CASE o.label WHEN 'Allocation' THEN e.bytes ELSE -e.bytes END AS change
+                            FROM CUDA_GPU_MEMORY_USAGE_EVENTS e JOIN ops o ON o.id = e.memoryOperationType
+                            WHERE e.memKind IN (SELECT id FROM kinds))
+            SELECT max(total) FROM (SELECT sum(change) OVER (ORDER BY start, r) AS total FROM signed)""").fetchone()
+    return int(held)
+
+
+def _snapshot_segments(path: Path) -> set[tuple[int, int]]:
+    snap = pickle.loads(path.read_bytes())  # the test's own reading of a committed, trusted file
+    found = {(s["address"], s["total_size"]) for s in snap["segments"]}
+    found |= {(e["addr"], e["size"]) for e in snap["device_traces"][0] if e["action"] == "segment_alloc"}
+    return found
+
+
+def test_nsys_cuda_memory_usage_peak_is_the_exports_own() -> None:
+    """nsys --cuda-memory-usage records the driver's allocations: profkit's peak of the device memory
+    held equals the export's own running sum, and says no allocated bytes it cannot know."""
+    path = _decompressed(NSYS)
+    with open_trace(path) as trace:
         gpu = gpu_device(memory_report(trace))
+    assert gpu["level"] == "driver" and gpu["peak"]["allocated_bytes"] is None
+    assert gpu["peak"]["reserved_bytes"] == _held_by_sql(path) == max(s["peak_reserved_bytes"] for s in gpu["steps"])
+    assert sum(p["bytes"] for p in gpu["held_by_category"]) == gpu["peak"]["reserved_bytes"]
+
+
+def test_nsys_device_memory_split_by_the_snapshots_segments() -> None:
+    """Issue 33 asks the nsys capture's reserved peak to agree with the snapshot's within 1%.  It does
+    not: nsys saw the process hold 212.9 MiB, PyTorch reserved 84 MiB.  The rest is allocations made
+    outside the caching allocator (on this run two 64 MiB + 128 KiB + 1 KiB sets, one per thread
+    that ran a GEMM, at addresses no snapshot segment has) and the kernel modules' __device__
+    variables.  What agrees, to the byte, is the part of nsys's allocations at the snapshot's
+    segment addresses: that is the allocator's reserved peak the program measured."""
     truth = planted("gpt_memory_nsys")
-    assert gpu["peak"]["reserved_bytes"] == pytest.approx(max(truth["step_peak_reserved_bytes"]), rel=0.01)
+    pickle_path = _decompressed(CUDA / "gpt_memory_nsys.pickle.xz")
+    with open_trace(_decompressed(NSYS)) as trace, open_snapshot(pickle_path) as snap:
+        gpu = gpu_device(memory_report(trace, snapshot=snap))
+    parts = {p["category"]: p["bytes"] for p in gpu["held_by_category"]}
+    assert parts[CACHING_ALLOCATOR] == max(truth["step_peak_reserved_bytes"])
+    assert parts[CACHING_ALLOCATOR] == sum(n for _, n in _snapshot_segments(pickle_path))
+    assert sum(parts.values()) == gpu["peak"]["reserved_bytes"]
+    assert parts[OUTSIDE] > parts[CACHING_ALLOCATOR]  # the 1% rule fails for the whole process, by design
+    with open_trace(_decompressed(NSYS)) as trace:  # no snapshot: not split, and it says so
+        alone = gpu_device(memory_report(trace))
+    assert CACHING_ALLOCATOR not in {p["category"] for p in alone["held_by_category"]}
+
+
+@pytest.mark.parametrize("name", ["gpt_memory", "gpt_memory_leak", "gpt_memory_nsys"])
+def test_snapshot_categories_are_the_models_and_optimizers_bytes(name: str) -> None:
+    """What holds the peak, told from each block's allocation stack: the parameters are the model's
+    bytes (numel x element size, MEM_TRUTH), AdamW's state on the GPU is exp_avg + exp_avg_sq, twice
+    the parameters (its per-parameter `step` counters live on the CPU, 4 B each: the rest of the
+    truth's optimizer bytes), and the categories add up to the peak."""
+    truth = planted(name)
+    with open_snapshot(_decompressed(CUDA / f"{name}.pickle.xz")) as trace:
+        gpu = gpu_device(memory_report(trace))
+    parts = {p["category"]: p["bytes"] for p in gpu["held_by_category"]}
+    assert parts[PARAMETERS] == truth["parameter_bytes"]
+    assert parts[OPTIMIZER_STATE] == 2 * truth["parameter_bytes"]
+    cpu_counters = truth["optimizer_state_bytes"] - parts[OPTIMIZER_STATE]
+    assert 0 < cpu_counters < 4 * 1000 and cpu_counters % 4 == 0
+    assert sum(parts.values()) == gpu["peak"]["allocated_bytes"]
+    assert parts[WORKSPACES] >= 32 << 20  # a cuBLAS workspace (setWorkspaceForHandle) per GEMM stream
+
+
+def test_kineto_categories_add_up_to_the_peak(kineto: dict) -> None:
+    for gpu in kineto.values():
+        assert sum(p["bytes"] for p in gpu["held_by_category"]) == gpu["peak"]["allocated_bytes"]
+        kinds = {p["category"] for p in gpu["held_by_category"]}
+        assert ACTIVATIONS in kinds and BEFORE_TRACE in kinds

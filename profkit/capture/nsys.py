@@ -49,6 +49,7 @@ PYTHON_SAMPLING_HZ_FULL = 1000
 _SHORT_OPTIONS = {"-t": "--trace", "-s": "--sample", "-c": "--capture-range", "-p": "--nvtx-capture",
                   "-f": "--force-overwrite", "-o": "--output"}
 _PROFKIT_SET = ("--trace", "--sample", "--cpuctxsw", "--export", "--force-overwrite", "--cuda-graph-trace",
+                "--cuda-memory-usage",
                 "--python-sampling", "--python-sampling-frequency",
                 "--capture-range", "--nvtx-capture", "--capture-range-end")
 # Options that would move or rename the files profkit has to find afterwards.
@@ -67,6 +68,9 @@ class ProfileRequest:
     python_sampling: bool = False
     # every API (osrt too), every graph node, Python sampling at nsys's own rate: what costs most
     full: bool = False
+    # --memory: every device allocation the process makes from the driver (cudaMalloc, module
+    # globals), which `profkit memory` splits into the caching allocator's and the libraries'
+    cuda_memory_usage: bool = False
 
 
 def option_names(args: Sequence[str]) -> set[str]:
@@ -110,6 +114,8 @@ def build_profile_command(nsys: Path | str, request: ProfileRequest) -> list[str
         rate = PYTHON_SAMPLING_HZ_FULL if request.full else PYTHON_SAMPLING_HZ
         ours += [("--python-sampling", "--python-sampling=true"),
                  ("--python-sampling-frequency", f"--python-sampling-frequency={rate}")]
+    if request.cuda_memory_usage:
+        ours.append(("--cuda-memory-usage", "--cuda-memory-usage=true"))
     if request.nvtx_range:
         ours += [
             ("--capture-range", "--capture-range=nvtx"),

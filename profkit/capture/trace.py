@@ -237,7 +237,8 @@ def _profile(options: TraceOptions, nsys: FoundTool, program: list[str], run_dir
     blobs = nsys_mod.exports_blobs(nsys.path)  # asked once: for the sampling and for the export
     request = ProfileRequest(program=program, output_base=temp_dir / TRACE_BASENAME,
                              nvtx_range=options.nvtx_range, extra_args=list(options.nsys_args),
-                             python_sampling=nsys_mod.samples_python(nsys.path, blobs=blobs), full=options.full)
+                             python_sampling=nsys_mod.samples_python(nsys.path, blobs=blobs), full=options.full,
+                             cuda_memory_usage=options.memory)
     cmd = nsys_mod.build_profile_command(nsys.path, request)
     record.nsys_command = shareable(cmd, options, base_env)
     record.write(run_dir)

@@ -23,8 +23,13 @@ STEP_COLUMNS = [
     Column("peak_allocated_bytes", "Peak allocated", "bytes"), Column("peak_reserved_bytes", "Peak reserved", "bytes"),
     Column("end_allocated_bytes", "Allocated at end", "bytes"), Column("growth_bytes", "Growth", "bytes"),
 ]
+# a driver-level trace (nsys --cuda-memory-usage) knows only the device memory the process held
+DRIVER_STEP_COLUMNS = [Column("index", "Step", "int"), Column("phase", "Phase"),
+                       Column("peak_reserved_bytes", "Peak device memory held", "bytes")]
 SITE_COLUMNS = [Column("site", "Allocated at"), Column("bytes", "Live at the peak", "bytes"),
                 Column("count", "Blocks", "int")]
+CATEGORY_COLUMNS = [Column("category", "What it is"), Column("bytes", "Live at the peak", "bytes"),
+                    Column("count", "Blocks", "int")]
 LEAK_COLUMNS = [Column("site", "Allocated at"), Column("bytes_per_step", "Never freed, per step", "bytes"),
                 Column("steps", "Steps", "int"), Column("bytes", "Total", "bytes")]
 
@@ -33,9 +38,13 @@ LEAK_COLUMNS = [Column("site", "Allocated at"), Column("bytes_per_step", "Never 
 @click.argument("trace_path", metavar="TRACE", type=click.Path(path_type=Path))
 @rank_option
 @click.option("--steady", is_flag=True, help="The peak over the steady-state steps only.")
+@click.option("--snapshot", "snapshot", type=click.Path(path_type=Path), default=None,
+              help="A memory snapshot of the same run: splits an nsys --cuda-memory-usage trace's device memory "
+                   "into PyTorch's caching allocator's and the libraries' (a profkit trace --memory run folder's "
+                   "own snapshot is used by default).")
 @wide_option()
 @format_option()
-def memory(trace_path: Path, rank: int | None, steady: bool, wide: bool, fmt: str) -> None:
+def memory(trace_path: Path, rank: int | None, steady: bool, snapshot: Path | None, wide: bool, fmt: str) -> None:
     """Memory: each step's peak of allocated and reserved bytes, what holds the peak (allocation
     sites, and the forward / backward / optimizer step that allocated it), fragmentation, headroom,
     and the growth from step to step that makes a leak, with the sites that never free.
@@ -44,13 +53,17 @@ def memory(trace_path: Path, rank: int | None, steady: bool, wide: bool, fmt: st
     Examples:
       profkit memory trace.json.gz              # torch.profiler(profile_memory=True)
       profkit memory trace.json.gz --steady --format json
+      profkit memory memory_snapshot.pickle     # torch.cuda.memory._dump_snapshot
+      profkit memory trace.sqlite --snapshot memory_snapshot.pickle   # nsys --cuda-memory-usage=true
 
     JSON: devices (one per allocator: "host" is device -1), each with steps, peak, held_by_site
-    (site, bytes, count), held_by_phase (part, bytes: they add up to the peak), fragmentation_bytes,
+    (site, bytes, count), held_by_phase (part, bytes: they add up to the peak), held_by_category
+    (category, bytes, count: parameters, optimizer state, gradients, activations, ...; they add up
+    to the peak), fragmentation_bytes,
     headroom and growth (leaking, growth_per_step_bytes, sites).  Sizes in bytes.
     Definitions: profkit.analysis.memory.
     """
-    answers = per_rank(trace_path, rank, lambda trace: memory_json(trace, steady=steady))
+    answers = per_rank(trace_path, rank, lambda trace: memory_json(trace, steady=steady, snapshot=snapshot))
     if fmt == "json":
         click.echo(json_text(answers.json(), indent=2))
         return
@@ -64,10 +77,13 @@ def memory(trace_path: Path, rank: int | None, steady: bool, wide: bool, fmt: st
                 say(line)
         for device in report["devices"]:
             where = f"{device['label']}, {label}" if label else device["label"]
+            columns = DRIVER_STEP_COLUMNS if device.get("level") else STEP_COLUMNS
             if device["steps"] or fmt == "csv":
-                emit_rows(device["steps"], STEP_COLUMNS, fmt, title=f"Memory per step ({where})", wide=wide)
+                emit_rows(device["steps"], columns, fmt, title=f"Memory per step ({where})", wide=wide)
             if fmt == "csv":
                 continue
-            emit_rows(device["held_by_site"], SITE_COLUMNS, fmt, title=f"What holds the peak ({where})", wide=wide)
+            emit_rows(device["held_by_category"], CATEGORY_COLUMNS, fmt, title=f"What the peak holds ({where})",
+                      wide=wide)
+            emit_rows(device["held_by_site"], SITE_COLUMNS, fmt, title=f"Where it was allocated ({where})", wide=wide)
             if device["growth"]["sites"]:
                 emit_rows(device["growth"]["sites"], LEAK_COLUMNS, fmt, title=f"Leaking sites ({where})", wide=wide)

@@ -25,3 +25,9 @@ def normalize_api_name(name: str) -> str:
     if len(name) >= 6 and name[-6:-4] == "_v":
         return name[:-6]
     return name
+
+
+# nsys --cuda-memory-usage: the device memory a loaded kernel module's __device__ variables take
+# (memory kind "Device Static"), allocated by no CUDA call of the program's.  The reader names
+# such rows' stack with it; the memory analysis counts them apart.
+MODULE_GLOBALS = "kernel modules' __device__ variables (loaded with the module)"

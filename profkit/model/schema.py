@@ -270,7 +270,10 @@ OSRT = _cols(
 )
 
 # The allocator's events: one row per block handed out (bytes > 0) or taken back (bytes < 0), as
-# the profiler saw them (Kineto's '[memory]' instant events, torch.profiler(profile_memory=True)).
+# the profiler saw them (Kineto's '[memory]' instant events, torch.profiler(profile_memory=True);
+# a snapshot's history).  nsys --cuda-memory-usage sees the level below: each row is a device
+# allocation the process made from the driver (cudaMalloc, a module's globals), so its totals are
+# reserved bytes and its allocated bytes are unknown (TraceMeta.extra["memory_level"] = "driver").
 # Times are on the host thread that allocated or freed: the caching allocator answers on the CPU,
 # so a block's life is measured against the steps' CPU ranges (steps' cpu_start_ns/cpu_end_ns).
 MEMORY = _cols(
@@ -280,13 +283,19 @@ MEMORY = _cols(
     ("addr", INT, "the block's address: pairs an allocation with its free (-1 unknown)"),
     ("bytes", INT, "+size for an allocation, -size for a free"),
     ("total_allocated", INT, "bytes allocated on that device right after the event (-1 unknown)"),
-    ("total_reserved", INT, "bytes the caching allocator held from the driver right after it "
-                            "(-1 unknown; 0 for the host allocator, which reserves nothing)"),
+    ("total_reserved", INT, "bytes held from the CUDA driver right after it: the caching allocator's "
+                            "segments (torch), every device allocation of the process (nsys "
+                            "--cuda-memory-usage) (-1 unknown; 0 for the host allocator, which reserves nothing)"),
     # Where the source records each event's own stack (memory snapshots), its innermost Python
     # frame; '' / -1 where the site is found from python_frames instead (Kineto).
     ("function", CATEGORY, "the allocating Python function ('' not recorded with the event)"),
     ("file", CATEGORY, "its file ('' not recorded with the event)"),
     ("line", INT, "the line that allocated (-1 not recorded with the event)"),
+    # The whole stack where the source records it (snapshots: Python and C++ frames), so an
+    # analysis can tell a parameter's allocation (nn.Module._apply) from an optimizer's state
+    # (torch.optim ... _init_group) or a cuBLAS workspace (setWorkspaceForHandle).
+    ("stack", CATEGORY, "the allocating frames, innermost first, one per line: 'function file:line' for "
+                        "Python, the function's name for C++ ('' not recorded with the event)"),
 )
 
 # The profiler's own work on the program's threads (nsys PROFILER_OVERHEAD: CUPTI buffer

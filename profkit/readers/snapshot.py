@@ -97,6 +97,25 @@ def _int(value: Any, default: int = schema.MISSING_INT) -> int:
 INSTALLED = ("site-packages/", "dist-packages/")
 
 
+# A C++ frame's name is cut to this many characters in a stack (template signatures run to kilobytes)
+MAX_FRAME_NAME = 160
+
+
+def stack_text(frames: Any) -> str:
+    """The frames, innermost first, one per line: 'function file:line' for Python, the function's
+    name for C++ (the schema's ``memory.stack``); '' where the event recorded none."""
+    lines = []
+    for frame in frames if isinstance(frames, list) else ():
+        if not isinstance(frame, dict) or not isinstance(frame.get("name"), str):
+            continue
+        file, line = frame.get("filename"), _int(frame.get("line"), 0)
+        if isinstance(file, str) and file.endswith(".py") and line > 0:
+            lines.append(f"{frame['name']} {file}:{line}")
+        else:
+            lines.append(frame["name"][:MAX_FRAME_NAME])
+    return "\n".join(lines)
+
+
 def user_frame(frames: Any) -> tuple[str, str, int]:
     """(function, file, line) of the innermost Python frame of a stack that is not an installed
     package's (torch's own ``_conv_forward`` is not where the user allocated), else the innermost
@@ -131,11 +150,12 @@ class SnapshotSource:
                               world_size=None, rounding_mode="decimal-half-up", capture_start_ns=None,
                               capture_end_ns=None, traced=("memory",) if len(self.memory["start"]) else (),
                               extra={"oom": self.ooms, "segments": self.segment_facts(),
+                                     "segment_ranges": self.segment_ranges(),
                                      "skipped_events": {"history": self.skipped} if self.skipped else {}},
                               gpu_platform=CUDA)
 
     def _memory(self) -> dict[str, Any]:
-        rows: list[tuple[int, int, int, int, int, int, str, str, int]] = []
+        rows: list[tuple[int, int, int, int, int, int, str, str, int, str]] = []
         self.ooms: list[dict[str, Any]] = []
         for device, history in enumerate(self.device_traces):
             if not isinstance(history, list):
@@ -151,7 +171,7 @@ class SnapshotSource:
             columns[name] = ints[:, i]
         columns["pid"] = np.full(len(rows), schema.MISSING_INT, dtype=np.int64)
         columns["tid"] = np.full(len(rows), schema.MISSING_INT, dtype=np.int64)
-        for i, name in ((6, "function"), (7, "file")):
+        for i, name in ((6, "function"), (7, "file"), (9, "stack")):
             values = [r[i] for r in rows]
             distinct = list(dict.fromkeys(values))
             index = {v: k for k, v in enumerate(distinct)}
@@ -223,7 +243,9 @@ class SnapshotSource:
             if not d_alloc:
                 continue
             function, file, line = user_frame(e.get("frames"))
-            rows.append((t, device, _int(e.get("addr")), d_alloc, allocated, reserved, function, file, line))
+            # a free's frames are the freeing call's: only an allocation's stack says what the block is
+            stack = stack_text(e.get("frames")) if d_alloc > 0 else ""
+            rows.append((t, device, _int(e.get("addr")), d_alloc, allocated, reserved, function, file, line, stack))
         return rows
 
     def segment_facts(self) -> list[dict[str, Any]]:
@@ -244,6 +266,17 @@ class SnapshotSource:
                 elif b.get("state") == "inactive":
                     facts["largest_free_block_bytes"] = max(facts["largest_free_block_bytes"], size)
         return [out[d] for d in sorted(out)]
+
+    def segment_ranges(self) -> list[tuple[int, int, int]]:
+        """(device, address, bytes) of every segment the allocator held from the driver, at the dump
+        or in the history (an nsys --cuda-memory-usage capture's allocations are told apart by them)."""
+        found = {(_int(s.get("device"), 0), _int(s.get("address"), -1), _size(s.get("total_size")) or 0)
+                 for s in self.segments}
+        for device, history in enumerate(self.device_traces):
+            for e in history if isinstance(history, list) else ():
+                if isinstance(e, dict) and SEGMENT_GROWS.get(e.get("action")) == 1:  # type: ignore[arg-type]
+                    found.add((device, _int(e.get("addr"), -1), _size(e.get("size")) or 0))
+        return sorted(r for r in found if r[1] >= 0 and r[2] > 0)
 
     # -- TraceSource ---------------------------------------------------------------
     def has(self, table: str) -> bool:

@@ -49,7 +49,7 @@ def memory_lines(result: dict[str, Any]) -> list[str]:
         pct = f", {a['delta_pct']:+.2f}%" if a["delta_pct"] is not None else ""
         reserved = (f"; reserved {size(r['base_median_bytes'])} → {size(r['new_median_bytes'])} ({r['verdict']})"
                     if r else "")
-        lines.append(f"Peak memory ({d['label']}): {a['verdict']} — median per-step peak allocated "
+        lines.append(f"Peak memory ({d['label']}): {a['verdict']} — median per-step peak {d.get('figure', 'allocated')} "
                      f"{size(a['base_median_bytes'])} → {size(a['new_median_bytes'])} "
                      f"({_signed_size(a['delta_bytes'])}{pct}; {how}; {a['base_steps']} vs {a['new_steps']} "
                      f"steady steps){reserved}")

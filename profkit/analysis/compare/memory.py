@@ -37,6 +37,7 @@ from profkit.model import Trace
 HIGHER, LOWER = "higher", "lower"
 MIN_EFFECT_BYTES = 1 << 20  # 1 MiB
 MIN_EFFECT_PCT = 1.0
+HELD = "device memory held"  # DevicePeaks.figure of a driver-level (nsys) trace
 MIN_EXACT_STEPS = 2  # one step per run shows no spread, so it cannot show that there is none
 HOW = "record both with torch.profiler.profile(profile_memory=True)"
 
@@ -49,6 +50,9 @@ class DevicePeaks:
     label: str
     allocated: np.ndarray
     reserved: np.ndarray | None  # None where the allocator reports no reserved bytes (the host's)
+    # what ``allocated`` holds: the allocator's allocated bytes, or (nsys --cuda-memory-usage, which sees
+    # only the driver's allocations) the device memory the process held
+    figure: str = "allocated"
 
 
 @dataclass(frozen=True)
@@ -74,8 +78,13 @@ def run_peaks(trace: Trace) -> RunPeaks | None:
         if not steps:
             return RunPeaks(trace.name, [], f"no steps found in {trace.name}")
         reserved = [s["peak_reserved_bytes"] for s in steps]
+        allocated = [s["peak_allocated_bytes"] for s in steps]
+        if any(a is None for a in allocated):  # nsys: only the device memory held is known; it is compared
+            devices.append(DevicePeaks(d["device"], d["label"], np.array(reserved, dtype=np.float64), None,
+                                       figure=HELD))
+            continue
         devices.append(DevicePeaks(
-            d["device"], d["label"], np.array([s["peak_allocated_bytes"] for s in steps], dtype=np.float64),
+            d["device"], d["label"], np.array(allocated, dtype=np.float64),
             None if any(r is None for r in reserved) else np.array(reserved, dtype=np.float64)))
     return RunPeaks(trace.name, devices)
 
@@ -146,6 +155,11 @@ def memory_diff(base: Trace, new: Trace) -> dict[str, Any] | None:
     if kinds["BASE"] != kinds["NEW"]:
         return _unknown(f"BASE recorded the {kinds['BASE']} allocator, NEW the {kinds['NEW']} one: "
                         "peak memory not compared")
+    figures = {side: run.devices[0].figure for side, run in (("BASE", a), ("NEW", b))}
+    if figures["BASE"] != figures["NEW"]:
+        said = {"allocated": "the allocator's allocated bytes",
+                HELD: "the device memory the process held (nsys --cuda-memory-usage: the driver's allocations)"}
+        return _unknown(f"BASE recorded {said[figures['BASE']]}, NEW {said[figures['NEW']]}: peak memory not compared")
     if len(a.devices) == len(b.devices) == 1:  # one GPU each: the same role, whatever its number
         pairs = [(a.devices[0], b.devices[0])]
     else:
@@ -155,7 +169,7 @@ def memory_diff(base: Trace, new: Trace) -> dict[str, Any] | None:
     for da, db in pairs:
         devices.append({
             "device": db.device, "label": db.label if da.device == db.device else f"{da.label} → {db.label}",
-            "allocated": peak_change(da.allocated, db.allocated),
+            "figure": db.figure, "allocated": peak_change(da.allocated, db.allocated),
             "reserved": peak_change(da.reserved, db.reserved) if da.reserved is not None and db.reserved is not None
             else None})
     alone = sorted({d.label for d in a.devices} ^ {d.label for d in b.devices}) if len(pairs) < max(
@@ -191,5 +205,5 @@ def growth_over(memory: dict[str, Any] | None, max_bytes: int) -> str | None:
     if a["delta_bytes"] <= max_bytes:
         return None
     return (f"peak memory ({grew['label']}) grew {size(a['delta_bytes'])} ({a['delta_bytes']:,} B, > "
-            f"{size(max_bytes)}): median per-step peak allocated {size(a['base_median_bytes'])} → "
+            f"{size(max_bytes)}): median per-step peak {grew.get('figure', 'allocated')} {size(a['base_median_bytes'])} → "
             f"{size(a['new_median_bytes'])}")

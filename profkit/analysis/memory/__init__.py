@@ -20,6 +20,17 @@ per device (the host's allocator is device -1):
   sites whose blocks, allocated in the steady steps, are never freed before the trace ends, in
   (nearly) every steady step -- blocks of the last step that outlive the recording are no leak.
 
+- **categories**: what each block alive at the peak *is* (parameters, optimizer state, gradients,
+  activations, temporaries, library workspaces, the program's own tensors), from its allocation's
+  stack or what the profiler saw open around it, and its lifetime (``categories``); with the bytes
+  allocated before the record began they add up to the peak.
+
+An nsys ``--cuda-memory-usage`` export records the level below the caching allocator: the device
+memory the process took from the driver (``memory_level`` "driver").  Its figures are held
+(reserved) bytes; allocated bytes, sites and leaks are unknown.  With a snapshot of the same run
+(``snapshot=``), the bytes held at the peak are split by address into PyTorch's caching allocator's
+segments and what libraries allocated outside it (``driver``).
+
 ``step_peaks(trace)`` gives the per-step peaks alone (what `profkit diff` and `history` compare:
 ``profkit.analysis.compare.memory``).
 
@@ -36,6 +47,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from profkit.analysis.memory import categories, driver
 from profkit.analysis.steps import STEADY, find_steps
 from profkit.errors import ProfkitError
 from profkit.model import Trace
@@ -74,15 +86,21 @@ class _Events:
         return np.where(at >= 0, values[np.maximum(at, 0)], before_first)
 
 
-def memory_report(trace: Trace, steady: bool = False) -> dict[str, Any]:
-    """Per-step peaks, what holds the peak, fragmentation, headroom and leaks (module docstring)."""
+def memory_report(trace: Trace, steady: bool = False, snapshot: Trace | None = None) -> dict[str, Any]:
+    """Per-step peaks, what holds the peak, fragmentation, headroom and leaks (module docstring);
+    ``snapshot``: a memory snapshot of the same run, to split a driver-level trace's bytes."""
     table, steps, windows = _allocator_and_steps(trace, steady)
+    at_driver = is_driver_level(trace)
     devices = []
     for device, rows in table.groupby("device", sort=True):
-        recorded = rows[["function", "file", "line"]].reset_index(drop=True) \
-            if (rows["file"].astype(str) != "").any() else None
-        devices.append(_device_report(trace, int(device), _device_events(int(device), rows), windows, steady,
-                                      recorded))
+        ev = _device_events(int(device), rows)
+        if at_driver:
+            devices.append(_driver_device_report(trace, int(device), ev, rows, windows, steady, snapshot))
+            continue
+        has_site = (rows["file"].astype(str) != "").any()
+        recorded = rows[["function", "file", "line"]].reset_index(drop=True) if has_site else None
+        stacks = rows["stack"].reset_index(drop=True) if (rows["stack"].astype(str) != "").any() else None
+        devices.append(_device_report(trace, int(device), ev, windows, steady, recorded, stacks))
     snapshot = trace.meta.extra.get("segments") if trace.meta.source == SNAPSHOT_SOURCE else None
     for d in devices:
         facts = next((f for f in snapshot or () if f["device"] == d["device"]), None)
@@ -91,6 +109,11 @@ def memory_report(trace: Trace, steady: bool = False) -> dict[str, Any]:
             d["largest_free_block_bytes"] = facts["largest_free_block_bytes"]
     return {"trace": trace.name, "steps_from": steps.source if steps is not None and steps.found else None,
             "devices": devices, "oom": _ooms(trace, table)}
+
+
+def is_driver_level(trace: Trace) -> bool:
+    """Whether the trace's memory rows are the driver's allocations (nsys), not an allocator's blocks."""
+    return trace.meta.extra.get("memory_level") == driver.LEVEL
 
 
 def has_memory(trace: Trace) -> bool:
@@ -104,8 +127,9 @@ def step_peaks(trace: Trace) -> dict[str, Any]:
     cost, and a comparison of two runs needs only the peaks.  ``{"trace", "steps_from", "devices":
     [{"device", "label", "steps"}]}``; raises like ``memory_report``."""
     table, steps, windows = _allocator_and_steps(trace, steady=False)
+    at_driver = is_driver_level(trace)
     devices = [{"device": int(device), "label": device_label(int(device)),
-                "steps": _per_step(_device_events(int(device), rows), windows)}
+                "steps": _per_step(_device_events(int(device), rows), windows, at_driver)}
                for device, rows in table.groupby("device", sort=True)]
     return {"trace": trace.name, "steps_from": steps.source if steps is not None and steps.found else None,
             "devices": devices}
@@ -147,14 +171,20 @@ def _step_windows(steps: pd.DataFrame) -> pd.DataFrame:
         "end": np.where(cpu_known, steps["cpu_end_ns"], steps["end_ns"]).astype(np.int64)})
 
 
-def _device_report(trace: Trace, device: int, ev: _Events, windows: pd.DataFrame, steady: bool,
-                   recorded: pd.DataFrame | None) -> dict[str, Any]:
-    per_step = _per_step(ev, windows)
-    chosen = [s for s in per_step if s["phase"] == STEADY] if steady else per_step
-    in_scope = _in_windows(ev.start, windows[windows["phase"] == STEADY]) if steady else np.ones(len(ev.start), bool)
-    if steady and not chosen:
+def _scope(trace: Trace, ev: _Events, windows: pd.DataFrame, steady: bool, at_driver: bool
+           ) -> tuple[list[dict[str, Any]], np.ndarray]:
+    """The per-step rows and which events count (the steady steps' with ``steady``)."""
+    per_step = _per_step(ev, windows, at_driver)
+    if steady and not any(s["phase"] == STEADY for s in per_step):
         raise ProfkitError(f"{trace.name}: no steady-state steps (see profkit steps)")
-    peak_at = _peak_event(ev, in_scope)
+    in_scope = _in_windows(ev.start, windows[windows["phase"] == STEADY]) if steady else np.ones(len(ev.start), bool)
+    return per_step, in_scope
+
+
+def _device_report(trace: Trace, device: int, ev: _Events, windows: pd.DataFrame, steady: bool,
+                   recorded: pd.DataFrame | None, stacks: pd.Series | None) -> dict[str, Any]:
+    per_step, in_scope = _scope(trace, ev, windows, steady, at_driver=False)
+    peak_at = _peak_event(ev.allocated, in_scope)
     peak = {"allocated_bytes": int(ev.allocated[peak_at]), "reserved_bytes": _known(ev.reserved[peak_at]),
             "time_ns": int(ev.start[peak_at]), "step": _step_of(ev.start[peak_at], windows)}
     reserved_peak = int(ev.reserved[in_scope].max()) if (ev.reserved[in_scope] >= 0).any() else None
@@ -163,6 +193,9 @@ def _device_report(trace: Trace, device: int, ev: _Events, windows: pd.DataFrame
     holders = _by_site(sites, ev.size[live])
     before = peak["allocated_bytes"] - int(ev.size[live].sum())
     by_phase = _by_phase(sites, ev.size[live], before)
+    kinds = categories.block_categories(_origins(trace, ev, stacks), ev.size,
+                                        categories.free_positions(ev.addr, ev.size), live)
+    by_category = _parts(kinds, ev.size[live], {BEFORE_TRACE: before})
     fragmentation = None if peak["reserved_bytes"] in (None, 0) else peak["reserved_bytes"] - peak["allocated_bytes"]
     return {
         "device": device,
@@ -172,6 +205,7 @@ def _device_report(trace: Trace, device: int, ev: _Events, windows: pd.DataFrame
         "peak_reserved_bytes": reserved_peak,
         "held_by_site": holders[:TOP_SITES],
         "held_by_phase": by_phase,
+        "held_by_category": by_category,
         "fragmentation_bytes": fragmentation,
         "headroom": _headroom(trace, device, reserved_peak),
         "largest_free_block_bytes": None,
@@ -183,7 +217,9 @@ def _known(value: int) -> int | None:
     return None if value < 0 else int(value)
 
 
-def _per_step(ev: _Events, windows: pd.DataFrame) -> list[dict[str, Any]]:
+def _per_step(ev: _Events, windows: pd.DataFrame, at_driver: bool = False) -> list[dict[str, Any]]:
+    """Each step's peaks and allocated bytes at its start and end; a driver-level trace knows only
+    the held (reserved) bytes, so its allocated figures are None."""
     start, end = windows["start"].to_numpy(), windows["end"].to_numpy()
     begin_alloc = ev.level_before(start, ev.allocated)
     end_alloc = ev.level_before(end, ev.allocated)
@@ -201,6 +237,10 @@ def _per_step(ev: _Events, windows: pd.DataFrame) -> list[dict[str, Any]]:
             "start_allocated_bytes": int(begin_alloc[i]), "end_allocated_bytes": int(end_alloc[i]),
             "growth_bytes": int(end_alloc[i] - begin_alloc[i]),
         })
+    if at_driver:
+        for row in out:
+            row.update(peak_allocated_bytes=None, start_allocated_bytes=None, end_allocated_bytes=None,
+                       growth_bytes=None)
     return out
 
 
@@ -211,12 +251,12 @@ def _in_windows(t: np.ndarray, windows: pd.DataFrame) -> np.ndarray:
     return inside
 
 
-def _peak_event(ev: _Events, in_scope: np.ndarray) -> int:
-    """The first event at which allocated bytes reached their highest in scope."""
+def _peak_event(values: np.ndarray, in_scope: np.ndarray) -> int:
+    """The first event at which ``values`` (allocated, or held bytes) reached their highest in scope."""
     candidates = np.flatnonzero(in_scope)
     if not len(candidates):
-        candidates = np.arange(len(ev.start))
-    return int(candidates[np.argmax(ev.allocated[candidates])])
+        candidates = np.arange(len(values))
+    return int(candidates[np.argmax(values[candidates])])
 
 
 def _step_of(t: int, windows: pd.DataFrame) -> int | None:
@@ -359,6 +399,65 @@ def _by_site(sites: pd.DataFrame, size: np.ndarray) -> list[dict[str, Any]]:
              "file": r["file"], "operator": r["operator"]} for r in grouped.to_dict("records")]
 
 
+def _origins(trace: Trace, ev: _Events, stacks: pd.Series | None) -> np.ndarray:
+    """Each event's origin (``categories``): from its own stack where the source recorded one,
+    else from the ranges, operators and Python frames open around it; '' for frees."""
+    alloc = np.flatnonzero(ev.size > 0)
+    out = np.full(len(ev.size), "", dtype=object)
+    if stacks is not None:
+        codes = pd.Categorical(stacks.astype(str))
+        per_stack = np.array([categories.stack_origin(c) for c in codes.categories], dtype=object)
+        out[alloc] = per_stack[codes.codes[alloc]]
+        return out
+    ranges = trace.table("ranges", ["start", "end", "name"]) if trace.has("ranges") else None
+    ops = trace.table("cpu_ops", ["start", "end", "tid", "name"]) if trace.has("cpu_ops") else None
+    frames = trace.table("python_frames", ["start", "end", "tid", "function", "file"]) \
+        if trace.has("python_frames") else None
+    out[alloc] = categories.context_origins(ev.start[alloc], ev.tid[alloc], ranges, ops, frames)
+    return out
+
+
+def _parts(labels: np.ndarray, size: np.ndarray, extra: dict[str, int]) -> list[dict[str, Any]]:
+    """Bytes and blocks per label, biggest first, with ``extra`` parts (no blocks counted) added."""
+    parts: dict[str, list[int]] = {k: [v, 0] for k, v in extra.items()}
+    for label, n in zip(labels, size):
+        part = parts.setdefault(str(label), [0, 0])
+        part[0] += int(n)
+        part[1] += 1
+    return [{"category": k, "bytes": v[0], "count": v[1]}
+            for k, v in sorted(parts.items(), key=lambda kv: -kv[1][0]) if v[0]]
+
+
+def _driver_device_report(trace: Trace, device: int, ev: _Events, rows: pd.DataFrame, windows: pd.DataFrame,
+                          steady: bool, snapshot: Trace | None) -> dict[str, Any]:
+    """A driver-level device (nsys): the bytes the process held, what held them at the peak by the
+    call that allocated them, and, with a snapshot of the run, whose they were (``driver``)."""
+    per_step, in_scope = _scope(trace, ev, windows, steady, at_driver=True)
+    peak_at = _peak_event(ev.reserved, in_scope)
+    held = int(ev.reserved[peak_at])
+    live = _live_at(ev, peak_at)
+    calls = rows["stack"].astype(str).to_numpy()[live]
+    threads = ev.tid[live]
+    sites = [f"{call} (thread {tid})" if tid >= 0 else call for call, tid in zip(calls, threads)]
+    segments = snapshot.meta.extra.get("segment_ranges") if snapshot is not None else None
+    owners = driver.owners(ev.addr[live], ev.size[live], calls, device, segments)
+    return {
+        "device": device, "label": device_label(device), "level": driver.LEVEL, "steps": per_step,
+        "peak": {"allocated_bytes": None, "reserved_bytes": held, "time_ns": int(ev.start[peak_at]),
+                 "step": _step_of(ev.start[peak_at], windows)},
+        "peak_reserved_bytes": int(ev.reserved[in_scope].max()) if in_scope.any() else held,
+        "held_by_site": [{"site": r["category"], "bytes": r["bytes"], "count": r["count"], "function": None,
+                          "file": None, "operator": None}
+                         for r in _parts(np.array(sites, dtype=object), ev.size[live], {})][:TOP_SITES],
+        "held_by_phase": [],
+        "held_by_category": _parts(owners, ev.size[live], {}),
+        "snapshot": snapshot.name if segments is not None else None,
+        "fragmentation_bytes": None, "headroom": _headroom(trace, device, held), "largest_free_block_bytes": None,
+        "growth": {"steady_steps": sum(s["phase"] == STEADY for s in per_step), "end_allocated_bytes": [],
+                   "growth_per_step_bytes": None, "leaking": False, "sites": []},
+    }
+
+
 def _by_phase(sites: pd.DataFrame, size: np.ndarray, before: int) -> list[dict[str, Any]]:
     parts = {BEFORE_TRACE: before}
     if not sites.empty:
@@ -438,11 +537,18 @@ def findings(report: dict[str, Any]) -> list[str]:
     for d in report["devices"]:
         peak = d["peak"]
         where = f" in step {peak['step']}" if peak["step"] is not None else ""
+        if d.get("level") == driver.LEVEL:
+            lines.append(_driver_sentence(d, where))
+            continue
         held = d["held_by_site"][0] if d["held_by_site"] else None
         top = f"; the most by {held['site']} ({size(held['bytes'])} in {held['count']} blocks)" if held else ""
         before = sum(p["bytes"] for p in d["held_by_phase"] if p["part"] == BEFORE_TRACE)
         earlier = f" ({size(before)} of it allocated before the trace began)" if before else ""
         lines.append(f"Memory ({d['label']}): peak {size(peak['allocated_bytes'])} allocated{where}{earlier}{top}.")
+        kinds = [p for p in d.get("held_by_category") or () if p["category"] != BEFORE_TRACE]
+        if kinds:
+            lines.append(f"Memory ({d['label']}): what the peak holds: "
+                         + ", ".join(f"{p['category']} {size(p['bytes'])}" for p in kinds) + ".")
         if d["fragmentation_bytes"]:
             lines.append(f"Memory ({d['label']}): {size(d['fragmentation_bytes'])} reserved but not allocated at the peak "
                          "(the caching allocator's cached blocks).")
@@ -459,6 +565,14 @@ def findings(report: dict[str, Any]) -> list[str]:
             lines.append(f"Memory ({d['label']}): leaking: every steady step ends {size(growth['growth_per_step_bytes'])} "
                          f"higher; {site['site']} keeps {size(site['bytes_per_step'])} per step that is never freed.")
     return lines + oom_findings(report)
+
+
+def _driver_sentence(d: dict[str, Any], where: str) -> str:
+    parts = "; ".join(f"{size(p['bytes'])} {p['category']}" for p in d["held_by_category"])
+    split = "" if d.get("snapshot") else \
+        " (a snapshot of the same run tells the caching allocator's bytes apart: profkit memory TRACE --snapshot PICKLE)"
+    return (f"Memory ({d['label']}): the process held {size(d['peak']['reserved_bytes'])} of device memory at its "
+            f"peak{where} (nsys saw the driver's allocations, not the tensors in them): {parts}{split}.")
 
 
 def oom_findings(report: dict[str, Any]) -> list[str]:

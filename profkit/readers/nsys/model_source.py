@@ -30,6 +30,8 @@ syncs       CUPTI_ACTIVITY_KIND_SYNCHRONIZATION (+ ENUM_CUPTI_SYNC_TYPE)
 osrt        OSRT_API calls (eventClass 27, as osrt_sum counts them)
 python_frames  NVTX_EVENTS eventType 34 with their payload blobs (``python_samples``)
 python_sites   each API call's user frame, from a Python sample taken while it ran
+memory      CUDA_GPU_MEMORY_USAGE_EVENTS (``--cuda-memory-usage=true``: the driver's
+            device allocations, ``memory_usage``)
 processes   PROCESSES
 threads     ThreadNames
 ==========  =====================================================
@@ -53,7 +55,7 @@ from profkit.model.cuda_labels import normalize_api_name
 from profkit.model.keys import FIRST, NULL_INT, encode_keys, encode_rows
 from profkit.model.sync_sites import PREFIX as SYNC_SITE_PREFIX
 from profkit.model.trace import DURATION, NSYS, Coded, Trace, TraceMeta, narrowed
-from profkit.readers.nsys import launches, nccl_messages, nccl_payload, python_samples, queries, sync
+from profkit.readers.nsys import launches, memory_usage, nccl_messages, nccl_payload, python_samples, queries, sync
 from profkit.readers.nsys.details import capture_details
 from profkit.readers.nsys.reader import (
     GLOBAL_TID_ID_MASK,
@@ -308,6 +310,7 @@ class NsysSource:
         self._specs: dict[str, TableSpec] = {}
         self._labels: dict[int, dict[int, str]] = {}
         self._frames: dict[str, Any] | None = None
+        self._memory: dict[str, Any] | None = None
         self._messages: dict[int, nccl_messages.NcclMessage] | None = None
         self._nccl_ranks: list[nccl_payload.NcclRank] | None = None  # one scan of the NVTX payloads
 
@@ -321,6 +324,8 @@ class NsysSource:
     def has(self, table: str) -> bool:
         if table in ("python_frames", "python_sites"):
             return python_samples.has_python_sampling(self.export) and self.has("api")
+        if table == "memory":
+            return memory_usage.has_memory_usage(self.export)
         nsys_table = _NSYS_TABLES.get(table)
         return nsys_table is not None and self.export.has_table(nsys_table)
 
@@ -342,6 +347,8 @@ class NsysSource:
     def require(self, table: str, what: str) -> None:
         if table == "python_frames" and not self.has(table):
             raise ProfkitError(f"{self.export.path.name} has no {what}", hint=python_samples.HOW)
+        if table == "memory" and not self.has(table):
+            raise ProfkitError(f"{self.export.path.name} has no {what}", hint=memory_usage.HOW)
         req = _REQUIREMENTS.get(table)
         if req is not None:
             self.export.require(req.table, req.what, req.trace_flag)
@@ -373,6 +380,12 @@ class NsysSource:
             if self._frames is None:
                 self._frames = python_samples.python_frames(self.export)
             return {c: self._frames[c] for c in columns}
+        if table == "memory":  # the driver's allocations, with running totals: not a column scan
+            if self._memory is None:
+                self._memory, dropped = memory_usage.memory_rows(self.export)
+                if dropped:
+                    self.meta.extra.setdefault("skipped_events", {})["memory frees before the capture"] = dropped
+            return {c: self._memory[c] for c in columns}
         if table == "python_sites":  # each API call's user frame, from a sample taken while it ran
             frames = self.load_arrays("python_frames", ["start", "end", "pid", "tid", "depth", "function", "file",
                                                           "line"])
@@ -608,6 +621,7 @@ def _meta(export: NsysExport) -> TraceMeta:
         session_start_utc=queries.session_start_utc(export),
         capture_start_ns=int(window[0]) if window else None, capture_end_ns=int(window[1]) if window else None,
         traced=tuple(dict.fromkeys(_TRACED.get(t, t.lower()) for t in traced)),
+        extra={"memory_level": memory_usage.LEVEL} if memory_usage.has_memory_usage(export) else {},
     )
 
 
