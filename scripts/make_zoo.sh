@@ -39,14 +39,15 @@ fixture_workdir /tmp/zoo_work
 export PYTHONPATH=$PROGRAMS:$PYTHONPATH
 mkdir -p "$DEST" zoo
 
-# name | program and its arguments | GPUs (1, or 2 for torchrun); the longest first, so that
-# programs run at once (ZOO_JOBS) end together
+# name | program and its arguments | GPUs (1, or 2 for torchrun) [| Python samples per second, default
+# 1000: fewer keep a long, Python-heavy program's export small]; the longest first, so that programs
+# run at once (ZOO_JOBS) end together
 ENTRIES=(
   "compile_max_autotune|compile_modes.py --mode max-autotune|1"
-  "hf_generate_static|hf_generate.py --cache static --new-tokens 16|1"
+  "hf_generate_static|hf_generate.py --cache static --new-tokens 16 --layers 2|1|500"
   "compile_reduce_overhead|compile_modes.py --mode reduce-overhead|1"
   "compile_train_compiled|compile_train.py|1"
-  "hf_generate_dynamic|hf_generate.py --cache dynamic --new-tokens 16|1"
+  "hf_generate_dynamic|hf_generate.py --cache dynamic --new-tokens 16 --layers 2|1|500"
   "compile_default|compile_modes.py --mode default|1"
   "graphed_train|graphed_train.py|1"
   "final_sync|final_sync.py|1"
@@ -62,7 +63,6 @@ ENTRIES=(
   "ddp_slow_kernel|ddp_slow_kernel.py --slow-rank 1 --slow-ms 10|2"
 )
 NSYS=(-t cuda,nvtx,osrt --sample=none --cpuctxsw=none --force-overwrite true)
-PYSAMPLE=(--python-sampling=true --python-sampling-frequency=1000)
 
 { nsys --version; ncu --version | tail -1; python3 --version
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
@@ -86,9 +86,10 @@ keep_small() {  # file -> removed (and listed in DROPPED) when over MAX_BYTES
   if [ "$size" -gt "$MAX_BYTES" ]; then echo "$1 $size" >> ../DROPPED; rm -f "$1"; fi
 }
 
-run_entry() {  # name, gpus, program args...
-  local name=$1 gpus=$2; shift 2
+run_entry() {  # name, gpus, Python samples per second, program args...
+  local name=$1 gpus=$2 rate=$3; shift 3
   local program=("$@") launch=(python3) level
+  local PYSAMPLE=(--python-sampling=true "--python-sampling-frequency=$rate")
   [ "$gpus" -gt 1 ] && launch=(torchrun --standalone --nproc_per_node "$gpus")
   mkdir -p "zoo/$name" && pushd "zoo/$name" > /dev/null || return
   echo "== $name: bare"
@@ -143,11 +144,11 @@ run_entry() {  # name, gpus, program args...
 ONLY=("$@")
 T0=$SECONDS
 for entry in "${ENTRIES[@]}"; do
-  IFS='|' read -r name command gpus <<< "$entry"
+  IFS='|' read -r name command gpus rate <<< "$entry"
   wanted "$name" || continue
   read -r -a program <<< "$command"
   while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n; done
-  { run_entry "$name" "$gpus" "${program[@]}"; echo "   $name done [$((SECONDS - T0)) s]"; } &
+  { run_entry "$name" "$gpus" "${rate:-1000}" "${program[@]}"; echo "   $name done [$((SECONDS - T0)) s]"; } &
 done
 wait
 python3 "$ROOT/scripts/scrub_export.py" --check zoo/*/*.sqlite.xz zoo/*/*.json.gz || echo "LEAK CHECK FAILED"

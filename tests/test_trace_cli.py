@@ -476,3 +476,28 @@ def test_gpu_trace_memory_explains_a_planted_oom(tmp_path):
     assert oom["requested_bytes"] == truth["requested_bytes"]
     assert oom["cause"] == "real use"  # the request is larger than the whole device
     assert f"Out of memory on GPU {oom['device']}" in result.output
+
+
+@pytest.mark.gpu
+def test_gpu_trace_memory_splits_the_device_memory_by_the_snapshot(tmp_path):
+    """`profkit trace --memory` records the driver's allocations (nsys --cuda-memory-usage) and the
+    allocator's snapshot; `profkit memory RUN_DIR` splits the device memory the process held at its
+    peak: the caching allocator's part is the reserved peak the program measured itself (MEM_TRUTH,
+    torch.cuda.max_memory_reserved), and the parts add up to the export's own peak."""
+    from profkit.analysis.memory.driver import CACHING_ALLOCATOR
+
+    paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "COLUMNS": "200"}
+    run_dir = tmp_path / "run"
+    result = CliRunner().invoke(cli, ["trace", "--memory", "-o", str(run_dir), "--no-python-sync-sites",
+                                      str(ROOT / "sample_kernels/gpt_memory.py"), "--", "--steps", "6"], env=env)
+    assert result.exit_code == 0, result.output
+    truth = json.loads(next(line for line in result.output.splitlines()
+                            if line.startswith("MEM_TRUTH "))[len("MEM_TRUTH "):])
+    shown = CliRunner().invoke(cli, ["memory", str(run_dir), "--format", "json"], env=env)
+    assert shown.exit_code == 0, shown.output
+    (gpu,) = [d for d in json.loads(shown.output)["devices"] if d["device"] >= 0]
+    assert gpu["level"] == "driver" and gpu["snapshot"] == "memory_snapshot.pickle"
+    parts = {p["category"]: p["bytes"] for p in gpu["held_by_category"]}
+    assert parts[CACHING_ALLOCATOR] == max(truth["step_peak_reserved_bytes"])
+    assert sum(parts.values()) == gpu["peak"]["reserved_bytes"]

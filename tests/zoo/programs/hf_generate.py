@@ -21,13 +21,14 @@ def main() -> None:
     ap.add_argument("--cache", choices=["static", "dynamic"], default="static")
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--warmup-calls", type=int, default=2, help="generate() calls before the loop (compiling)")
+    ap.add_argument("--layers", type=int, default=8, help="decoder layers (fewer: a smaller export)")
     args = ap.parse_args()
     device = zoo.setup(args)
     from transformers import LlamaConfig, LlamaForCausalLM
 
     small = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2) if args.dry else dict(hidden_size=1024, intermediate_size=2816,
-                                                              num_hidden_layers=8, num_attention_heads=16,
+                                                              num_hidden_layers=args.layers, num_attention_heads=16,
                                                               num_key_value_heads=8)
     config = LlamaConfig(vocab_size=32000, max_position_embeddings=1024, **small)
     dtype = torch.float32 if args.dry else torch.bfloat16
