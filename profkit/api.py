@@ -180,32 +180,9 @@ def memory_json(trace: Trace, *, steady: bool = False, snapshot: PathLike | None
     ``snapshot``: a memory snapshot of the same run, which splits an nsys ``--cuda-memory-usage``
     trace's device memory into the caching allocator's and the libraries' (a ``profkit trace
     --memory`` run folder's own ``memory_snapshot.pickle`` is used when none is given)."""
-    from profkit.analysis.memory import memory_report
-    from profkit.readers.snapshot import open_snapshot
+    from profkit.report.memory_section import memory_with_run_snapshot
 
-    if snapshot is None:
-        snapshot = same_run_snapshot(trace)
-    if snapshot is None:
-        return memory_report(trace, steady=steady)
-    with open_snapshot(Path(snapshot)) as snap:
-        return memory_report(trace, steady=steady, snapshot=snap)
-
-
-def same_run_snapshot(trace: Trace) -> Path | None:
-    """The memory snapshot a ``profkit trace --memory`` run wrote beside this trace (the rank's own
-    in a torchrun job), when the trace's memory is the driver's (nsys) and it needs one."""
-    from profkit.analysis.memory import has_memory, is_driver_level
-    from profkit.capture.launch import MEMORY_SNAPSHOT, snapshot_name
-
-    path = trace.meta.path
-    if path is None or not has_memory(trace) or not is_driver_level(trace):
-        return None
-    rank = None if trace.meta.rank is None else str(trace.meta.rank)
-    for name in dict.fromkeys((snapshot_name(MEMORY_SNAPSHOT, rank), snapshot_name(MEMORY_SNAPSHOT, None))):
-        candidate = Path(path).parent / name
-        if candidate.is_file():
-            return candidate
-    return None
+    return memory_with_run_snapshot(trace, steady=steady, snapshot=None if snapshot is None else Path(snapshot))
 
 
 def breakdown_json(paths: Sequence[PathLike], *, steady: bool = False, rank: int | None = None) -> list[Row]:

@@ -146,3 +146,16 @@ def test_an_export_without_memory_rows_is_one_line(tmp_path: Path) -> None:
                             timeout=120)
     assert result.returncode == 2 and "no allocator events" in result.stderr and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_the_reader_finds_the_snapshot_the_launcher_names(tmp_path: Path) -> None:
+    """profkit trace --memory's launcher names its exit snapshot; the reader looks for that name."""
+    from profkit.capture.launch import MEMORY_SNAPSHOT, snapshot_name
+    from profkit.readers.snapshot import same_run_snapshot
+
+    trace = tmp_path / "trace.sqlite"
+    assert same_run_snapshot(trace, None) is None
+    for rank in (None, 1):
+        (tmp_path / snapshot_name(MEMORY_SNAPSHOT, None if rank is None else str(rank))).write_bytes(b"")
+        assert same_run_snapshot(trace, rank) == tmp_path / snapshot_name(MEMORY_SNAPSHOT,
+                                                                          None if rank is None else str(rank))

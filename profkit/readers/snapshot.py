@@ -309,4 +309,16 @@ def open_snapshot(path: Path) -> Trace:
     return Trace(SnapshotSource(path))
 
 
-__all__ = ["PICKLE_MAGIC", "SNAPSHOT", "load_snapshot", "open_snapshot", "user_frame"]
+# What `profkit trace --memory` names the snapshot it writes at exit (profkit.capture.launch.snapshot_name,
+# which the launcher keeps free of profkit's readers)
+AT_EXIT = "memory_snapshot"
+
+
+def same_run_snapshot(trace_path: Path, rank: int | None) -> Path | None:
+    """The snapshot ``profkit trace --memory`` wrote beside a trace at the program's exit: the
+    rank's own (``memory_snapshot.rankN.pickle``) in a distributed job, else ``memory_snapshot.pickle``."""
+    names = ([f"{AT_EXIT}.rank{rank}.pickle"] if rank is not None else []) + [f"{AT_EXIT}.pickle"]
+    return next((trace_path.parent / n for n in names if (trace_path.parent / n).is_file()), None)
+
+
+__all__ = ["PICKLE_MAGIC", "SNAPSHOT", "load_snapshot", "open_snapshot", "same_run_snapshot", "user_frame"]

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from profkit.analysis.memory import findings
-from profkit.api import memory_json
+from pathlib import Path
+
+from profkit.analysis.memory import findings, is_driver_level, memory_report
 from profkit.model import Trace
 from profkit.output import Column
 from profkit.report.model import Figure, Section, Table
@@ -30,7 +31,7 @@ LEAK_COLUMNS = [Column("site", "Allocated at"), Column("bytes_per_step", "Never 
 
 def fill_memory(section: Section, trace: Trace, top: int, found: dict[str, Any]) -> None:
     """Fill the section (a ProfkitError, e.g. no steps, becomes its note in build.py)."""
-    report = memory_json(trace)  # with the run's own snapshot beside an nsys export, where there is one
+    report = memory_with_run_snapshot(trace)
     found["allocator_memory"] = report
     section.data = report
     driver = any(d.get("level") for d in report["devices"])
@@ -57,6 +58,19 @@ def fill_memory(section: Section, trace: Trace, top: int, found: dict[str, Any])
                                       "at each step's end; the peak step is marked; below, what the peak holds, "
                                       "stacked by category.",
                                       _steps_png(device), data={"steps": device["steps"]}))
+
+
+def memory_with_run_snapshot(trace: Trace, steady: bool = False, snapshot: Path | None = None) -> dict[str, Any]:
+    """``memory_report`` with a snapshot of the same run: ``snapshot``, else, for a driver-level
+    trace (nsys), the one ``profkit trace --memory`` wrote beside it, where there is one."""
+    from profkit.readers.snapshot import open_snapshot, same_run_snapshot
+
+    if snapshot is None and is_driver_level(trace) and trace.meta.path is not None:
+        snapshot = same_run_snapshot(Path(trace.meta.path), trace.meta.rank)
+    if snapshot is None:
+        return memory_report(trace, steady=steady)
+    with open_snapshot(snapshot) as snap:
+        return memory_report(trace, steady=steady, snapshot=snap)
 
 
 def memory_findings(found: dict[str, Any]) -> list[str]:

@@ -607,5 +607,5 @@ def size(n: int) -> str:
     return f"{value:.1f} GiB"
 
 
-__all__ = ["BEFORE_TRACE", "HOST", "device_label", "findings", "has_memory", "memory_report", "size",
+__all__ = ["BEFORE_TRACE", "HOST", "device_label", "findings", "has_memory", "is_driver_level", "memory_report", "size",
            "step_peaks"]
