@@ -319,11 +319,23 @@ def named_causes_add_up(out: Outputs) -> list[str]:
 
 
 def verdict_is_table_top(out: Outputs) -> list[str]:
-    """The causes the verdict names are the host table's top rows, in order, with the table's figures."""
+    """The causes the verdict names are the host table's top rows, in order, with the table's figures.
+    A data-loading verdict names the loading function with the GPU idle time spent inside it (the
+    table's top rows are the frames it waits in, a queue's lock): that function is a row of the
+    table, and the figure is no more than its inclusive time."""
     bad = []
     for command, host in out.hosts:
         rows = host_rows(host)
         sentence = (host.get("verdict") or {}).get("sentence") or ""
+        if "loading data in" in sentence:
+            for label, ns in parse_verdict(sentence).causes:
+                row = next((r for r in rows if row_label(r) == label), None)
+                if row is None:
+                    bad.append(f"{command}'s data-loading verdict names {label}, no row of its table")
+                elif ns > row["inclusive_ns_per_step"] * (1 + FIGURE_REL_TOL):
+                    bad.append(f"{command}'s verdict gives {label} {ns / 1e3:.4g} µs loading, more than its "
+                               f"table's {row['inclusive_ns_per_step'] / 1e3:.4g} µs inclusive")
+            continue
         for (label, ns), row in zip(parse_verdict(sentence).causes, rows):
             if label != row_label(row):
                 bad.append(f"{command}'s verdict names {label} where its table's row is {row_label(row)}: "

@@ -23,13 +23,7 @@ CAPTURES = committed_captures()
 # What is wrong today, per (capture, invariant), each an xfail(strict) that flips to a failure when it
 # is fixed.  Empty: every pair that was here (the host verdict's median, causes and rows; advice for
 # graphs and compile already in use; a share over 100% with no "of what") passes since #30's fixes.
-KNOWN_WRONG: dict[tuple[str, str], str] = {
-    # the data-loading verdict names the outermost loading function (a DataLoader's __next__), the
-    # host table its innermost frames (threading's wait): the verdict's cause is no row of the table
-    **{(f"zoo/dataloader_workers/dataloader_workers.{level}", "verdict_is_table_top"):
-       "the data-loading verdict names __next__, the table's top row is its innermost frame (wait)"
-       for level in ("graph", "kineto.rank0")},
-}
+KNOWN_WRONG: dict[tuple[str, str], str] = {}
 
 
 def cases() -> list:
