@@ -7,8 +7,11 @@ starts -- launched by a CUDA runtime call of the same process, any thread,
 that began inside the range -- unless the GPU had finished all the work launched
 before the range while the range was already open: then the step starts when
 its range began or that work ended, whichever is later (the host time it opens
-with, waiting for a batch, is its own).  It ends where the next step starts; the
-last one at its last operation's end or its range's end, whichever is later.
+with, waiting for a batch, is its own).  A step's first operation may run at once on
+another stream while the step before still runs: the step starts no earlier than the
+last operation of the steps before it on the main stream (the stream most of the
+process's GPU time ran on) ended.  It ends where the next step starts; the last one
+at its last operation's end or its range's end, whichever is later.
 """
 
 from __future__ import annotations
@@ -27,32 +30,42 @@ def gpu_step_spans(export: Path, text: str = "step") -> list[tuple[int, int]]:
     """(start, end) of each step whose push/pop range text is ``text``, in time order."""
     with sqlite3.connect(f"file:{export}?mode=ro", uri=True) as db:
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        ops = " UNION ALL ".join(f"SELECT start, end, correlationId, globalPid FROM {t}" for t in GPU_WORK if t in tables)
+        ops = " UNION ALL ".join(f"SELECT start, end, correlationId, globalPid, streamId FROM {t}"
+                                 for t in GPU_WORK if t in tables)
         rows = db.execute(f"""
             WITH steps AS (
                 SELECT ne.start, ne.end, ne.globalTid & 0xFFFFFFFFFF000000 AS gpid FROM NVTX_EVENTS ne
                 LEFT JOIN StringIds s ON s.id = ne.textId
                 WHERE ne.eventType = 59 AND coalesce(s.value, ne.text) = ?),
             launched AS (
-                SELECT o.start, o.end, r.start AS launch, o.globalPid AS gpid FROM ({ops}) o
+                SELECT o.start, o.end, r.start AS launch, o.globalPid AS gpid, o.streamId AS stream FROM ({ops}) o
                 JOIN CUPTI_ACTIVITY_KIND_RUNTIME r
-                  ON r.correlationId = o.correlationId AND (r.globalTid & 0xFFFFFFFFFF000000) = o.globalPid)
+                  ON r.correlationId = o.correlationId AND (r.globalTid & 0xFFFFFFFFFF000000) = o.globalPid),
+            main AS (
+                SELECT gpid, stream FROM (SELECT gpid, stream, row_number() OVER
+                    (PARTITION BY gpid ORDER BY sum(end - start) DESC) AS k FROM launched GROUP BY gpid, stream)
+                WHERE k = 1)
             SELECT st.start, st.end, min(l.start), max(l.end),
-                   (SELECT max(b.end) FROM launched b WHERE b.gpid = st.gpid AND b.launch < st.start)
+                   (SELECT max(b.end) FROM launched b WHERE b.gpid = st.gpid AND b.launch < st.start),
+                   max(CASE WHEN l.stream = (SELECT m.stream FROM main m WHERE m.gpid = st.gpid) THEN l.end END)
             FROM steps st
             JOIN launched l ON l.gpid = st.gpid AND l.launch BETWEEN st.start AND st.end
             GROUP BY st.start, st.end ORDER BY st.start""", (text,)).fetchall()
-    return _spans([(r[0], r[1], r[2], r[3]) for r in rows], rows[0][4] if rows else None)
+    return _spans([(r[0], r[1], r[2], r[3], r[5]) for r in rows], rows[0][4] if rows else None)
 
 
-def _spans(rows: list[tuple[int, int, int, int]], prior_end: int | None) -> list[tuple[int, int]]:
-    """(range start, range end, first op start, last op end) per step -> (start, end) per step;
-    ``prior_end``: the end of the GPU work launched before the first range."""
+def _spans(rows: list[tuple[int, int, int, int, int | None]], prior_end: int | None) -> list[tuple[int, int]]:
+    """(range start, range end, first op start, last op end, last main-stream op end) per step ->
+    (start, end) per step; ``prior_end``: the end of the GPU work launched before the first range."""
     starts = []
     before = prior_end
-    for range_start, _, first_op, last_op in rows:
-        starts.append(first_op if before is None else min(first_op, max(range_start, before)))
+    main_done = None
+    for range_start, _, first_op, last_op, main_end in rows:
+        first = first_op if main_done is None else max(first_op, main_done)
+        starts.append(first if before is None else min(first, max(range_start, before)))
         before = last_op if before is None else max(before, last_op)
+        if main_end is not None:
+            main_done = main_end if main_done is None else max(main_done, main_end)
     ends = starts[1:] + [max(rows[-1][1], rows[-1][3])] if rows else []
     return list(zip(starts, ends))
 
@@ -86,19 +99,27 @@ def kineto_step_spans(trace: Path, text: str = "step") -> list[tuple[int, int]]:
                     if e.get("cat") == "user_annotation" and e.get("name") == text)
     launches = [(ns(e["ts"]), e["pid"], e["args"]["correlation"]) for e in events
                 if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})]
-    gpu: dict[int, list[tuple[int, int]]] = {}
+    gpu: dict[int, list[tuple[int, int, int]]] = {}
+    busy: dict[int, int] = {}  # GPU time per stream, of the operations whose launch was recorded
     for e in events:
         if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "correlation" in e.get("args", {}):
-            gpu.setdefault(e["args"]["correlation"], []).append((ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])))
+            op = (ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]), e["args"].get("stream", -1))
+            gpu.setdefault(e["args"]["correlation"], []).append(op)
+    launched = {corr for _, _, corr in launches}
+    for corr, ops in gpu.items():
+        for s, e, stream in ops if corr in launched else ():
+            busy[stream] = busy.get(stream, 0) + e - s
+    main = max(busy, key=busy.get) if busy else None
     rows = []
     prior = None
     for start, end, pid in ranges:
         ops = [op for t, p, corr in launches if p == pid and start <= t <= end for op in gpu.get(corr, ())]
         if ops:
             if not rows:
-                earlier = [e for t, p, corr in launches if p == pid and t < start for _, e in gpu.get(corr, ())]
+                earlier = [e for t, p, corr in launches if p == pid and t < start for _, e, _ in gpu.get(corr, ())]
                 prior = max(earlier) if earlier else None
-            rows.append((start, end, min(s for s, _ in ops), max(e for _, e in ops)))
+            rows.append((start, end, min(s for s, _, _ in ops), max(e for _, e, _ in ops),
+                         max((e for _, e, stream in ops if stream == main), default=None)))
     return _spans(rows, prior)
 
 

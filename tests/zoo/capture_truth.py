@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import lzma
+import statistics
 import shutil
 import sqlite3
 import tempfile
@@ -45,6 +46,9 @@ class ExportTruth:
     graph_launches: int  # cudaGraphLaunch calls
     graph_instantiations: int  # cudaGraphInstantiate* calls
     blocking_syncs: list[tuple[str, int, int]]  # (API, start, end) of each blocking sync call
+    # per step range: how long before it the program recorded its start event (cudaEventRecord):
+    # on an idle GPU the event runs at once, so its own span begins that much before the range
+    event_lead_ns: list[int] = field(default_factory=list)
 
 
 def captures() -> list[tuple[str, str, Path]]:
@@ -97,6 +101,11 @@ def export_truth(path: Path) -> ExportTruth:
             "SELECT n.start, n.end FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId "
             "WHERE COALESCE(n.text, s.value) = 'step' AND n.end IS NOT NULL ORDER BY n.start").fetchall()
         syncs = [(name.split("_v")[0], start, end) for api in BLOCKING_SYNCS for name, start, end in runtime_calls(api)]
+        records = [start for _, start, _ in runtime_calls("cudaEventRecord")]
+        leads = []
+        for start, _ in steps:
+            before = [r for r in records if r < start]
+            leads.append(start - before[-1] if before and start - before[-1] < 1_000_000 else 0)
         return ExportTruth(
             step_ranges=[tuple(r) for r in steps],
             kernels=count("SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL"),
@@ -105,17 +114,16 @@ def export_truth(path: Path) -> ExportTruth:
             if "CUPTI_ACTIVITY_KIND_GRAPH_TRACE" in tables else 0,
             graph_launches=len(runtime_calls("cudaGraphLaunch")),
             graph_instantiations=len(runtime_calls("cudaGraphInstantiate")),
-            blocking_syncs=sorted(syncs, key=lambda s: s[1]))
+            blocking_syncs=sorted(syncs, key=lambda s: s[1]), event_lead_ns=leads)
     finally:
         db.close()
 
 
-def step_truth_ms(program: str, level: str, path: Path, steps: int) -> list[float]:
-    """Each of the ``steps`` steps profkit found (torch.profiler's are the program's last ones: its
-    first two are the profiler's warm-up): at least its GPU span (the program's own CUDA events
-    around it) and at least the host's start-to-start interval (the "step" ranges by SQL, or
-    ProfilerStep#N), whichever is longer.  A GPU-bound loop's period is the first, a host-bound
-    one's (a batch to wait for, a sleep, the loop's own work) the second."""
+def steady_period_ms(program: str, level: str, path: Path, steps: int, steady: list[int]) -> float:
+    """The steady step period: the GPU's (the median of the program's own CUDA-event spans) or the
+    host's (the median start-to-start interval), whichever is longer -- a pipeline runs at its
+    slowest stage's rate.  (The median of each step's longer one is biased up where host and GPU
+    jitter around the same period: the steps' longer figures add up to more than the run.)"""
     from .truth import truth_of  # the Kineto JSON's own truth (no profkit either)
 
     own = planted(program, level).step_ms[-steps:]
@@ -124,4 +132,4 @@ def step_truth_ms(program: str, level: str, path: Path, steps: int) -> list[floa
     else:
         ranges = export_truth(path).step_ranges
         host = [(b[0] - a[0]) / 1e6 for a, b in zip(ranges, ranges[1:])] + [(ranges[-1][1] - ranges[-1][0]) / 1e6]
-    return [max(o, h) for o, h in zip(own, host)]
+    return max(statistics.median(own[i] for i in steady), statistics.median(host[i] for i in steady))

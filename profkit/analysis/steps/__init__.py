@@ -114,8 +114,25 @@ def _result(trace: Trace, act: Activity, source: str, name: str, first: np.ndarr
     gpu_start = cpu_start.astype(np.int64).copy()
     gpu_end = cpu_end.astype(np.int64).copy()
     if has.any():
-        gpu_start[has] = _segment_reduce(np.minimum, act.start, first[has], last[has])
-        gpu_end[has] = _segment_reduce(np.maximum, act.end, first[has], last[has])
+        # an operation whose launch the trace lacks (launched before the recording began, run by the
+        # GPU inside it) belongs to no step: placed by its GPU start, it would start a step early
+        lo, hi = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+        known = act.launched if act.launched.any() else np.ones(len(act), dtype=bool)
+        gpu_start[has] = _segment_reduce(np.minimum, np.where(known, act.start, lo), first[has], last[has])
+        gpu_end[has] = _segment_reduce(np.maximum, np.where(known, act.end, hi), first[has], last[has])
+        unknown = has & (gpu_start == lo)  # only such operations: their own times
+        if unknown.any():
+            gpu_start[unknown] = _segment_reduce(np.minimum, act.start, first[unknown], last[unknown])
+            gpu_end[unknown] = _segment_reduce(np.maximum, act.end, first[unknown], last[unknown])
+        # A step's first operation may run on another stream at once (a side stream preparing the
+        # next input) while the step before still runs on the main stream: the step starts no
+        # earlier than the main stream is done with the steps before it, where the program's own
+        # per-step events, recorded on that stream, begin.
+        main_end = np.full(n, hi, dtype=np.int64)
+        on_main = known & _on_main_stream(act)
+        main_end[has] = _segment_reduce(np.maximum, np.where(on_main, act.end, hi), first[has], last[has])
+        done_before = np.maximum.accumulate(np.concatenate([[hi], main_end[:-1]]))
+        gpu_start = np.where(has, np.maximum(gpu_start, done_before), gpu_start)
     start = gpu_start
     if source != KERNEL_PATTERN and n:
         # A step whose range begins while the GPU has nothing left of the work before it (it waits
@@ -142,7 +159,7 @@ def _result(trace: Trace, act: Activity, source: str, name: str, first: np.ndarr
         "index": np.arange(n, dtype=np.int64), "start_ns": start, "end_ns": end, "duration_ns": duration,
         "gpu_busy_ns": busy, "phase": phase,
         "cpu_start_ns": cpu_start.astype(np.int64), "cpu_end_ns": cpu_end.astype(np.int64),
-        "launches": (last - first).astype(np.int64),
+        "launches": _launches(act, first, last),
         "name": names if names is not None else np.array([f"step {i}" for i in range(n)], dtype=object)})
     startup = (span[0], int(start[0]))
     teardown = (teardown_start(steps), max(span[1], int(end[-1])))
@@ -156,6 +173,25 @@ def _result(trace: Trace, act: Activity, source: str, name: str, first: np.ndarr
     if cost is not None:
         summary["profiler_overhead_ns_per_step"] = round(cost["ns_per_step"], 1)
     return StepResult(source, name, steps, startup, teardown, summary, None, evidence)
+
+
+def _on_main_stream(act: Activity) -> np.ndarray:
+    """Whether each operation ran on the process's main stream: the one most of its GPU time ran on."""
+    known = act.stream >= 0
+    if not known.any():
+        return np.ones(len(act), dtype=bool)
+    streams, where = np.unique(act.stream[known], return_inverse=True)
+    busy = np.bincount(where, weights=(act.end - act.start)[known].astype(np.float64))
+    return act.stream == streams[int(np.argmax(busy))]
+
+
+def _launches(act: Activity, first: np.ndarray, last: np.ndarray) -> np.ndarray:
+    """Operations each step launched (those launched before the recording, which the GPU ran in
+    the step's range, are not its own)."""
+    if not len(act) or not act.launched.any():
+        return (last - first).astype(np.int64)
+    counted = np.concatenate([[0], np.cumsum(act.launched, dtype=np.int64)])
+    return counted[last] - counted[first]
 
 
 def _segment_reduce(ufunc: np.ufunc, values: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:

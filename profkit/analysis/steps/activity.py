@@ -32,7 +32,10 @@ class Activity:
     ``memset``); ``names[token]`` is the name.  ``launch``: start of the
     launching API call (ns), or the GPU start where none is recorded.
     ``all_start``/``all_end``: every GPU activity of the trace (all processes),
-    for busy time.
+    for busy time.  ``launched``: whether the launching call was recorded (False:
+    ``launch`` is the GPU start; an operation launched before the recording
+    began, which the GPU ran inside it).  ``stream``: the stream each ran on
+    (-1 unknown).
     """
 
     pid: int
@@ -43,6 +46,8 @@ class Activity:
     launch: np.ndarray
     all_start: np.ndarray
     all_end: np.ndarray
+    launched: np.ndarray
+    stream: np.ndarray
 
     def __len__(self) -> int:
         return len(self.token)
@@ -50,7 +55,7 @@ class Activity:
 
 def load_activity(trace: Trace) -> Activity:
     """The launch-ordered GPU activity of the process that ran the most of it."""
-    starts, ends, pids, corrs, tokens, calls, names = [], [], [], [], [], [], []
+    starts, ends, pids, corrs, tokens, calls, names, streams = [], [], [], [], [], [], [], []
     for table in ACTIVITY_TABLES:
         start = trace.array(table, "start")
         if not len(start):
@@ -68,11 +73,12 @@ def load_activity(trace: Trace) -> Activity:
         starts.append(start)
         ends.append(trace.array(table, "end"))
         pids.append(trace.array(table, "pid"))
+        streams.append(trace.array(table, "stream"))
         corrs.append(trace.array(table, "correlation"))
         calls.append(launch_calls(trace, table).call)
     if not starts:
         empty = np.empty(0, dtype=np.int64)
-        return Activity(-1, empty, [], empty, empty, empty, empty, empty)
+        return Activity(-1, empty, [], empty, empty, empty, empty, empty, np.empty(0, dtype=bool), empty)
     start, end = (np.concatenate(x).astype(np.int64, copy=False) for x in (starts, ends))
     pid_of = np.concatenate(pids)
     if pid_of.min() == pid_of.max():  # one process (the usual trace): every row is its
@@ -82,10 +88,10 @@ def load_activity(trace: Trace) -> Activity:
         pid = int(busiest.idxmax())
         mine = pid_of == pid
     del pid_of, pids
-    call, corr = (np.concatenate(x)[mine] for x in (calls, corrs))
-    del calls, corrs
+    call, corr, stream = (np.concatenate(x)[mine] for x in (calls, corrs, streams))
+    del calls, corrs, streams
     my_start, my_end = start[mine], end[mine]
-    launch = _launch_times(trace, my_start, corr, call)
+    launch, launched = _launch_times(trace, my_start, corr, call)
     del corr, call
     # launch order, GPU start order among equal launches (a (start, launch) lexsort done as two
     # stable sorts of nearly sorted keys, each a few merges of presorted runs)
@@ -101,7 +107,8 @@ def load_activity(trace: Trace) -> Activity:
     dense = dense[order]
     return Activity(
         pid=pid, token=dense, names=[names[u] for u in used.tolist()],
-        start=my_start[order], end=my_end[order], launch=launch, all_start=start, all_end=end)
+        start=my_start[order], end=my_end[order], launch=launch, all_start=start, all_end=end,
+        launched=launched[order], stream=stream[order].astype(np.int64, copy=False))
 
 
 def _dense(token: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -114,28 +121,31 @@ def _dense(token: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.flatnonzero(present), lookup[token]
 
 
-def _launch_times(trace: Trace, gpu_start: np.ndarray, corr: np.ndarray, call: np.ndarray) -> np.ndarray:
-    """CPU start of each activity's launching call; its GPU start where no call matches.
+def _launch_times(trace: Trace, gpu_start: np.ndarray, corr: np.ndarray, call: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """CPU start of each activity's launching call; its GPU start where no call matches (and
+    whether one did).
 
     Correlation ids are per process in nsys and per trace in Kineto; matching
     on (pid, correlation) first (``call``, from ``launch_calls``) and on the
     correlation alone as a fallback, when that matches fewer than half,
     covers both."""
     launch = gpu_start.copy()
+    none = np.zeros(len(launch), dtype=bool)
     wanted = corr >= 0
     n_wanted = int(wanted.sum())
     if not n_wanted:
-        return launch
+        return launch, none
     api_start = trace.array("api", "start")
     if not len(api_start):
-        return launch
+        return launch, none
     found = wanted & (call >= 0)
     if found.sum() < 0.5 * n_wanted:
         # the first call of a duplicated id wins, as in the same-process join
         call = KeyIndex(None, trace.array("api", "correlation")).match(None, corr).call
         found = wanted & (call >= 0)
         if found.sum() < 0.5 * n_wanted:
-            return launch
+            return launch, none
     launch[found] = api_start[call[found]]
-    return launch
+    return launch, found
 

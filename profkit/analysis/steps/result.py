@@ -8,7 +8,14 @@ Definitions (ns, on the trace's clock):
   starts when its range does (or when that earlier work ends, if later), so
   the host time it opens with (waiting for a batch, a sleep, the loop's own
   work) is its own, not its predecessor's.  Pattern steps, which have no
-  range, start at their first GPU operation.  Steps **tile** the loop: a
+  range, start at their first GPU operation.  Two kinds of operation do not
+  start a step early: one whose launch the trace did not record (launched
+  before the recording began, and run by the GPU inside the step's range: it
+  belongs to an earlier, unrecorded step), and one that runs at once on a
+  side stream while the step before still runs on the main stream (the
+  stream most of the process's GPU time runs on): a step starts no earlier
+  than the main stream is done with the steps before it, where a program's
+  own per-step CUDA events begin.  Steps **tile** the loop: a
   step ends where the next one starts, so whatever happens between two
   steps that is no step's (an eval pass that is not a step) belongs to the
   step before it, and the median step time is the loop's period.  The last step ends when its last GPU operation ends (or
