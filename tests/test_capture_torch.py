@@ -309,9 +309,9 @@ def test_a_window_of_training_steps_stays_close_to_the_bare_run(tmp_path: Path,
     assert len(adam) == 4
 
 
-def test_steps_need_the_torch_backend(tmp_path: Path) -> None:
-    options = TraceOptions(target="prog.py", backend="nsys", output=tmp_path / "run", steps=3)
-    with pytest.raises(ProfkitError, match="--steps records a window"):
+def test_an_nsys_window_and_an_nvtx_range_are_refused_together(tmp_path: Path) -> None:
+    options = TraceOptions(target="prog.py", backend="nsys", output=tmp_path / "run", steps=3, nvtx_range="step")
+    with pytest.raises(ProfkitError, match="--nvtx-only and --steps / --window each choose what nsys traces"):
         run_trace(options, Recorder())  # type: ignore[arg-type]
 
 
@@ -373,7 +373,8 @@ def test_a_window_that_never_opens_says_so(tmp_path: Path, monkeypatch: pytest.M
 
 
 @pytest.mark.parametrize(("backend", "window", "steps", "message"), [
-    ("nsys", "1:2", 0, "--window records a window of seconds with --backend torch"),
+    ("nsys", "1:2", 3, "--steps and --window each choose what to record"),
+    ("nsys", "5", 0, "--window '5' is not START:END"),
     ("torch", "1:2", 3, "--steps and --window each choose what to record"),
     ("torch", "5", 0, "--window '5' is not START:END"),
     ("torch", "3:1", 0, "START must be >= 0 and before END"),

@@ -501,3 +501,25 @@ def test_gpu_trace_memory_splits_the_device_memory_by_the_snapshot(tmp_path):
     parts = {p["category"]: p["bytes"] for p in gpu["held_by_category"]}
     assert parts[CACHING_ALLOCATOR] == max(truth["step_peak_reserved_bytes"])
     assert sum(parts.values()) == gpu["peak"]["reserved_bytes"]
+
+
+@pytest.mark.gpu
+def test_gpu_trace_a_window_of_steps(tmp_path):
+    """`profkit trace --steps 6 --skip 10` under nsys: only those optimizer steps are traced (the
+    export holds 6 "step" ranges of the program's 40, counted by SQL), and the run says how the
+    traced steps compare with the untraced ones of the same run."""
+    import sqlite3
+
+    paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "COLUMNS": "200"}
+    run_dir = tmp_path / "run"
+    result = CliRunner().invoke(cli, ["trace", "--steps", "6", "--skip", "10", "-o", str(run_dir),
+                                      str(ROOT / "sample_kernels/train_mlp.py"), "--", "--steps", "40"], env=env)
+    assert result.exit_code == 0, result.output
+    with sqlite3.connect(run_dir / "trace.sqlite") as db:
+        (ranges,) = db.execute("SELECT count(*) FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId "
+                               "WHERE coalesce(n.text, s.value) = 'step' AND n.end IS NOT NULL").fetchone()
+    assert 5 <= ranges <= 7  # the window opens and closes inside the hooks of steps 10 and 16
+    window = json.loads((run_dir / "run.json").read_text())["recorded"]["capture_window"]
+    assert window["traced_steps"] >= 4 and window["untraced_steps"] >= 20, window
+    assert "nsys traced a window of the run" in result.output.replace("\n", " ") or window["inflated"]

@@ -77,3 +77,44 @@ def sentence(slowdown: float, noise: float, inflated: bool, bare_steps: int, tra
     if inflated:
         text += ": the step times in this trace are inflated beyond noise; read them as upper bounds"
     return text
+
+
+def compare_window(times_path: Path, skip: int = DEFAULT_SKIP) -> dict[str, Any]:
+    """A windowed nsys capture (--steps / --window): the steps nsys traced against the steps of the
+    same run it did not (the StepClock's marks and the capture range's open and close times, in
+    ``times_path``).  A step that the range opened or closed inside is neither; the first ``skip``
+    steps are warm-up.  The slowdown is the traced steps' median over the untraced ones'."""
+    try:
+        times = json.loads(times_path.read_text())
+        start, stop = times.get("capture_range_ns") or (None, None)
+    except (OSError, ValueError, TypeError):
+        return {"skipped": "the launcher wrote no step times"}
+    if not isinstance(start, int):
+        return {"skipped": "the capture window never opened"}
+    stop = stop if isinstance(stop, int) else np.iinfo(np.int64).max
+    for kind in ("optimizer", "forward"):
+        marks = np.asarray(times.get(f"{kind}_ns", []), dtype=np.int64)
+        if len(marks) < skip + 3:
+            continue
+        begin, end = marks[skip:-1], marks[skip + 1:]
+        traced = (end - begin)[(begin >= start) & (end <= stop)]
+        untraced = (end - begin)[(end <= start) | (begin >= stop)]
+        if len(traced) < 2 or len(untraced) < 3:
+            return {"steps_by": kind, "skipped": f"{len(traced)} traced and {len(untraced)} untraced steps after "
+                    f"{skip} of warm-up: too few to compare (a longer run, or a window with steps after it)"}
+        median = float(np.median(untraced))
+        noise = float(np.subtract(*np.percentile(untraced, [75, 25]))) / median if median else 0.0
+        slowdown = float(np.median(traced)) / median if median else float("nan")
+        inflated = slowdown - 1 > max(noise, MIN_INFLATION)
+        change = f"slowed them by {100 * (slowdown - 1):.0f}%" if slowdown >= 1 else \
+            f"left them {100 * (1 - slowdown):.0f}% faster, within what the load lets one measure"
+        text = (f"nsys traced a window of the run: its {len(traced)} traced steps took a median "
+                f"{median * slowdown / 1e6:.3g} ms, the run's {len(untraced)} untraced ones {median / 1e6:.3g} ms "
+                f"(the capture {change}; run-to-run noise {100 * noise:.0f}%)")
+        if inflated:
+            text += ": the traced step times are inflated beyond noise; read them as upper bounds"
+        return {"steps_by": kind, "untraced_step_ns": median, "traced_step_ns": float(np.median(traced)),
+                "traced_steps": int(len(traced)), "untraced_steps": int(len(untraced)),
+                "slowdown": round(slowdown, 3), "noise": round(noise, 3), "inflated": bool(inflated),
+                "sentence": text}
+    return {"skipped": "too few optimizer steps or forward calls to compare"}

@@ -56,6 +56,15 @@ out-of-memory observer dumps the snapshot at the first allocation that fails to
 DIR/oom_snapshot.pickle, and the program's exit dumps DIR/memory_snapshot.pickle (".rankN" before
 ".pickle" under torchrun).  ``profkit memory`` reads both.
 
+PROFKIT_NSYS_STEPS=SKIP:COUNT (``profkit trace --steps COUNT --skip SKIP`` under nsys, which then
+runs with ``--capture-range=cudaProfilerApi``): nsys traces only that window of optimizer steps:
+the shim calls ``cudaProfilerStart`` after step SKIP and ``cudaProfilerStop`` after step
+SKIP + COUNT; a program with no optimizer step gets LENGTH seconds of module forward calls after
+AFTER (PROFKIT_NSYS_FORWARD=AFTER:LENGTH).  PROFKIT_NSYS_WINDOW=START:END traces a window of
+seconds instead (as PROFKIT_TORCH_WINDOW does).  The rest of the program runs untraced, at its
+own speed; with the StepClock on, the window's open and close times are written beside the
+steps, so its traced steps can be compared with the untraced ones of the same run.
+
 PROFKIT_SYNC_SITES=0 turns the sync-site hook off.
 """
 
@@ -75,6 +84,9 @@ TORCH_FORWARD_ENV = "PROFKIT_TORCH_FORWARD"
 TORCH_STACKS_ENV = "PROFKIT_TORCH_STACKS"
 CLOCK_MARK_ENV = "PROFKIT_CLOCK_MARK"
 STEP_TIMES_ENV = "PROFKIT_STEP_TIMES"
+NSYS_STEPS_ENV, NSYS_FORWARD_ENV, NSYS_WINDOW_ENV = "PROFKIT_NSYS_STEPS", "PROFKIT_NSYS_FORWARD", "PROFKIT_NSYS_WINDOW"
+# perf_counter_ns when nsys's capture range opened and closed (StepClock writes them with the steps)
+CAPTURE_RANGE_NS: dict[str, int] = {}
 MEMORY_ENV = "PROFKIT_MEMORY"
 MEMORY_ENTRIES_ENV = "PROFKIT_MEMORY_ENTRIES"
 MEMORY_ENTRIES = 200_000
@@ -106,8 +118,12 @@ def main(argv: list[str]) -> None:
     if mark:
         _profkit_clock_mark(mark.replace(RANK_FIELD, os.environ.get("RANK", "0")))
     trace_path = os.environ.get(TORCH_TRACE_ENV)
+    nsys_window = os.environ.get(NSYS_STEPS_ENV) or os.environ.get(NSYS_WINDOW_ENV)
     try:
-        if trace_path:
+        if nsys_window:
+            run_in_capture_range(lambda: run_program(argv), os.environ.get(NSYS_STEPS_ENV),
+                                 os.environ.get(NSYS_WINDOW_ENV), os.environ.get(NSYS_FORWARD_ENV))
+        elif trace_path:
             trace_path = trace_path.replace(RANK_FIELD, os.environ.get("RANK", "0"))
             run_under_torch_profiler(lambda: run_program(argv), trace_path, os.environ.get(TORCH_STEPS_ENV),
                                      os.environ.get(TORCH_WINDOW_ENV),
@@ -175,7 +191,8 @@ class StepClock:
 
         try:
             with open(self.path, "w") as fh:
-                json.dump({"optimizer_ns": self.optimizer, "forward_ns": self.forward}, fh)
+                json.dump({"optimizer_ns": self.optimizer, "forward_ns": self.forward,
+                           "capture_range_ns": [CAPTURE_RANGE_NS.get("start"), CAPTURE_RANGE_NS.get("stop")]}, fh)
         except OSError:  # the folder went (profkit stopped): the timing is lost, not the program's exit
             pass
 
@@ -343,6 +360,84 @@ class ForwardFallback:
             return False
         self.window.finish()
         return True
+
+
+class CudaProfilerRange:
+    """nsys's capture range (``--capture-range=cudaProfilerApi``) as a profiler with start() and
+    stop(): ``cudaProfilerStart`` / ``cudaProfilerStop``, after the GPU finished the work before."""
+
+    def start(self) -> None:
+        import time
+
+        import torch
+
+        torch.cuda.synchronize()
+        CAPTURE_RANGE_NS["start"] = time.perf_counter_ns()
+        torch.cuda.profiler.start()
+
+    def stop(self) -> None:
+        import time
+
+        import torch
+
+        torch.cuda.synchronize()  # the window's last kernels end inside it
+        torch.cuda.profiler.stop()
+        CAPTURE_RANGE_NS["stop"] = time.perf_counter_ns()
+
+
+def run_in_capture_range(run: Callable[[], None], steps: str | None, window: str | None,
+                         forward: str | None, capture: object | None = None) -> None:
+    """run() with nsys tracing only a window of it (PROFKIT_NSYS_STEPS / _WINDOW, module docstring):
+    ``capture`` (a ``CudaProfilerRange`` by default) is started and stopped from hooks on the
+    program's main thread, and stopped when the program ends inside the window."""
+    from torch.nn.modules.module import register_module_forward_pre_hook
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    rng = capture if capture is not None else CudaProfilerRange()
+    if window:
+        timer = TimeWindow(rng, parse_window(window), lambda: None)
+        # the hooks stay registered once the window closed: removing a global hook would make
+        # torch.compile recompile the program's graphs
+        register_module_forward_pre_hook(timer.tick)
+        register_optimizer_step_post_hook(timer.tick)
+        timer.tick()
+        try:
+            run()
+        finally:
+            if timer.state == "waiting":
+                timer.state = "done"
+            timer.finish()
+        return
+    skip, count = (int(v) for v in (steps or "0:0").split(":"))
+    fallback = ForwardFallback(lambda: rng, forward, lambda _: None) if forward else None
+    state = {"steps": 0, "open": False}
+
+    def optimizer_step(*_: object) -> None:
+        if fallback is not None:
+            fallback.optimizer = True
+            if fallback.window is not None:  # the forward window traced already
+                return
+        state["steps"] += 1
+        if not state["open"] and state["steps"] == skip:
+            rng.start()  # type: ignore[attr-defined]
+            state["open"] = True
+        elif state["open"] and state["steps"] == skip + count:
+            rng.stop()  # type: ignore[attr-defined]
+            state["open"] = False
+
+    register_optimizer_step_post_hook(optimizer_step)
+    if fallback is not None:
+        register_module_forward_pre_hook(fallback.tick)
+    if skip == 0:
+        rng.start()  # type: ignore[attr-defined]
+        state["open"] = True
+    try:
+        run()
+    finally:
+        if state["open"]:
+            rng.stop()  # type: ignore[attr-defined]
+        if fallback is not None:
+            fallback.finish()
 
 
 def run_under_torch_profiler(run: Callable[[], None], trace_path: str, steps: str | None = None,

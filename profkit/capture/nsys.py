@@ -71,6 +71,8 @@ class ProfileRequest:
     # --memory: every device allocation the process makes from the driver (cudaMalloc, module
     # globals), which `profkit memory` splits into the caching allocator's and the libraries'
     cuda_memory_usage: bool = False
+    # --steps / --window: trace only between the launcher's cudaProfilerStart and cudaProfilerStop
+    cuda_profiler_range: bool = False
 
 
 def option_names(args: Sequence[str]) -> set[str]:
@@ -116,7 +118,10 @@ def build_profile_command(nsys: Path | str, request: ProfileRequest) -> list[str
                  ("--python-sampling-frequency", f"--python-sampling-frequency={rate}")]
     if request.cuda_memory_usage:
         ours.append(("--cuda-memory-usage", "--cuda-memory-usage=true"))
-    if request.nvtx_range:
+    if request.cuda_profiler_range:
+        ours += [("--capture-range", "--capture-range=cudaProfilerApi"),
+                 ("--capture-range-end", "--capture-range-end=stop")]
+    elif request.nvtx_range:
         ours += [
             ("--capture-range", "--capture-range=nvtx"),
             ("--nvtx-capture", f"--nvtx-capture={nvtx_capture_spec(request.nvtx_range)}"),

@@ -80,6 +80,9 @@ def print_summary(result: Any, console: Any = None) -> None:
         console.print(f"Total GPU kernel time: {result.total_gpu_ns / 1e6:,.3f} ms")
     else:
         console.print("No CUDA kernels in the trace.")
+    window = (record.recorded or {}).get("capture_window") if isinstance(record.recorded, dict) else None
+    if isinstance(window, dict) and window.get("sentence") and not window.get("inflated"):
+        console.print(window["sentence"][0].upper() + window["sentence"][1:] + ".")  # inflated: a warning below
     for warning in record.warnings:
         console.print(f"warning: {warning}", style="yellow")
     if record.partial:

@@ -31,8 +31,17 @@ from profkit.capture import bare_run
 from profkit.capture import ncu as ncu_mod
 from profkit.capture import nsys as nsys_mod
 from profkit.capture import torch_backend
-from profkit.capture.launch import DISTRIBUTED, LAUNCH_MODULE, MEMORY_ENV, STEP_TIMES_ENV, parse_window
-from profkit.capture.options import ProgramFailed, TraceOptions, launcher_env
+from profkit.capture.launch import (
+    DISTRIBUTED,
+    LAUNCH_MODULE,
+    MEMORY_ENV,
+    NSYS_FORWARD_ENV,
+    NSYS_STEPS_ENV,
+    NSYS_WINDOW_ENV,
+    STEP_TIMES_ENV,
+    parse_window,
+)
+from profkit.capture.options import DEFAULT_FORWARD, ProgramFailed, TraceOptions, launcher_env
 from profkit.capture.gpu import detect_gpus
 from profkit.capture.nsys import ProfileRequest, Reporter
 from profkit.capture.run import RunRecord, Stopwatch, create_run_dir
@@ -76,7 +85,7 @@ def program_argv(options: TraceOptions) -> list[str]:
         entry = [f"./{target}" if target.startswith("-") else target]
     else:
         return [str(Path(target).resolve()) if os.sep in target else target, *args]
-    launcher = options.sync_sites or options.memory or options.bare_run
+    launcher = options.sync_sites or options.memory or options.bare_run or bool(nsys_window(options))
     if launcher and torch_backend.is_distributed(options):
         # torchrun itself unhooked; each rank's worker through the launcher, so every rank has its sync sites
         return [options.python, "-m", LAUNCH_MODULE, DISTRIBUTED, *args]
@@ -109,13 +118,13 @@ def run_trace(options: TraceOptions, reporter: Reporter, *, env: Mapping[str, st
               root: Path = Path("/")) -> TraceResult:
     base_env = dict(os.environ if env is None else env)
     backend = choose_backend(options.backend, base_env, root)
-    if options.steps and backend != "torch":
-        raise ProfkitError("--steps records a window of steps with --backend torch",
-                           hint="under nsys, record one range with --nvtx-only RANGE")
+    if backend != "torch" and nsys_window(options):
+        if options.nvtx_range:
+            raise ProfkitError("--nvtx-only and --steps / --window each choose what nsys traces: give one")
+        if torch_backend.is_distributed(options):
+            raise ProfkitError("--steps / --window under nsys trace one process; a torchrun job is traced whole",
+                               hint="or use --backend torch, which windows every rank")
     if options.window is not None:
-        if backend != "torch":
-            raise ProfkitError("--window records a window of seconds with --backend torch",
-                               hint="under nsys, pass --nsys-args \"--delay S --duration S\"")
         if options.steps:
             raise ProfkitError("--steps and --window each choose what to record: give one")
         try:
@@ -164,6 +173,10 @@ def run_trace(options: TraceOptions, reporter: Reporter, *, env: Mapping[str, st
 
     if options.memory:
         base_env = {**base_env, MEMORY_ENV: str(run_dir)}
+    window_env = nsys_window(options) if nsys is not None else {}
+    if window_env:
+        # the steps' times, inside the traced window and out of it (--bare-run's file when it has one)
+        base_env = {STEP_TIMES_ENV: str(run_dir / STEP_TIMES), **base_env, **window_env}
 
     rank_traces: list[Path] = []
     if nsys is None:
@@ -178,6 +191,16 @@ def run_trace(options: TraceOptions, reporter: Reporter, *, env: Mapping[str, st
         finally:
             shutil.rmtree(temp_dir, ignore_errors=True)
 
+    if window_env:
+        times = Path(base_env[STEP_TIMES_ENV])
+        record.recorded["capture_window"] = bare_run.compare_window(times)
+        if times.parent == run_dir:
+            times.unlink(missing_ok=True)
+            base_env.pop(STEP_TIMES_ENV, None)
+        for key in window_env:  # ncu's runs are not windowed
+            base_env.pop(key, None)
+        if record.recorded["capture_window"].get("inflated"):
+            record.warnings.append(record.recorded["capture_window"]["sentence"])
     if bare_dir is not None:
         record.recorded["bare_run"] = bare_run.compare(bare_dir / "bare.json", bare_dir / "traced.json")
         if record.recorded["bare_run"].get("inflated"):
@@ -238,7 +261,7 @@ def _profile(options: TraceOptions, nsys: FoundTool, program: list[str], run_dir
     request = ProfileRequest(program=program, output_base=temp_dir / TRACE_BASENAME,
                              nvtx_range=options.nvtx_range, extra_args=list(options.nsys_args),
                              python_sampling=nsys_mod.samples_python(nsys.path, blobs=blobs), full=options.full,
-                             cuda_memory_usage=options.memory)
+                             cuda_memory_usage=options.memory, cuda_profiler_range=bool(nsys_window(options)))
     cmd = nsys_mod.build_profile_command(nsys.path, request)
     record.nsys_command = shareable(cmd, options, base_env)
     record.write(run_dir)
@@ -260,7 +283,11 @@ def _profile(options: TraceOptions, nsys: FoundTool, program: list[str], run_dir
         record.exit_code = result.returncode
         record.finish("failed")
         record.write(run_dir)
-        if options.nvtx_range:
+        if nsys_window(options):
+            why = ("nothing captured: the window never opened (the program made fewer optimizer steps than "
+                   "--skip, or ran no module forward for long enough, or ended before --window's start)")
+            hint = f"choose a smaller --skip or an earlier --window; see {log_path}"
+        elif options.nvtx_range:
             why = f"nothing captured: the NVTX range {options.nvtx_range!r} never started"
             hint = f"check the range's name and domain (`profkit nvtx` on a full trace lists them); see {log_path}"
         else:
@@ -278,6 +305,20 @@ def _profile(options: TraceOptions, nsys: FoundTool, program: list[str], run_dir
     record.files["sqlite"] = SQLITE
     record.files["log"] = LOG
     return run_dir / SQLITE, result.returncode, result.interrupted
+
+
+STEP_TIMES = "step_times.json"  # the launcher's StepClock, while a windowed nsys capture runs
+
+
+def nsys_window(options: TraceOptions) -> dict[str, str]:
+    """The launcher's environment for a windowed nsys capture (--steps N [--skip K], or --window
+    START:END): nsys traces only that window (``launch.run_in_capture_range``); {} for the whole
+    program (no --steps, --steps 0, --whole)."""
+    if options.window is not None:
+        return {NSYS_WINDOW_ENV: options.window}
+    if options.whole or not options.steps:
+        return {}
+    return {NSYS_STEPS_ENV: f"{options.skip_steps}:{options.steps}", NSYS_FORWARD_ENV: DEFAULT_FORWARD}
 
 
 def shareable(args: Sequence[str], options: TraceOptions, env: Mapping[str, str]) -> list[str]:
@@ -325,7 +366,8 @@ def _as_dict(row: Any) -> dict[str, Any]:
 def _run_ncu(options: TraceOptions, ncu: FoundTool, kernels: list[dict[str, Any]], run_dir: Path,
              base_env: dict[str, str], record: RunRecord, reporter: Reporter) -> Path | None:
     """Profile the top kernels; ncu.csv in run_dir, or None if every kernel failed."""
-    plain = {"sync_sites": False, "memory": False, "bare_run": False}  # ncu replays the program as given
+    # ncu replays the program as given
+    plain = {"sync_sites": False, "memory": False, "bare_run": False, "steps": None, "window": None}
     program = program_argv(TraceOptions(**{**options.__dict__, **plain}))
     env = ncu_mod.ncu_environment(base_env)
     targets = ncu_mod.pick_targets(kernels, options.ncu_top)

@@ -47,10 +47,11 @@ from profkit.errors import ProfkitError
 @click.option("--keep-rep", is_flag=True,
               help="Keep trace.nsys-rep (for the Nsight Systems GUI; it holds the environment).")
 @click.option("--steps", "steps", type=click.IntRange(min=0), default=None,
-              show_default="4 after --skip 3 (0: the whole program)",
-              metavar="N", help="--backend torch: record N training steps (each optimizer step ends one) as "
-                                "ProfilerStep#N ranges, not the whole program; a program without an optimizer "
-                                "gets 3 s of its forward calls after 5 s of them.")
+              show_default="torch: 4 after --skip 3; nsys: the whole program (0: the whole program)",
+              metavar="N", help="Record N training steps (each optimizer step ends one), not the whole program; a "
+                                "program without an optimizer gets 3 s of its forward calls after 5 s of them.  "
+                                "torch: ProfilerStep#N ranges; nsys: only they are traced (cudaProfilerStart/Stop), "
+                                "the rest runs untraced, and the traced steps are compared with the untraced ones.")
 @click.option("--skip", "skip_steps", type=click.IntRange(min=0), default=3, show_default=True, metavar="K",
               help="With --steps: the first K optimizer steps (start-up, compilation, warm-up) are not recorded.")
 @click.option("--whole", is_flag=True, help="--backend torch: record the whole program (= --steps 0).")
@@ -60,7 +61,7 @@ from profkit.errors import ProfkitError
 @click.option("--sample/--no-sample", "sample", default=True, show_default=True,
               help="--backend torch: sample Python stacks with py-spy (when installed) for profkit host.")
 @click.option("--window", "window", metavar="START:END",
-              help="--backend torch, for loops without an optimizer (inference, generate()): record only "
+              help="For loops without an optimizer (inference, generate()): record (torch) or trace (nsys) only "
                    "from START to END seconds after the program started (END empty: to the end); the "
                    "window opens and closes at the next module forward or optimizer step.")
 @click.argument("target_and_args", nargs=-1, type=click.UNPROCESSED, metavar="SCRIPT.py [-- ARGS...]")
@@ -76,6 +77,7 @@ def trace(ctx: click.Context, module: str | None, backend: str, output: Path | N
       profkit trace train.py -- --steps 20
       profkit trace --backend torch train.py -- --steps 20
       profkit trace --backend torch --steps 5 --skip 3 train.py -- --steps 1000   # a window of 5 steps
+      profkit trace --steps 20 --skip 10 train.py -- --steps 1000   # nsys traces steps 11-30 only
       profkit trace --backend torch --whole --with-stack train.py                 # all of it, every call
       profkit trace --backend torch --window 20:25 serve.py                       # 5 s of an inference loop
       profkit trace --ncu-top 3 sample_kernels/gelu.py --n 8192

@@ -114,9 +114,11 @@ def run_folder_info(record: Any) -> dict[str, Any]:
             del info[key]
     if isinstance(info.get("exit_code"), bool):
         del info["exit_code"]
-    measured = record.get("recorded", {}).get("bare_run") if isinstance(record.get("recorded"), dict) else None
-    if isinstance(measured, dict) and isinstance(measured.get("sentence"), str):
-        info["bare_run"] = measured["sentence"]
+    recorded = record.get("recorded") if isinstance(record.get("recorded"), dict) else {}
+    for key in ("bare_run", "capture_window"):  # what the capture cost, measured in the run
+        measured = recorded.get(key)
+        if isinstance(measured, dict) and isinstance(measured.get("sentence"), str):
+            info[key] = measured["sentence"]
     info["partial"] = record.get("partial") is True
     if not info["partial"]:
         info.pop("partial_reason", None)

@@ -297,6 +297,8 @@ def _capture_facts(info: dict[str, Any], run_info: dict[str, Any] | None) -> lis
             facts.append(("Run started", text(run_info["started"])))
         if run_info.get("bare_run"):
             facts.append(("Measured against a bare run", text(run_info["bare_run"])))
+        if run_info.get("capture_window"):
+            facts.append(("Traced window against the untraced steps", text(run_info["capture_window"])))
         for tool, about in (run_info.get("tools") or {}).items():
             if isinstance(about, dict) and about.get("version"):
                 facts.append((f"{tool} used", text(about["version"])))
