@@ -69,14 +69,16 @@ GPU_MODES = {"bare": None, "nsys (default)": ["--backend", "nsys"], "nsys --full
              "nsys no Python sampling": ["--backend", "nsys", "--nsys-args", "--python-sampling=false"],
              # the floor: nsys's own CUDA API and kernel tracing, no launcher, hook or sampling
              "nsys alone (-t cuda nvtx)": RAW_NSYS,
+             # a window: nsys traces optimizer steps 6-10 (or 3 s of forward calls after 5 s), the rest untraced
+             "nsys window (--steps 5 --skip 5)": ["--backend", "nsys", "--steps", "5", "--skip", "5"],
              "torch (default)": ["--backend", "torch"]}
 CPU_MODES = {"bare": None, "torch (default)": ["--backend", "torch"],
              "torch --with-stack": ["--backend", "torch", "--with-stack"]}
 
 
-def step_ms(program: Program, flags: list[str] | None, work: Path) -> tuple[float | None, float]:
-    """The program's own steady step time, bare or under ``profkit trace FLAGS``, and the command's
-    wall time in seconds."""
+def step_ms(program: Program, flags: list[str] | None, work: Path) -> tuple[float | None, float, str]:
+    """The program's own steady step time, bare or under ``profkit trace FLAGS``, the command's
+    wall time in seconds, and for a windowed capture its own comparison of traced and untraced steps."""
     if flags is None:
         argv = [sys.executable, *program.argv]
     elif flags is RAW_NSYS:
@@ -93,10 +95,16 @@ def step_ms(program: Program, flags: list[str] | None, work: Path) -> tuple[floa
                           env={**os.environ, "PYTHONPATH": os.pathsep.join(paths)})
     wall_s = time.perf_counter() - started
     found = program.step_pattern.findall(done.stdout + done.stderr)
+    window = ""
+    if flags and flags is not RAW_NSYS and (run_dir / "run.json").is_file():
+        import json
+
+        measured = json.loads((run_dir / "run.json").read_text()).get("recorded", {}).get("capture_window") or {}
+        window = measured.get("sentence") or measured.get("skipped") or ""
     if not found:
         tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
         print(f"{program.name} / {flags}: no step time (exit {done.returncode}): {' | '.join(tail)}", file=sys.stderr)
-    return (float(found[-1]) * program.to_ms if found else None), wall_s
+    return (float(found[-1]) * program.to_ms if found else None), wall_s, window
 
 
 def measure(programs: list[Program], modes: dict[str, list[str] | None], repeat: int) -> list[dict]:
@@ -107,9 +115,10 @@ def measure(programs: list[Program], modes: dict[str, list[str] | None], repeat:
         for program in programs:
             times: dict[str, list[float]] = {mode: [] for mode in modes}
             walls: dict[str, list[float]] = {mode: [] for mode in modes}
+            windows: dict[str, str] = {}
             for _ in range(repeat):  # alternate the modes: a change of load hits each alike
                 for mode, flags in modes.items():
-                    value, wall_s = step_ms(program, flags, work)
+                    value, wall_s, windows[mode] = step_ms(program, flags, work)
                     print(f"  {program.name} | {mode} | step {value} ms | {wall_s:.1f} s", file=sys.stderr, flush=True)
                     walls[mode].append(wall_s)
                     if value is not None:
@@ -119,7 +128,7 @@ def measure(programs: list[Program], modes: dict[str, list[str] | None], repeat:
                 median = statistics.median(values) if values else None
                 rows.append({"program": program.name, "mode": mode, "step_ms": median, "runs": len(values),
                              "vs_bare": median / bare if median is not None and bare else None,
-                             "wall_s": statistics.median(walls[mode])})
+                             "wall_s": statistics.median(walls[mode]), "window": windows.get(mode, "")})
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return rows
@@ -131,7 +140,8 @@ def table(rows: list[dict]) -> str:
         step = f"{r['step_ms']:.2f}" if r["step_ms"] is not None else "failed"
         ratio = f"{r['vs_bare']:.2f}x" if r["vs_bare"] is not None and r["mode"] != "bare" else "—"
         lines.append(f"| {r['program']} | {r['mode']} | {step} | {ratio} | {r['wall_s']:.1f} |")
-    return "\n".join(lines)
+    windows = [f"- {r['program']}, {r['mode']}: {r['window']}" for r in rows if r.get("window")]
+    return "\n".join(lines + ([""] + windows if windows else []))
 
 
 def main() -> int:
