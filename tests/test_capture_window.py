@@ -9,6 +9,7 @@ comparison are hand-written cases of its rules, named as such."""
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -96,3 +97,21 @@ def test_too_few_untraced_steps_say_so(tmp_path: Path) -> None:
     marks = [i * 10_000_000 for i in range(1, 9)]
     out = compare_window(times_file(tmp_path, marks, (marks[3], None)))
     assert "skipped" in out and "too few" in out["skipped"]
+
+
+def test_untraced_steps_that_are_no_steps_alike_are_not_compared_with(tmp_path: Path) -> None:
+    """Forward calls of a decode loop measured as steps around a compile: 3 ms, 300 ms, 2 ms ...
+    (the GPU host's static-cache decode gave a 585% spread): no slowdown is claimed from them."""
+    gaps = [3, 300, 2, 250, 4, 2, 280, 3, 2, 2, 2, 2, 2, 2, 2, 2]
+    marks = [sum(gaps[:i + 1]) * 1_000_000 for i in range(len(gaps))]
+    out = compare_window(times_file(tmp_path, marks, (marks[9] + 1, marks[13] + 1)))
+    assert "vary too much" in out.get("skipped", ""), out
+
+
+def test_the_comparison_reaches_the_report() -> None:
+    from profkit.capture.run import RunRecord
+    from profkit.report import run_folder_info
+
+    record = RunRecord(command=["x.py"], cwd="/", run_dir="/tmp/run", backend="nsys")
+    record.recorded["capture_window"] = {"sentence": "nsys traced a window of the run: ..."}
+    assert record.report_info()["capture_window"] == run_folder_info(asdict(record))["capture_window"]

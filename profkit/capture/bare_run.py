@@ -23,6 +23,9 @@ from profkit.capture.options import DEFAULT_SKIP, TraceOptions, launcher_env
 
 # Below this a slowdown is not worth a warning, whatever the noise (timer and scheduling).
 MIN_INFLATION = 0.02
+# A windowed capture's comparison needs this many untraced steps, this alike (IQR over median).
+MIN_UNTRACED = 5
+MAX_NOISE = 0.25
 
 
 def bare_argv(options: TraceOptions) -> list[str]:
@@ -99,11 +102,14 @@ def compare_window(times_path: Path, skip: int = DEFAULT_SKIP) -> dict[str, Any]
         begin, end = marks[skip:-1], marks[skip + 1:]
         traced = (end - begin)[(begin >= start) & (end <= stop)]
         untraced = (end - begin)[(end <= start) | (begin >= stop)]
-        if len(traced) < 2 or len(untraced) < 3:
+        if len(traced) < 2 or len(untraced) < MIN_UNTRACED:
             return {"steps_by": kind, "skipped": f"{len(traced)} traced and {len(untraced)} untraced steps after "
                     f"{skip} of warm-up: too few to compare (a longer run, or a window with steps after it)"}
         median = float(np.median(untraced))
         noise = float(np.subtract(*np.percentile(untraced, [75, 25]))) / median if median else 0.0
+        if noise > MAX_NOISE:  # untraced "steps" that are no steps alike (compilation, calls of unlike length)
+            return {"steps_by": kind, "skipped": f"the {len(untraced)} untraced steps vary too much to compare with "
+                    f"(interquartile range {100 * noise:.0f}% of their median)"}
         slowdown = float(np.median(traced)) / median if median else float("nan")
         inflated = slowdown - 1 > max(noise, MIN_INFLATION)
         change = f"slowed them by {100 * (slowdown - 1):.0f}%" if slowdown >= 1 else \

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from profkit._version import __version__
+from profkit.report import MEASURED_COST
 from profkit.analysis.kernels.code import kernel_caches
 from profkit.atomic import write_text
 from profkit.readers.run_folder import RUN_JSON
@@ -99,8 +100,9 @@ class RunRecord:
             "started": self.started,
             "host": self.host,
             "nsys_command": self.nsys_command,
-            **({"bare_run": self.recorded["bare_run"]["sentence"]}
-               if "sentence" in self.recorded.get("bare_run", {}) else {}),
+            # what the capture cost, measured in the run (--bare-run, a windowed nsys capture)
+            **{key: measured["sentence"] for key in MEASURED_COST
+               if isinstance(measured := self.recorded.get(key), dict) and "sentence" in measured},
         }
 
 

@@ -100,6 +100,10 @@ def write_report(export_path: str | os.PathLike[str], out_dir: str | os.PathLike
 __all__ = ["ReportPaths", "write_report"]
 
 
+# run.json's "recorded" entries that measure what the capture cost, each with a "sentence"
+MEASURED_COST = ("bare_run", "capture_window")
+
+
 def run_folder_info(record: Any) -> dict[str, Any]:
     """What a ``profkit trace`` run folder's run.json (``read_run_record``'s value) says
     about the run, as ``write_report(run_info=...)`` takes it; fields of the wrong
@@ -115,7 +119,7 @@ def run_folder_info(record: Any) -> dict[str, Any]:
     if isinstance(info.get("exit_code"), bool):
         del info["exit_code"]
     recorded = record.get("recorded") if isinstance(record.get("recorded"), dict) else {}
-    for key in ("bare_run", "capture_window"):  # what the capture cost, measured in the run
+    for key in MEASURED_COST:  # what the capture cost, measured in the run
         measured = recorded.get(key)
         if isinstance(measured, dict) and isinstance(measured.get("sentence"), str):
             info[key] = measured["sentence"]
