@@ -279,7 +279,7 @@ def memory_summary(trace: Trace) -> dict[str, Any]:
     ``peak_reserved_bytes`` (medians over the steady steps) and their per-step samples; None
     each where the trace recorded no allocator events (or no reserved bytes: the host's).
     Of several GPUs, the one whose median peak allocated is highest: the first to run out."""
-    from profkit.analysis.compare.memory import run_peaks
+    from profkit.analysis.compare.memory import HELD, run_peaks
 
     peaks = run_peaks(trace)
     out: dict[str, Any] = {"peak_allocated_bytes": None, "peak_reserved_bytes": None,
@@ -287,6 +287,10 @@ def memory_summary(trace: Trace) -> dict[str, Any]:
     if peaks is None or not peaks.devices:
         return out
     device = max(peaks.devices, key=lambda d: float(np.median(d.allocated)))
+    if device.figure == HELD:  # nsys --cuda-memory-usage: the device memory held, reserved bytes' kin
+        out["peak_reserved_bytes"] = float(np.median(device.allocated))
+        out["peak_reserved_samples"] = device.allocated.tolist()
+        return out
     out["peak_allocated_bytes"] = float(np.median(device.allocated))
     out["peak_allocated_samples"] = device.allocated.tolist()
     if device.reserved is not None:

@@ -200,3 +200,12 @@ def test_kineto_categories_add_up_to_the_peak(kineto: dict) -> None:
         assert sum(p["bytes"] for p in gpu["held_by_category"]) == gpu["peak"]["allocated_bytes"]
         kinds = {p["category"] for p in gpu["held_by_category"]}
         assert ACTIVATIONS in kinds and BEFORE_TRACE in kinds
+
+
+def test_history_keeps_nsys_device_memory_as_held_never_as_allocated() -> None:
+    from profkit.history import memory_summary
+
+    path = _decompressed(NSYS)
+    with open_trace(path) as trace:
+        stored = memory_summary(trace)
+    assert stored["peak_allocated_bytes"] is None and stored["peak_reserved_bytes"] == _held_by_sql(path)
