@@ -81,10 +81,31 @@ def test_the_planted_leak_grows_by_its_tensor_each_step(kineto: dict) -> None:
 
 
 @pytest.mark.xfail(strict=True, reason="#33: torch.profiler's stacks name main()'s line at profiler start, "
-                                       "not the line that keeps the tensor (gpt_memory.py:103)")
-def test_the_planted_leaks_line_is_found(kineto: dict) -> None:
+                                       "not the line that keeps the tensor (gpt_memory.py:103); the snapshot of "
+                                       "the same run names it (test_the_planted_leak_and_its_line_from_the_snapshot)")
+def test_the_planted_leaks_line_is_found_in_the_kineto_trace(kineto: dict) -> None:
     site = kineto["gpt_memory_leak"]["growth"]["sites"][0]
     assert f"{site['file']}:{site.get('line')}" == planted("gpt_memory_leak")["leak_site"]
+
+
+def test_the_planted_leak_and_its_line_from_the_snapshot() -> None:
+    """The snapshot of the leaking run holds torch.profiler's ProfilerStep#N annotations: its steps.
+    The leak is named with the line that keeps the tensor (the allocation's own frame), and it
+    grows by the tensor's size per step; each recorded step's peak is the allocator's own (MEM_TRUTH)
+    up to its 512-byte rounding of the blocks."""
+    truth = planted("gpt_memory_leak")
+    with open_snapshot(_decompressed(CUDA / "gpt_memory_leak.pickle.xz")) as trace:
+        report = memory_report(trace)
+    gpu = gpu_device(report)
+    assert report["steps_from"] == "profiler_step"
+    growth = gpu["growth"]
+    assert growth["leaking"] and growth["growth_per_step_bytes"] == truth["leak_bytes_per_step"]
+    (site,) = growth["sites"]
+    assert f"{Path(site['file']).name}:{site['line']}" == truth["leak_site"]
+    assert site["bytes_per_step"] == truth["leak_bytes_per_step"] and site["function"] == truth["leak_function"]
+    # ProfilerStep#2..7 are the steps the program measured (the profiler's wait and warm-up come first)
+    peaks = [s["peak_allocated_bytes"] for s in gpu["steps"][2:8]]
+    assert all(0 <= t - p < 4096 for t, p in zip(truth["step_peak_allocated_bytes"], peaks)), peaks
 
 
 @pytest.mark.parametrize("name", ["gpt_memory", "gpt_memory_leak", "gpt_memory_nsys"])

@@ -144,8 +144,12 @@ def _allocator_and_steps(trace: Trace, steady: bool) -> tuple[pd.DataFrame, Any,
     if not has_memory(trace):
         raise ProfkitError(f"{trace.name} has no allocator events: the trace did not record memory", hint=HOW)
     table = trace.table("memory").sort_values("start", kind="stable")
-    # A snapshot records the allocator alone (no steps): its figures are over the whole history.
-    steps = None if trace.meta.source == SNAPSHOT_SOURCE else find_steps(trace)
+    # A snapshot records the allocator alone: its steps are the step ranges torch.profiler annotated
+    # in its history (record_function, ProfilerStep#N), where it ran beside one; else its figures
+    # are over the whole history.
+    steps = find_steps(trace) if trace.meta.source != SNAPSHOT_SOURCE or trace.has("ranges") else None
+    if steps is not None and not steps.found and trace.meta.source == SNAPSHOT_SOURCE:
+        steps = None
     if steps is not None and not steps.found and steady:
         raise ProfkitError(f"{trace.name}: no steps to take the steady state from ({steps.message})",
                            hint="see profkit steps")
@@ -503,7 +507,9 @@ def _growth(trace: Trace, ev: _Events, per_step: list[dict[str, Any]], windows: 
     for site, rows in sites.groupby("site", sort=False):
         per_step_bytes = rows.groupby("step")["bytes"].sum()
         if len(per_step_bytes) >= needed:
+            line = rows["line"].iat[0]
             leaks.append({"site": site, "function": rows["function"].iat[0], "file": rows["file"].iat[0],
+                          "line": None if line is None or pd.isna(line) else int(line),
                           "operator": rows["operator"].iat[0], "steps": int(len(per_step_bytes)),
                           "bytes_per_step": int(per_step_bytes.median()), "bytes": int(rows["bytes"].sum())})
     leaks.sort(key=lambda r: -r["bytes"])
