@@ -159,3 +159,10 @@ def test_the_reader_finds_the_snapshot_the_launcher_names(tmp_path: Path) -> Non
         (tmp_path / snapshot_name(MEMORY_SNAPSHOT, None if rank is None else str(rank))).write_bytes(b"")
         assert same_run_snapshot(trace, rank) == tmp_path / snapshot_name(MEMORY_SNAPSHOT,
                                                                           None if rank is None else str(rank))
+
+
+def test_an_impossible_size_is_no_allocation(tmp_path: Path) -> None:
+    path = _export(tmp_path, [(6_500_000_000, 111, 1 << 62, 2, 0), (6_500_000_001, 222, 4096, 2, 0),
+                              (6_500_000_002, 333, 1 << 62, 2, 0)])
+    with open_trace(path) as trace:
+        assert trace.table("memory")["total_reserved"].tolist() == [4096]

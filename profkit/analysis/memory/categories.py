@@ -115,8 +115,13 @@ def context_origins(t: np.ndarray, tid: np.ndarray, ranges: pd.DataFrame | None,
     if frames is not None and not frames.empty:
         files = frames["file"].astype(str).str.replace("\\", "/", regex=False)
         functions = frames["function"].astype(str)
-        parameter = np.array([_is_parameter_frame(fn, f) for fn, f in zip(functions, files)], dtype=bool)
-        _mark(out, PARAMETER, t, tid, frames[parameter])
+        # the rule of _is_parameter_frame, over columns (a with_stack trace holds millions of frames)
+        in_nn = files.str.contains("torch/nn/", regex=False)
+        parameter = in_nn & (functions.isin(list(_PARAMETER_FUNCTIONS))
+                             | files.str.contains("torch/nn/parameter.py", regex=False)
+                             | files.str.contains("torch/nn/init.py", regex=False)
+                             | ((functions == "__init__") & files.str.contains("torch/nn/modules/", regex=False)))
+        _mark(out, PARAMETER, t, tid, frames[parameter.to_numpy()])
     if ops is not None and not ops.empty:
         names = ops["name"].astype(str)
         backward = names.str.contains("Backward", regex=False) | names.str.startswith("autograd::")

@@ -39,6 +39,7 @@ DEVICE_KIND_IDS = (2, 3, 5)
 ALLOCATION, DEALLOCATION = 0, 1
 LEVEL = "driver"  # TraceMeta.extra["memory_level"]: the rows are the driver's allocations
 BATCH = 50_000
+MAX_BYTES = 1 << 50  # 1 PiB
 UNKNOWN_CALL = "a CUDA call the export does not name"
 
 
@@ -112,7 +113,9 @@ def _ints(rows: list[tuple]) -> np.ndarray:
 
 def _signed_sizes(device: np.ndarray, addr: np.ndarray, size: np.ndarray, is_free: np.ndarray) -> tuple[np.ndarray, int]:
     """+bytes per allocation, -bytes of its allocation per free (0: a free of nothing the capture saw)."""
-    change = np.where(is_free, 0, np.maximum(size, 0))
+    # a size past any real GPU's memory (a damaged or crafted export) is no allocation: summed, it
+    # would wrap the running total around
+    change = np.where(is_free | (size >= MAX_BYTES), 0, np.maximum(size, 0))
     live: dict[tuple[int, int], int] = {}
     dropped = 0
     for i in range(len(addr)):  # few rows: a caching allocator asks the driver rarely
