@@ -135,6 +135,8 @@ def test_the_oom_snapshot_names_the_failed_request_its_line_and_cause() -> None:
         (oom,) = memory_report(trace)["oom"]
     assert oom["requested_bytes"] == truth["requested_bytes"]
     assert f"{Path(oom['file']).name}:{oom['line']}" == truth["site"] and oom["function"] == truth["function"]
+    # the step: the optimizer steps the program completed before it (its own count), from the history
+    assert oom["optimizer_steps_before"] == truth["step"] and oom["phase"] == "forward"
     assert oom["device_free_bytes"] == truth["device_free_bytes"]
     # the request (8 GiB) is more than the device had free and more than the allocator held unused
     assert oom["cause"] == "real use" and oom["requested_bytes"] > oom["cached_free_bytes"]

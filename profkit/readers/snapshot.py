@@ -239,7 +239,8 @@ class SnapshotSource:
                 self.ooms.append({"device": device, "time_ns": t, "requested_bytes": _size(e["size"]),
                                   "device_free_bytes": _int(e.get("device_free"), -1),
                                   "allocated_bytes": allocated, "reserved_bytes": reserved,
-                                  "function": function, "file": file, "line": line})
+                                  "function": function, "file": file, "line": line,
+                                  "stack": stack_text(e.get("frames"))})
             if not d_alloc:
                 continue
             function, file, line = user_frame(e.get("frames"))

@@ -533,8 +533,30 @@ def _ooms(trace: Trace, table: pd.DataFrame) -> list[dict[str, Any]]:
         cached_free = oom["reserved_bytes"] - oom["allocated_bytes"]
         cause = "fragmentation" if cached_free >= oom["requested_bytes"] else "real use"
         out.append({**oom, "cached_free_bytes": cached_free, "cause": cause, "held_by_site": top,
+                    "phase": _OOM_PHASE.get(categories.stack_origin(oom.get("stack") or ""), OTHER),
+                    "optimizer_steps_before": _optimizer_steps(rows),
                     "site": f"{oom['function']} ({Path(oom['file']).name}:{oom['line']})" if oom["file"] else None})
     return out
+
+
+# the part of a step an out-of-memory request was made in, from its own stack
+_OOM_PHASE = {categories.FORWARD: FORWARD, categories.BACKWARD: BACKWARD, categories.OPTIMIZER: OPTIMIZER,
+              categories.OPTIMIZER_INIT: OPTIMIZER}
+
+
+def _optimizer_steps(rows: pd.DataFrame) -> int | None:
+    """How many optimizer steps the recorded history holds before its end: runs of allocations made
+    by torch.optim (each step allocates its update's temporaries; the first also its state), told
+    apart by allocations of any other origin between them.  None where no allocation recorded a
+    stack.  (A history ring that lost its oldest events holds fewer than the program made.)"""
+    stacks = rows.loc[rows["bytes"].to_numpy() > 0, "stack"].astype(str)
+    if not (stacks != "").any():
+        return None
+    codes = pd.Categorical(stacks)
+    in_optimizer = np.array([categories.stack_origin(c) in (categories.OPTIMIZER, categories.OPTIMIZER_INIT)
+                             for c in codes.categories], dtype=bool)[codes.codes]
+    return int(np.count_nonzero(in_optimizer[1:] & ~in_optimizer[:-1]) + (1 if len(in_optimizer) and
+                                                                          in_optimizer[0] else 0))
 
 
 def findings(report: dict[str, Any]) -> list[str]:
@@ -592,7 +614,10 @@ def oom_findings(report: dict[str, Any]) -> list[str]:
         where = f" at {oom['site']}" if oom["site"] else ""
         top = oom["held_by_site"][0] if oom["held_by_site"] else None
         held = f"; the most was held by {top['site']} ({size(top['bytes'])})" if top else ""
-        lines.append(f"Out of memory on GPU {oom['device']}{where}: a request of {size(oom['requested_bytes'])} "
+        steps = oom.get("optimizer_steps_before")
+        when = (f", during the {oom['phase']}" if oom.get("phase") and oom["phase"] != OTHER else "") + \
+            (f", after {steps} optimizer step{'' if steps == 1 else 's'}" if steps is not None else "")
+        lines.append(f"Out of memory on GPU {oom['device']}{where}{when}: a request of {size(oom['requested_bytes'])} "
                      f"failed with {size(oom['allocated_bytes'])} allocated and {size(oom['reserved_bytes'])} "
                      f"reserved ({why}){held}.")
     return lines
