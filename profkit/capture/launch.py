@@ -390,8 +390,12 @@ def run_in_capture_range(run: Callable[[], None], steps: str | None, window: str
     """run() with nsys tracing only a window of it (PROFKIT_NSYS_STEPS / _WINDOW, module docstring):
     ``capture`` (a ``CudaProfilerRange`` by default) is started and stopped from hooks on the
     program's main thread, and stopped when the program ends inside the window."""
-    from torch.nn.modules.module import register_module_forward_pre_hook
-    from torch.optim.optimizer import register_optimizer_step_post_hook
+    try:
+        from torch.nn.modules.module import register_module_forward_pre_hook
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+    except ImportError:
+        raise SystemExit("profkit: --steps / --window under nsys cut the window at PyTorch's optimizer steps and "
+                         "module calls: this Python has no torch (trace the whole program instead)") from None
 
     rng = capture if capture is not None else CudaProfilerRange()
     if window:
