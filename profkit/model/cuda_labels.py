@@ -31,3 +31,6 @@ def normalize_api_name(name: str) -> str:
 # (memory kind "Device Static"), allocated by no CUDA call of the program's.  The reader names
 # such rows' stack with it; the memory analysis counts them apart.
 MODULE_GLOBALS = "kernel modules' __device__ variables (loaded with the module)"
+# TraceMeta.extra["memory_level"] of a trace whose memory rows are the driver's allocations (nsys
+# --cuda-memory-usage), not an allocator's blocks: the reader sets it, the memory analysis reads it
+DRIVER_MEMORY_LEVEL = "driver"

@@ -409,9 +409,7 @@ def _origins(trace: Trace, ev: _Events, stacks: pd.Series | None) -> np.ndarray:
     alloc = np.flatnonzero(ev.size > 0)
     out = np.full(len(ev.size), "", dtype=object)
     if stacks is not None:
-        codes = pd.Categorical(stacks.astype(str))
-        per_stack = np.array([categories.stack_origin(c) for c in codes.categories], dtype=object)
-        out[alloc] = per_stack[codes.codes[alloc]]
+        out[alloc] = _stack_origins(stacks.iloc[alloc])
         return out
     ranges = trace.table("ranges", ["start", "end", "name"]) if trace.has("ranges") else None
     ops = trace.table("cpu_ops", ["start", "end", "tid", "name"]) if trace.has("cpu_ops") else None
@@ -419,6 +417,13 @@ def _origins(trace: Trace, ev: _Events, stacks: pd.Series | None) -> np.ndarray:
         if trace.has("python_frames") else None
     out[alloc] = categories.context_origins(ev.start[alloc], ev.tid[alloc], ranges, ops, frames)
     return out
+
+
+def _stack_origins(stacks: pd.Series) -> np.ndarray:
+    """``categories.stack_origin`` of each stack, worked out once per distinct stack."""
+    codes = pd.Categorical(stacks.astype(str))
+    per_stack = np.array([categories.stack_origin(c) for c in codes.categories], dtype=object)
+    return per_stack[codes.codes]
 
 
 def _parts(labels: np.ndarray, size: np.ndarray, extra: dict[str, int]) -> list[dict[str, Any]]:
@@ -552,9 +557,7 @@ def _optimizer_steps(rows: pd.DataFrame) -> int | None:
     stacks = rows.loc[rows["bytes"].to_numpy() > 0, "stack"].astype(str)
     if not (stacks != "").any():
         return None
-    codes = pd.Categorical(stacks)
-    in_optimizer = np.array([categories.stack_origin(c) in (categories.OPTIMIZER, categories.OPTIMIZER_INIT)
-                             for c in codes.categories], dtype=bool)[codes.codes]
+    in_optimizer = np.isin(_stack_origins(stacks), [categories.OPTIMIZER, categories.OPTIMIZER_INIT])
     return int(np.count_nonzero(in_optimizer[1:] & ~in_optimizer[:-1]) + (1 if len(in_optimizer) and
                                                                           in_optimizer[0] else 0))
 

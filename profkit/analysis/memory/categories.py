@@ -36,6 +36,7 @@ activation, temporary) where they can be told from these records.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -78,8 +79,7 @@ def stack_origin(stack: str) -> str:
     if any(mark in name for name in native for mark in _WORKSPACE_MARKS):
         return WORKSPACE
     if any("torch/optim/" in file for _, file in python):
-        return OPTIMIZER_INIT if any(fn == "_init_group" and "torch/optim/" in file for fn, file in python) \
-            else OPTIMIZER
+        return OPTIMIZER_INIT if any(_is_optimizer_init_frame(fn, file) for fn, file in python) else OPTIMIZER
     if any(mark in name for name in native for mark in _BACKWARD_MARKS) or \
             any("torch/autograd/" in file for _, file in python):
         return BACKWARD
@@ -88,6 +88,10 @@ def stack_origin(stack: str) -> str:
     if any(fn in ("_call_impl", "_wrapped_call_impl") and "torch/nn/modules/module.py" in file for fn, file in python):
         return FORWARD
     return OTHER
+
+
+def _is_optimizer_init_frame(function: str, file: str) -> bool:
+    return function == "_init_group" and "torch/optim/" in file
 
 
 def _is_parameter_frame(function: str, file: str) -> bool:
@@ -113,15 +117,7 @@ def context_origins(t: np.ndarray, tid: np.ndarray, ranges: pd.DataFrame | None,
         forward = module_ops if module_ops.any() else names.str.startswith("aten::")
         _mark(out, FORWARD, t, tid, ops[forward.to_numpy()])
     if frames is not None and not frames.empty:
-        files = frames["file"].astype(str).str.replace("\\", "/", regex=False)
-        functions = frames["function"].astype(str)
-        # the rule of _is_parameter_frame, over columns (a with_stack trace holds millions of frames)
-        in_nn = files.str.contains("torch/nn/", regex=False)
-        parameter = in_nn & (functions.isin(list(_PARAMETER_FUNCTIONS))
-                             | files.str.contains("torch/nn/parameter.py", regex=False)
-                             | files.str.contains("torch/nn/init.py", regex=False)
-                             | ((functions == "__init__") & files.str.contains("torch/nn/modules/", regex=False)))
-        _mark(out, PARAMETER, t, tid, frames[parameter.to_numpy()])
+        _mark(out, PARAMETER, t, tid, frames[_frames_where(frames, _is_parameter_frame)])
     if ops is not None and not ops.empty:
         names = ops["name"].astype(str)
         backward = names.str.contains("Backward", regex=False) | names.str.startswith("autograd::")
@@ -133,10 +129,18 @@ def context_origins(t: np.ndarray, tid: np.ndarray, ranges: pd.DataFrame | None,
     for rows in optimizer:
         _mark(out, OPTIMIZER, t, None, rows)
     if frames is not None and not frames.empty:
-        init = (frames["function"].astype(str) == "_init_group") & \
-            frames["file"].astype(str).str.replace("\\", "/", regex=False).str.contains("torch/optim/", regex=False)
-        _mark(out, OPTIMIZER_INIT, t, tid, frames[init.to_numpy()])
+        _mark(out, OPTIMIZER_INIT, t, tid, frames[_frames_where(frames, _is_optimizer_init_frame)])
     return out
+
+
+def _frames_where(frames: pd.DataFrame, rule: Callable[[str, str], bool]) -> np.ndarray:
+    """Which Python frames ``rule(function, file)`` holds for, asked once per distinct pair (a
+    with_stack trace holds millions of frames of a few thousand functions)."""
+    ids = frames.groupby(["function", "file"], observed=True, sort=False, dropna=False).ngroup().to_numpy()
+    first = np.unique(ids, return_index=True)[1]  # each pair's first row (ids run 0 .. pairs - 1)
+    functions, files = frames["function"].to_numpy()[first], frames["file"].to_numpy()[first]
+    holds = np.array([rule(str(fn), str(file).replace("\\", "/")) for fn, file in zip(functions, files)], dtype=bool)
+    return holds[ids]
 
 
 def _mark(out: np.ndarray, origin: str, t: np.ndarray, tid: np.ndarray | None, rows: pd.DataFrame) -> None:

@@ -20,9 +20,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from profkit.model.cuda_labels import MODULE_GLOBALS
+from profkit.model.cuda_labels import DRIVER_MEMORY_LEVEL, MODULE_GLOBALS
 
-LEVEL = "driver"  # TraceMeta.extra["memory_level"] of a trace whose memory rows are the driver's
+LEVEL = DRIVER_MEMORY_LEVEL  # TraceMeta.extra["memory_level"] of a trace whose memory rows are the driver's
 CACHING_ALLOCATOR = "PyTorch's caching allocator (its segments: the reserved bytes)"
 OUTSIDE = "outside PyTorch's caching allocator (allocated by a library or the program itself)"
 UNSPLIT = "device allocations ({call}: PyTorch's caching allocator and libraries' own, not told apart " \

@@ -37,7 +37,6 @@ DEVICE_KINDS = ("Device", "Array", "Device Static")
 # and 2025.3 write them with these values)
 DEVICE_KIND_IDS = (2, 3, 5)
 ALLOCATION, DEALLOCATION = 0, 1
-LEVEL = "driver"  # TraceMeta.extra["memory_level"]: the rows are the driver's allocations
 BATCH = 50_000
 MAX_BYTES = 1 << 50  # 1 PiB
 UNKNOWN_CALL = "a CUDA call the export does not name"

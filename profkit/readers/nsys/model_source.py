@@ -51,7 +51,7 @@ import numpy as np
 
 from profkit.errors import ProfkitError
 from profkit.model import schema
-from profkit.model.cuda_labels import normalize_api_name
+from profkit.model.cuda_labels import DRIVER_MEMORY_LEVEL, normalize_api_name
 from profkit.model.keys import FIRST, NULL_INT, encode_keys, encode_rows
 from profkit.model.sync_sites import PREFIX as SYNC_SITE_PREFIX
 from profkit.model.trace import DURATION, NSYS, Coded, Trace, TraceMeta, narrowed
@@ -621,7 +621,7 @@ def _meta(export: NsysExport) -> TraceMeta:
         session_start_utc=queries.session_start_utc(export),
         capture_start_ns=int(window[0]) if window else None, capture_end_ns=int(window[1]) if window else None,
         traced=tuple(dict.fromkeys(_TRACED.get(t, t.lower()) for t in traced)),
-        extra={"memory_level": memory_usage.LEVEL} if memory_usage.has_memory_usage(export) else {},
+        extra={"memory_level": DRIVER_MEMORY_LEVEL} if memory_usage.has_memory_usage(export) else {},
     )
 
 
