@@ -115,3 +115,11 @@ def test_the_comparison_reaches_the_report() -> None:
     record = RunRecord(command=["x.py"], cwd="/", run_dir="/tmp/run", backend="nsys")
     record.recorded["capture_window"] = {"sentence": "nsys traced a window of the run: ..."}
     assert record.report_info()["capture_window"] == run_folder_info(asdict(record))["capture_window"]
+
+
+def test_a_window_of_seconds_opens_from_the_program_start_and_closes_at_its_end() -> None:
+    from profkit.capture.launch import run_in_capture_range
+
+    clock: list[str] = []
+    run_in_capture_range(lambda: train(2, clock), None, "0:", None, capture=Range(clock))
+    assert clock == ["start", "step 1", "step 2", "stop"]

@@ -326,6 +326,26 @@ class TimeWindow:
         self.state = "done"
 
 
+def run_in_time_window(run: Callable[[], None], timer: TimeWindow) -> None:
+    """run() with ``timer`` ticked by every module forward and optimizer step of the program's main
+    thread (and once now: START 0 is the program's first line); the window is closed when run() ends."""
+    from torch.nn.modules.module import register_module_forward_pre_hook
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    # the hooks stay registered once the window closed (a no-op then): removing a global hook
+    # while the program runs would make torch.compile recompile its graphs
+    hooks = [register_module_forward_pre_hook(timer.tick), register_optimizer_step_post_hook(timer.tick)]
+    timer.tick()
+    try:
+        run()
+    finally:
+        if timer.state == "waiting":  # the program ended before START: record nothing
+            timer.state = "done"
+        timer.finish()
+        for hook in hooks:
+            hook.remove()
+
+
 class ForwardFallback:
     """For a program without an optimizer: once AFTER seconds passed since its first module
     forward call with no optimizer step, a ``TimeWindow`` of LENGTH seconds opens there."""
@@ -399,18 +419,7 @@ def run_in_capture_range(run: Callable[[], None], steps: str | None, window: str
 
     rng = capture if capture is not None else CudaProfilerRange()
     if window:
-        timer = TimeWindow(rng, parse_window(window), lambda: None)
-        # the hooks stay registered once the window closed: removing a global hook would make
-        # torch.compile recompile the program's graphs
-        register_module_forward_pre_hook(timer.tick)
-        register_optimizer_step_post_hook(timer.tick)
-        timer.tick()
-        try:
-            run()
-        finally:
-            if timer.state == "waiting":
-                timer.state = "done"
-            timer.finish()
+        run_in_time_window(run, TimeWindow(rng, parse_window(window), lambda: None))
         return
     skip, count = (int(v) for v in (steps or "0:0").split(":"))
     fallback = ForwardFallback(lambda: rng, forward, lambda _: None) if forward else None
@@ -466,23 +475,8 @@ def run_under_torch_profiler(run: Callable[[], None], trace_path: str, steps: st
         exported.append(True)
 
     if window:
-        from torch.nn.modules.module import register_module_forward_pre_hook
-        from torch.optim.optimizer import register_optimizer_step_post_hook
-
         prof = profile(activities=activities, with_stack=with_stack)
-        timer = TimeWindow(prof, parse_window(window), save)
-        # the hooks stay registered once the window closed (a no-op then): removing a global
-        # hook would make torch.compile recompile the program's graphs
-        hooks = [register_module_forward_pre_hook(timer.tick), register_optimizer_step_post_hook(timer.tick)]
-        timer.tick()  # START 0: from the first line of the program
-        try:
-            run()
-        finally:
-            if timer.state == "waiting":  # the program ended before START: record nothing
-                timer.state = "done"
-            timer.finish()
-            for hook in hooks:
-                hook.remove()
+        run_in_time_window(run, TimeWindow(prof, parse_window(window), save))
         return
     fallback = None
     if steps:
