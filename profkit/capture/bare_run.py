@@ -63,13 +63,23 @@ def compare(bare_path: Path, traced_path: Path) -> dict[str, Any]:
         return {"skipped": "too few optimizer steps or forward calls in one run to compare "
                            f"(needs {DEFAULT_SKIP + 3}; the native or unhooked program records none)"}
     b, t = bare[0], traced[0]
-    median = float(np.median(b))
-    noise = float(np.subtract(*np.percentile(b, [75, 25]))) / median if median else 0.0
-    slowdown = float(np.median(t)) / median if median else float("nan")
-    inflated = slowdown - 1 > max(noise, MIN_INFLATION)
+    median, noise = _median_and_noise(b)
+    slowdown, inflated = _slowdown(median, noise, t)
     return {"steps_by": bare[1], "bare_step_ns": median, "traced_step_ns": float(np.median(t)),
             "slowdown": round(slowdown, 3), "noise": round(noise, 3), "inflated": bool(inflated),
             "sentence": sentence(slowdown, noise, inflated, len(b), len(t))}
+
+
+def _median_and_noise(reference: np.ndarray) -> tuple[float, float]:
+    """The reference steps' median and their run-to-run noise (interquartile range over the median)."""
+    median = float(np.median(reference))
+    return median, float(np.subtract(*np.percentile(reference, [75, 25]))) / median if median else 0.0
+
+
+def _slowdown(median: float, noise: float, traced: np.ndarray) -> tuple[float, bool]:
+    """The traced steps' median over the reference's, and whether that is beyond the noise."""
+    slowdown = float(np.median(traced)) / median if median else float("nan")
+    return slowdown, bool(slowdown - 1 > max(noise, MIN_INFLATION))
 
 
 def sentence(slowdown: float, noise: float, inflated: bool, bare_steps: int, traced_steps: int) -> str:
@@ -105,13 +115,11 @@ def compare_window(times_path: Path, skip: int = DEFAULT_SKIP) -> dict[str, Any]
         if len(traced) < 2 or len(untraced) < MIN_UNTRACED:
             return {"steps_by": kind, "skipped": f"{len(traced)} traced and {len(untraced)} untraced steps after "
                     f"{skip} of warm-up: too few to compare (a longer run, or a window with steps after it)"}
-        median = float(np.median(untraced))
-        noise = float(np.subtract(*np.percentile(untraced, [75, 25]))) / median if median else 0.0
+        median, noise = _median_and_noise(untraced)
         if noise > MAX_NOISE:  # untraced "steps" that are no steps alike (compilation, calls of unlike length)
             return {"steps_by": kind, "skipped": f"the {len(untraced)} untraced steps vary too much to compare with "
                     f"(interquartile range {100 * noise:.0f}% of their median)"}
-        slowdown = float(np.median(traced)) / median if median else float("nan")
-        inflated = slowdown - 1 > max(noise, MIN_INFLATION)
+        slowdown, inflated = _slowdown(median, noise, traced)
         change = f"slowed them by {100 * (slowdown - 1):.0f}%" if slowdown >= 1 else \
             f"left them {100 * (1 - slowdown):.0f}% faster, within what the load lets one measure"
         text = (f"nsys traced a window of the run: its {len(traced)} traced steps took a median "
