@@ -62,13 +62,28 @@ PROGRAMS = [
                                                   "--hf-generate", "--cache-implementation", "static"], True,
             STEADY_MS, 1.0),
 ]
-# mode -> profkit trace flags (None: the bare program; RAW_NSYS: nsys alone, without profkit)
-RAW_NSYS = ["<nsys alone>"]
+
+
+@dataclass(frozen=True)
+class RawNsys:
+    """nsys alone, without profkit: ``nsys profile --sample=none --cpuctxsw=none ARGS program``."""
+
+    args: tuple[str, ...]
+
+
+# mode -> profkit trace flags (None: the bare program; RawNsys: nsys alone, without profkit)
 GPU_MODES = {"bare": None, "nsys (default)": ["--backend", "nsys"], "nsys --full": ["--backend", "nsys", "--full"],
              "nsys --no-python-sync-sites": ["--backend", "nsys", "--no-python-sync-sites"],
              "nsys no Python sampling": ["--backend", "nsys", "--nsys-args", "--python-sampling=false"],
              # the floor: nsys's own CUDA API and kernel tracing, no launcher, hook or sampling
-             "nsys alone (-t cuda nvtx)": RAW_NSYS,
+             "nsys alone (-t cuda nvtx)": RawNsys(("-t", "cuda,nvtx")),
+             # what each part of nsys's tracing costs: its injection alone, NVTX alone, CUDA alone, and
+             # the lighter CUDA collections of nsys 2024+ (an option the nsys lacks fails that row only)
+             "nsys alone (-t none)": RawNsys(("-t", "none")),
+             "nsys alone (-t nvtx)": RawNsys(("-t", "nvtx")),
+             "nsys alone (-t cuda)": RawNsys(("-t", "cuda")),
+             "nsys alone (-t cuda, no event trace)": RawNsys(("-t", "cuda", "--cuda-event-trace=false")),
+             "nsys alone (-t cuda-hw)": RawNsys(("-t", "cuda-hw")),
              # a window: nsys traces optimizer steps 6-10 (or 3 s of forward calls after 5 s), the rest untraced
              "nsys window (--steps 5 --skip 5)": ["--backend", "nsys", "--steps", "5", "--skip", "5"],
              "torch (default)": ["--backend", "torch"]}
@@ -76,14 +91,14 @@ CPU_MODES = {"bare": None, "torch (default)": ["--backend", "torch"],
              "torch --with-stack": ["--backend", "torch", "--with-stack"]}
 
 
-def step_ms(program: Program, flags: list[str] | None, work: Path) -> tuple[float | None, float, str]:
+def step_ms(program: Program, flags: list[str] | RawNsys | None, work: Path) -> tuple[float | None, float, str]:
     """The program's own steady step time, bare or under ``profkit trace FLAGS``, the command's
     wall time in seconds, and for a windowed capture its own comparison of traced and untraced steps."""
     if flags is None:
         argv = [sys.executable, *program.argv]
-    elif flags is RAW_NSYS:
+    elif isinstance(flags, RawNsys):
         report = Path(tempfile.mkdtemp(dir=work)) / "raw"
-        argv = [shutil.which("nsys") or "nsys", "profile", "-t", "cuda,nvtx", "--sample=none", "--cpuctxsw=none",
+        argv = [shutil.which("nsys") or "nsys", "profile", "--sample=none", "--cpuctxsw=none", *flags.args,
                 "-o", str(report), sys.executable, *program.argv]
     else:
         run_dir = Path(tempfile.mkdtemp(dir=work))
@@ -96,7 +111,7 @@ def step_ms(program: Program, flags: list[str] | None, work: Path) -> tuple[floa
     wall_s = time.perf_counter() - started
     found = program.step_pattern.findall(done.stdout + done.stderr)
     window = ""
-    if flags and flags is not RAW_NSYS and (run_dir / "run.json").is_file():
+    if isinstance(flags, list) and (run_dir / "run.json").is_file():
         import json
 
         measured = json.loads((run_dir / "run.json").read_text()).get("recorded", {}).get("capture_window") or {}
@@ -107,7 +122,7 @@ def step_ms(program: Program, flags: list[str] | None, work: Path) -> tuple[floa
     return (float(found[-1]) * program.to_ms if found else None), wall_s, window
 
 
-def measure(programs: list[Program], modes: dict[str, list[str] | None], repeat: int) -> list[dict]:
+def measure(programs: list[Program], modes: dict[str, list[str] | RawNsys | None], repeat: int) -> list[dict]:
     """One row per program and mode: the median step time of ``repeat`` runs, and its ratio to bare."""
     rows = []
     work = Path(tempfile.mkdtemp(prefix="profkit-capture-overhead-"))

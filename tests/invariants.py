@@ -26,7 +26,9 @@ from typing import Any
 from click.testing import CliRunner
 
 from profkit.cli import cli
+from profkit.readers.kineto.source_lines import SOURCE_PATH_ENV
 
+ZOO_PROGRAMS = Path(__file__).parent / "zoo" / "programs"
 COMMANDS = {"steps": ["steps"], "host": ["host"], "host_steady": ["host", "--steady"], "stalls": ["stalls"],
             "breakdown": ["breakdown", "--steady"],
             "graphs": ["graphs"], "kernels": ["kernels"], "api": ["api"]}
@@ -91,8 +93,10 @@ OUTPUTS: dict[Path, Outputs] = _Cache()
 
 
 def collect(trace: Path) -> Outputs:
-    """Run every command on ``trace`` (in this process) and keep its outputs."""
-    runner = CliRunner()
+    """Run every command on ``trace`` (in this process) and keep its outputs.  The zoo programs'
+    sources are at hand, as a user's own program is where they run profkit: the Kineto reader
+    finds call lines in them (``readers/kineto/source_lines.py``)."""
+    runner = CliRunner(env={SOURCE_PATH_ENV: str(ZOO_PROGRAMS)})
     out = Outputs(Path(trace).name)
     for key, args in COMMANDS.items():
         result = runner.invoke(cli, [*args, str(trace), "--format", "json"])

@@ -199,14 +199,17 @@ RANGES = _cols(
 # or (pid, tid, start).  The frame is the innermost one outside torch, profkit
 # and built-ins (the frame that called into torch, as profkit's sync hook
 # picks it).  Its line is the line torch's Python tracer gives the frame: the
-# function's first line, not the line of the call inside it (for module-level
-# code: the line where profiling began), so a site here names a function;
-# the sync hook's ranges name the line.
+# function's first line, not the line of the call inside it (for a frame running
+# when profiling began: its line then), so a site here names a function; the sync
+# hook's ranges name the line.  Where the program's source is at hand and the
+# function calls what the trace shows it calling on exactly one line, the site
+# is that line (``readers/kineto/source_lines.py``).
 PYTHON_SITES = _cols(
     ("pid", INT, ""), ("tid", INT, ""),
     ("correlation", INT, "the API call's correlation id"),
     ("start", INT, "ns, the API call's start"),
-    ("site", CATEGORY, "'train.py:25' (file as the trace names it, the frame's line)"),
+    ("site", CATEGORY, "'train.py:25' (file as the trace names it, the frame's line or, found in the source, "
+                       "the call's)"),
     ("function", CATEGORY, "'train_step' ('<module>' for top-level code)"),
 )
 
@@ -221,7 +224,8 @@ PYTHON_SITES = _cols(
 #   ``"file.py(25): train_step"``; ``line`` is the function's first line, as
 #   torch's tracer names it.  A built-in (``"<built-in function sleep>"``) is the
 #   function ``"sleep (built-in) called from train_step"`` with its caller's file
-#   and line: the first line is not the call's, so the call's name finds it.
+#   and line: the first line is not the call's, so the call's name finds it (and
+#   the line is the call's where the source shows it on one line).
 # - nsys ``--python-sampling=true`` (exported with ``--include-blobs=true``):
 #   each periodic sample is an instant with a stack; sample i stands for the time
 #   to the thread's next sample (at most twice the median spacing of its samples:

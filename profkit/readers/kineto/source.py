@@ -19,6 +19,7 @@ from profkit.model import schema
 from profkit.model.trace import CUDA, HIP, KINETO, Coded, Trace, TraceMeta, empty_arrays
 from profkit.readers.kineto.events import TraceBuilder, copy_kinds, range_kind, short_kernel_name
 from profkit.readers.kineto.parse import RECORD_SHAPES, read_events
+from profkit.readers.kineto.source_lines import SourceLines
 from profkit.readers.kineto.stacks import python_frames, python_sites
 
 # deviceProperties key -> devices column (Kineto's CudaDeviceProperties.cpp and
@@ -156,11 +157,12 @@ class KinetoSource:
             return {c: self._devices()[c] for c in columns}
         if table == "python_sites":
             if "python_sites" not in self._finished:
-                self._finished["python_sites"] = python_sites(self.builder.frames, self.tables["api"])
+                self._finished["python_sites"] = python_sites(self.builder.frames, self.tables["api"],
+                                                              SourceLines.for_trace(self.path))
             return {c: self._finished["python_sites"][c] for c in columns}
         if table == "python_frames":
             if "python_frames" not in self._finished:
-                self._finished["python_frames"] = python_frames(self.builder.frames)
+                self._finished["python_frames"] = python_frames(self.builder.frames, SourceLines.for_trace(self.path))
             return {c: self._finished["python_frames"][c] for c in columns}
         source = self.tables[table]
         derived: dict[str, Any] = {}

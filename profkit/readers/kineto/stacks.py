@@ -27,6 +27,7 @@ import numpy as np
 from profkit.model.keys import rows_by_thread
 from profkit.model.trace import Coded, empty_arrays
 from profkit.readers.kineto.columns import Table
+from profkit.readers.kineto.source_lines import SourceLines
 
 FRAME_NAME = re.compile(r"(?P<file>.+)\((?P<line>\d+)\): (?P<function>.*)")
 MAX_LINE_DIGITS = 18  # int64
@@ -45,15 +46,22 @@ def user_frame(name: str) -> tuple[str, str] | None:
     return f"{file}:{m.group('line')}", m.group("function")
 
 
-def python_sites(frames: Table, api: Table) -> dict[str, Any]:
+def python_sites(frames: Table, api: Table, source: SourceLines | None = None) -> dict[str, Any]:
     """One row per API call enclosed by a user frame (model table ``python_sites``):
-    its columns, text as ``Coded``."""
+    its columns, text as ``Coded``.  With ``source`` (the program's files at hand), a site is the
+    line of the user frame's call that led to the API call, where the file shows that call on one
+    line (``source_lines``); else the frame's recorded line."""
     if frames.rows == 0 or api.rows == 0:
         return empty_arrays("python_sites")
     codes = frames.codes["name"]
+    parsed = [_frame_parts(n) for n in codes.index]
     is_user = np.array([_label(n)[0] != "" for n in codes.index], dtype=bool)
+    if source is not None and not any(source.has_file(p[1]) for p, user in zip(parsed, is_user) if user):
+        source = None
     name = frames.column("name")
-    keep = is_user[name]
+    # without source lines only the user frames matter; with them, every frame: the one a user
+    # frame called is what its call line is looked up by
+    keep = is_user[name] if source is None else np.ones(frames.rows, dtype=bool)
     f_pid, f_tid = frames.column("pid")[keep], frames.column("tid")[keep]
     f_start, f_end, f_name = frames.column("start")[keep], frames.column("end")[keep], name[keep]
     a_pid, a_tid, a_start = api.column("pid"), api.column("tid"), api.column("start")
@@ -61,6 +69,7 @@ def python_sites(frames: Table, api: Table) -> dict[str, Any]:
 
     found_api: list[np.ndarray] = []
     found_frame: list[np.ndarray] = []
+    found_callee: list[np.ndarray] = []
     api_of = rows_by_thread(a_pid, a_tid)
     for (pid, tid), on_thread in rows_by_thread(f_pid, f_tid).items():
         calls = api_of.get((pid, tid))
@@ -79,8 +88,18 @@ def python_sites(frames: Table, api: Table) -> dict[str, Any]:
                 break
             at[closed] = parent[at[closed]]
             open_ &= at >= 0
-        found_api.append(calls[open_])
-        found_frame.append(order[at[open_]])
+        if source is None:  # every kept frame is a user frame
+            found_api.append(calls[open_])
+            found_frame.append(order[at[open_]])
+            continue
+        user_of, called = _user_ancestors(parent, is_user[f_name[order]])
+        at = at[open_]
+        user = user_of[at]
+        mine = user >= 0
+        found_api.append(calls[open_][mine])
+        found_frame.append(order[user[mine]])
+        below = called[at[mine]]
+        found_callee.append(np.where(below >= 0, f_name[order[np.maximum(below, 0)]], -1))
     if not found_api:
         return empty_arrays("python_sites")
     calls = np.concatenate(found_api)
@@ -88,11 +107,57 @@ def python_sites(frames: Table, api: Table) -> dict[str, Any]:
     order = np.argsort(calls, kind="stable")  # api row order
     calls, frame_rows = calls[order], frame_rows[order]
     frame_code = f_name[frame_rows]
+    if source is None:
+        site = codes.coded(frame_code, lambda n: _label(n)[0])
+    else:
+        callee_code = np.concatenate(found_callee)[order]
+        site = _call_sites(frame_code, callee_code, list(codes.index), parsed, source)
     return {
         "pid": a_pid[calls], "tid": a_tid[calls], "correlation": a_corr[calls], "start": a_start[calls],
-        "site": codes.coded(frame_code, lambda n: _label(n)[0]),
+        "site": site,
         "function": codes.coded(frame_code, lambda n: _label(n)[1]),
     }
+
+
+def _user_ancestors(parent: np.ndarray, is_user: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each frame (sorted by start, ``parent`` from ``_enclosing``): its nearest user frame (itself
+    if it is one; -1 for none), and the frame that user frame called on the way to it (-1 for
+    itself)."""
+    user_of = np.full(len(parent), -1, dtype=np.int64)
+    called = np.full(len(parent), -1, dtype=np.int64)
+    user = is_user.tolist()
+    for k, up in enumerate(parent.tolist()):  # parents come first in start order
+        if user[k]:
+            user_of[k] = k
+        elif up >= 0:
+            user_of[k] = user_of[up]
+            called[k] = k if user[up] else called[up]
+    return user_of, called
+
+
+def _call_sites(frame_code: np.ndarray, callee_code: np.ndarray, names: list[object],
+                parsed: list[tuple[str, str, int] | None], source: SourceLines) -> Coded:
+    """Each site as ``file:line`` of the call the source shows for its (frame, called frame) pair,
+    else the frame's recorded ``file:line``; looked up once per distinct pair."""
+    pairs, inverse = np.unique(np.stack([frame_code, callee_code]), axis=1, return_inverse=True)
+    position: dict[str, int] = {}
+    pair_label = []
+    for frame, callee in pairs.T.tolist():
+        function, file, line = parsed[frame]
+        called = callee_name(names[callee]) if callee >= 0 else None
+        found = source.call_line(file, function, line, called) if called else None
+        pair_label.append(position.setdefault(f"{file}:{found if found is not None else line}", len(position)))
+    return Coded(np.asarray(pair_label, dtype=np.int64)[np.asarray(inverse).reshape(-1)], list(position))
+
+
+def callee_name(name: object) -> str | None:
+    """The bare name a call to this frame has in source: ``item`` for the built-in method
+    ``Tensor.item``, ``synchronize`` for ``torch/cuda/__init__.py(1162): synchronize``."""
+    builtin = builtin_name(name)
+    if builtin is not None:
+        return builtin.rsplit(".", 1)[-1]
+    parts = _frame_parts(name)
+    return parts[0] if parts is not None else None
 
 
 def _label(name: object) -> tuple[str, str]:
@@ -113,7 +178,7 @@ def _enclosing(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return parent
 
 
-def python_frames(frames: Table) -> dict[str, Any]:
+def python_frames(frames: Table, source: SourceLines | None = None) -> dict[str, Any]:
     """The model's python_frames (``schema.PYTHON_FRAMES``): every ``python_function`` event that
     is a Python frame ("file.py(25): function") or a built-in called from one, with its nesting
     depth among those frames on its thread.
@@ -165,7 +230,9 @@ def python_frames(frames: Table) -> dict[str, Any]:
             called = f" called from {up[0]}" if by >= 0 else ""
             functions.append(f"{builtin_names[code]} (built-in){called}")
             files.append(up[1])
-            lines[k] = up[2]
+            found = source.call_line(up[1], up[0], up[2], builtin_names[code].rsplit(".", 1)[-1]) \
+                if source is not None and by >= 0 else None
+            lines[k] = up[2] if found is None else found
         else:
             functions.append(own[0])
             files.append(own[1])
