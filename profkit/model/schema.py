@@ -240,6 +240,8 @@ PYTHON_FRAMES = _cols(
     ("file", CATEGORY, "file as the trace names it (Kineto: relative to site-packages or the script's folder; "
                        "nsys: absolute)"),
     ("line", INT, "Kineto: the function's first line; nsys: the line sampled (-1 unknown)"),
+    ("call_line", INT, "1 where ``line`` is the line executing (nsys: sampled; Kineto: a built-in's call, found "
+                       "in the source), 0 where it is the function's first line"),
 )
 
 # Framework CPU operators (Kineto cat 'cpu_op'; nsys has none).

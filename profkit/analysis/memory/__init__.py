@@ -336,7 +336,7 @@ def _attributed_sites(trace: Trace, ev: _Events, index: np.ndarray, recorded: pd
                 for fn, fl, ln, t in zip(functions, files, lines, ev.start[index])]
         return pd.DataFrame(rows, columns=SITE_COLUMNS)
     t, tid = ev.start[index], ev.tid[index]
-    frames = trace.table("python_frames", ["start", "end", "tid", "depth", "function", "file", "line"]) \
+    frames = trace.table("python_frames", ["start", "end", "tid", "depth", "function", "file", "line", "call_line"]) \
         if trace.has("python_frames") else None
     ops = trace.table("cpu_ops", ["start", "end", "tid", "name"]) if trace.has("cpu_ops") else None
     ranges = trace.table("ranges", ["start", "end", "name"]) if trace.has("ranges") else None
@@ -345,11 +345,13 @@ def _attributed_sites(trace: Trace, ev: _Events, index: np.ndarray, recorded: pd
     rows = []
     for i in range(len(index)):
         f = frame[i]
-        where = f"{f['function']} ({f['file']})" if f is not None else None
+        # a line only where it is the allocating call's (a frame's first line names no allocation)
+        line = int(f["line"]) if f is not None and f["call_line"] and f["line"] >= 0 else None
+        where = None if f is None else f"{f['function']} ({f['file']}{'' if line is None else f':{line}'})"
         operator = str(op[i]["name"]) if op[i] is not None else None
         site = " in ".join(x for x in (operator, where) if x) or "unknown"
         rows.append({"site": site, "function": None if f is None else str(f["function"]),
-                     "file": None if f is None else str(f["file"]), "line": None,
+                     "file": None if f is None else str(f["file"]), "line": line,
                      "operator": operator, "phase": _phase(ranges, ops, t[i], tid[i], operator)})
     return pd.DataFrame(rows, columns=SITE_COLUMNS)
 
@@ -397,10 +399,11 @@ def _by_site(sites: pd.DataFrame, size: np.ndarray) -> list[dict[str, Any]]:
     frame = sites.assign(bytes=size)
     grouped = frame.groupby("site", sort=False).agg(bytes=("bytes", "sum"), count=("bytes", "size"),
                                                      function=("function", "first"), file=("file", "first"),
-                                                     operator=("operator", "first"))
+                                                     line=("line", "first"), operator=("operator", "first"))
     grouped = grouped.sort_values(["bytes", "count"], ascending=False).reset_index()
     return [{"site": r["site"], "bytes": int(r["bytes"]), "count": int(r["count"]), "function": r["function"],
-             "file": r["file"], "operator": r["operator"]} for r in grouped.to_dict("records")]
+             "file": r["file"], "line": None if pd.isna(r["line"]) else int(r["line"]), "operator": r["operator"]}
+            for r in grouped.to_dict("records")]
 
 
 def _origins(trace: Trace, ev: _Events, stacks: pd.Series | None) -> np.ndarray:

@@ -219,10 +219,11 @@ def python_frames(frames: Table, source: SourceLines | None = None) -> dict[str,
             "start": start, "end": end, "pid": pid, "tid": tid, "depth": depth,
             "function": codes.coded(kept_name, lambda n: _parts_or_blank(n)[0]),
             "file": codes.coded(kept_name, lambda n: _parts_or_blank(n)[1]),
-            "line": _lines(parsed, kept_name),
+            "line": _lines(parsed, kept_name), "call_line": np.zeros(len(keep), dtype=np.int64),
         }
     per_code = [(_parts_or_blank(n)) for n in codes.index]
     functions, files, lines = [], [], np.empty(len(keep), dtype=np.int64)
+    call_line = np.zeros(len(keep), dtype=np.int64)
     for k, (code, by) in enumerate(zip(kept_name.tolist(), caller.tolist())):
         own = per_code[code]
         if builtin_row[k]:
@@ -233,12 +234,13 @@ def python_frames(frames: Table, source: SourceLines | None = None) -> dict[str,
             found = source.call_line(up[1], up[0], up[2], builtin_names[code].rsplit(".", 1)[-1]) \
                 if source is not None and by >= 0 else None
             lines[k] = up[2] if found is None else found
+            call_line[k] = found is not None
         else:
             functions.append(own[0])
             files.append(own[1])
             lines[k] = own[2]
     return {"start": start, "end": end, "pid": pid, "tid": tid, "depth": depth,
-            "function": _coded(functions), "file": _coded(files), "line": lines}
+            "function": _coded(functions), "file": _coded(files), "line": lines, "call_line": call_line}
 
 
 BUILTIN_NAME = re.compile(r"<built-in (?:function (?P<function>[^>\s]+)|"

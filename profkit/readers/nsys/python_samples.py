@@ -155,6 +155,7 @@ def _frames(export: NsysExport, samples: dict[int, list[tuple[int, tuple[tuple[i
         "depth": np.array(cols["depth"], dtype=np.int64),
         "function": _coded(cols["function"], strings), "file": _coded(cols["file"], strings),
         "line": np.array(cols["line"], dtype=np.int64),
+        "call_line": np.ones(len(gtid), dtype=np.int64),  # a sample's line is the one executing
     }
 
 
