@@ -84,6 +84,9 @@ GPU_MODES = {"bare": None, "nsys (default)": ["--backend", "nsys"], "nsys --full
              "nsys alone (-t cuda)": RawNsys(("-t", "cuda")),
              "nsys alone (-t cuda, no event trace)": RawNsys(("-t", "cuda", "--cuda-event-trace=false")),
              "nsys alone (-t cuda-hw)": RawNsys(("-t", "cuda-hw")),
+             # graph-level tracing of host-launched graphs only (nsys traces device launches too by default)
+             "nsys alone (-t cuda, graphs host-only)": RawNsys(("-t", "cuda", "--cuda-graph-trace=graph:host-only")),
+             "nsys (graphs host-only)": ["--backend", "nsys", "--nsys-args", "--cuda-graph-trace=graph:host-only"],
              # a window: nsys traces optimizer steps 6-10 (or 3 s of forward calls after 5 s), the rest untraced
              "nsys window (--steps 5 --skip 5)": ["--backend", "nsys", "--steps", "5", "--skip", "5"],
              "torch (default)": ["--backend", "torch"]}

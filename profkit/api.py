@@ -149,8 +149,9 @@ def steps_json(result: StepResult) -> dict[str, Any]:
     return result.to_dict()
 
 
-def host_json(trace: Trace, *, steady: bool = False) -> dict[str, Any]:
-    """``profkit host --format json`` of one rank: summary, functions, other_threads, verdict."""
+def host_json(trace: Trace, *, steady: bool = True) -> dict[str, Any]:
+    """``profkit host --format json`` of one rank: summary, functions, other_threads, verdict; over the
+    steady-state steps, or with ``steady=False`` every step (warm-up too)."""
     from profkit.analysis.host import host_time
     from profkit.analysis.host.verdict import verdict
 
@@ -539,9 +540,10 @@ class Profile:
         rows.sort(key=lambda r: r["rank"])
         return _frame(rows)
 
-    def host(self, *, steady: bool = False) -> pd.DataFrame:
-        """Host time per Python function per step (``profkit host``); ``attrs``: summary, verdict,
-        other_threads (a multi-rank input: a ``rank`` column, ``attrs["ranks"]`` each rank's)."""
+    def host(self, *, steady: bool = True) -> pd.DataFrame:
+        """Host time per Python function per steady step (``profkit host``; ``steady=False``: every step,
+        warm-up too); ``attrs``: summary, verdict, other_threads (a multi-rank input: a ``rank``
+        column, ``attrs["ranks"]`` each rank's)."""
         return self._object(self._answers(lambda t: host_json(t, steady=steady)), "functions")
 
     def stalls(self, *, step_range: str | None = None, threshold_pct: float = 5.0) -> pd.DataFrame:

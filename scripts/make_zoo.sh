@@ -44,7 +44,7 @@ mkdir -p "$DEST" zoo
 # run at once (ZOO_JOBS) end together
 ENTRIES=(
   "compile_max_autotune|compile_modes.py --mode max-autotune|1"
-  "hf_generate_static|hf_generate.py --cache static --new-tokens 16 --layers 2|1|200"
+  "hf_generate_static|hf_generate.py --cache static --new-tokens 16 --layers 2|1|500"
   "compile_reduce_overhead|compile_modes.py --mode reduce-overhead|1"
   "compile_train_compiled|compile_train.py|1"
   "hf_generate_dynamic|hf_generate.py --cache dynamic --new-tokens 16 --layers 2|1|500"

@@ -29,10 +29,10 @@ from profkit.cli import cli
 from profkit.readers.kineto.source_lines import SOURCE_PATH_ENV
 
 ZOO_PROGRAMS = Path(__file__).parent / "zoo" / "programs"
-COMMANDS = {"steps": ["steps"], "host": ["host"], "host_steady": ["host", "--steady"], "stalls": ["stalls"],
+COMMANDS = {"steps": ["steps"], "host": ["host"], "host_all_steps": ["host", "--all-steps"], "stalls": ["stalls"],
             "breakdown": ["breakdown", "--steady"],
             "graphs": ["graphs"], "kernels": ["kernels"], "api": ["api"]}
-PER_RANK_OBJECTS = ("host", "host_steady", "stalls", "graphs")
+PER_RANK_OBJECTS = ("host", "host_all_steps", "stalls", "graphs")
 RAW_SYNC_TEXT = "profkit.sync|"
 FIGURE_REL_TOL = 0.01  # printed durations have three significant digits
 UNITS_NS = {"ns": 1.0, "µs": 1e3, "us": 1e3, "ms": 1e6, "s": 1e9}
@@ -68,8 +68,8 @@ class Outputs:
 
     @property
     def hosts(self) -> list[tuple[str, dict]]:
-        """(command, output) of ``host`` and ``host --steady``, those that printed a table."""
-        return [(key.replace("_steady", " --steady"), self.json[key]) for key in ("host", "host_steady")
+        """(command, output) of ``host`` and ``host --all-steps``, those that printed a table."""
+        return [(key.replace("_all_steps", " --all-steps"), self.json[key]) for key in ("host", "host_all_steps")
                 if self.json.get(key)]
 
     @property

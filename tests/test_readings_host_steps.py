@@ -134,12 +134,12 @@ def test_one_step_median_the_steps_one() -> None:
     assert f"steady median {median / 1e6:.2f} ms" in result.output and "mean" in header
 
 
-def test_step_median_is_the_steady_one_without_steady_too() -> None:
-    """Without --steady the rows cover every step (warm-up too), but the median said is still the steady
+def test_step_median_is_the_steady_one_with_all_steps_too() -> None:
+    """With --all-steps the rows cover every step (warm-up too), but the median said is still the steady
     state's, as `profkit steps` says it (it was the median over all steps)."""
     path = PROFKIT_RUN
     assert steps(path)["summary"]["warmup_count"] >= 1
-    data = run_json("host", str(path))
+    data = run_json("host", str(path), "--all-steps")
     assert data["summary"]["steady_only"] is False
     assert data["summary"]["step_median_ns"] == steps(path)["summary"]["median_ns"]
 

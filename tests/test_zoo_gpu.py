@@ -32,8 +32,6 @@ KNOWN_WRONG: dict[tuple[str, str], str] = {
     # and stay "source unknown" (amp_bf16's, which block longer, are found)
     **{(f"{program}.{level}", "sync_line"): "most of its syncs are shorter than the sample spacing: no sample "
        "shows their line" for program in ("item_sync_sleep", "graphed_train") for level in ("graph", "node")},
-    **{(f"python_loader.{level}", "slow_line"): "the batch-building line is below the table's top 3 (forward, "
-       "embedding, backward lead: the samples' innermost frames, not the loop's line)" for level in ("graph", "node")},
 }
 
 
@@ -167,13 +165,24 @@ def test_no_sync_in_the_steps_is_pinned_to_another_line(program: str, level: str
 
 
 @pytest.mark.parametrize("program, level, path", cases("slow_line", wanted=("item_sync_sleep", "python_loader")))
-def test_the_planted_slow_line_is_in_the_host_tables_top_three(program: str, level: str, path: Path) -> None:
+def test_the_planted_slow_line_and_its_cost_in_the_host_table(program: str, level: str, path: Path) -> None:
+    """item_sync_sleep's planted line sleeps in main(): the table's row is that line.  python_loader's
+    calls make_batch, whose time the table spreads over the innermost frames it runs (randrange and
+    its helpers lead, make_batch's own self time is smaller): there the verdict is data loading,
+    named make_batch, at the time the program measured around the call, and make_batch's row holds
+    that time inclusive."""
     plant = planted(program, level)
-    rows = outputs(path).json["host"]["functions"]
-    assert plant.plants["slow"] in [f"{Path(r['file']).name}:{r['line']}" for r in rows[:3]]
-    if program == "python_loader":  # and its cost: make_batch's time per step, as the program timed it
+    host = outputs(path).json["host"]
+    rows = host["functions"]
+    if program == "python_loader":
+        truth_ms = plant.truth["make_batch_ms_per_step"]
         (row,) = [r for r in rows if r["function"] == "make_batch"]
-        assert row["inclusive_ns_per_step"] / 1e6 == pytest.approx(plant.truth["make_batch_ms_per_step"], rel=0.2)
+        assert row["inclusive_ns_per_step"] / 1e6 == pytest.approx(truth_ms, rel=0.2)
+        verdict = host["verdict"]
+        assert verdict["kind"] == "data" and verdict["causes"][0]["label"].startswith("make_batch (")
+        assert verdict["causes"][0]["ns_per_step"] / 1e6 == pytest.approx(truth_ms, rel=0.2)
+    else:
+        assert plant.plants["slow"] in [f"{Path(r['file']).name}:{r['line']}" for r in rows[:3]]
 
 
 def test_triton_suite_roofline_against_the_planted_work() -> None:

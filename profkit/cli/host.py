@@ -28,7 +28,9 @@ CSV = [Column(k, k) for k in ("function", "file", "line", "self_ns_per_step", "i
 @click.command()
 @click.argument("trace_path", metavar="TRACE", type=click.Path(path_type=Path))
 @rank_option
-@click.option("--steady", is_flag=True, help="Only the steady-state steps (default: every step, warm-up too).")
+@click.option("--steady/--all-steps", default=True, show_default=True,
+              help="The steady-state steps, as the report and `profkit steps` take them, or every step, warm-up "
+                   "too (whose one-time work, such as library loading, can then outweigh what bounds a step).")
 @top_option(25, "table/md: show the N functions with the most host time (0: all).  json/csv list every one.",
             minimum=0, old_names=("--limit",))
 @wide_option()
@@ -38,7 +40,8 @@ def host(trace_path: Path, rank: int | None, steady: bool, top: int, wide: bool,
 
     \b
     Examples:
-      profkit host trace.json.gz --steady          # torch.profiler with_stack=True
+      profkit host trace.json.gz                   # torch.profiler with_stack=True
+      profkit host trace.json.gz --all-steps       # warm-up steps too
       profkit host run.sqlite --format json        # nsys --python-sampling=true, exported with blobs
 
     Each instant of a step counts for the innermost Python frame then open on

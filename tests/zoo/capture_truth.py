@@ -73,8 +73,11 @@ def planted(program: str, level: str) -> Planted:
 
 
 def unpacked(path: Path) -> Path:
-    """An .sqlite.xz unpacked once into the temp folder (never beside the committed file)."""
-    target = Path(tempfile.gettempdir()) / "profkit-zoo-truth" / path.name.removesuffix(".xz")
+    """An .sqlite.xz unpacked once into the temp folder (never beside the committed file); the copy is
+    named by the packed file's size and time, so a re-captured fixture is never read as the old one."""
+    stat = path.stat()
+    target = (Path(tempfile.gettempdir()) / "profkit-zoo-truth"
+              / f"{stat.st_size}-{stat.st_mtime_ns}-{path.name.removesuffix('.xz')}")
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_suffix(".part")

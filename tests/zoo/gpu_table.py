@@ -40,6 +40,32 @@ def rows() -> Iterator[tuple[str, str, str, str, bool]]:
             top = max(stalls, key=lambda r: r["per_step"]["gpu_idle_ns"] + r["per_step"]["cpu_blocked_ns"])
             found = Path(top["source"]).name if top["source"] else "source unknown"
             yield name, "planted sync line (top stall in the steps)", plants["sync"], found, found == plants["sync"]
+        host = out.json.get("host")
+        if "slow" in plants and host:
+            yield from _slow_rows(name, program, level, plants["slow"], host)
+
+
+def _slow_rows(name: str, program: str, level: str, plant: str, host: dict) -> Iterator[tuple[str, str, str, str, bool]]:
+    """The planted slow line: the host table's row at it, with its self time per step (the planted
+    sleep's, where the program prints it); where it calls make_batch (python_loader), a data-loading
+    verdict named make_batch at the time per step the program measured."""
+    if program != "python_loader":
+        truth_ms = planted(program, level).truth.get("slow_ms_per_step")
+        at = [(k, r) for k, r in enumerate(host["functions"]) if f"{Path(r['file']).name}:{r['line']}" == plant]
+        found = f"row {at[0][0] + 1}: {at[0][1]['self_ns_per_step'] / 1e6:.2f} ms" if at else "no row at that line"
+        same = bool(at) and (truth_ms is None or abs(at[0][1]["self_ns_per_step"] / 1e6 - truth_ms) <= 0.2 * truth_ms)
+        yield (name, "planted slow line: its host-table row, self time per step", plant +
+               (f" {truth_ms:.2f} ms" if truth_ms is not None else ""), found, same)
+        return
+    truth_ms = planted(program, level).truth["make_batch_ms_per_step"]
+    verdict = host["verdict"]
+    cause = verdict["causes"][0] if verdict["causes"] else {"label": "", "ns_per_step": 0.0}
+    found_ms = cause["ns_per_step"] / 1e6
+    yield (name, "what bounds the step, and its cause's time per step (make_batch, called at the planted "
+                 "line, as the program timed it)", f"data loading: make_batch {truth_ms:.2f} ms",
+           f"{verdict['words']}: {cause['label']} {found_ms:.2f} ms",
+           verdict["kind"] == "data" and cause["label"].startswith("make_batch (")
+           and abs(found_ms - truth_ms) <= 0.2 * truth_ms)
 
 
 def table() -> str:
