@@ -65,7 +65,25 @@ def test_a_call_made_once_in_the_function_gets_its_line(program: SourceLines) ->
 
 def test_a_frame_running_when_recording_began_is_found_by_the_line_it_was_at(program: SourceLines) -> None:
     assert program.call_line("prog.py", "main", 22, "sleep") == 23  # line 22: inside main's loop
-    assert program.call_line("prog.py", "<module>", 26, "main") == 26
+
+
+def test_no_line_for_module_frames_and_special_methods(program: SourceLines) -> None:
+    """A module's frame cannot be told apart from another file's; ``__init__`` runs at ``Linear(...)``."""
+    assert program.call_line("prog.py", "<module>", 26, "main") is None
+    assert program.call_line("prog.py", "step", 4, "__init__") is None
+
+
+def test_a_same_named_file_without_the_function_there_is_passed_over(tmp_path: Path) -> None:
+    other, mine = tmp_path / "other", tmp_path / "mine"
+    other.mkdir(), mine.mkdir()
+    (other / "prog.py").write_text("def unrelated():\n    pass\n")
+    (mine / "prog.py").write_text(SOURCE)
+    assert SourceLines([other, mine]).call_line("prog.py", "step", 4, "item") == 6
+
+
+def test_a_source_too_deep_to_parse_is_no_source(tmp_path: Path) -> None:
+    (tmp_path / "deep.py").write_text("def f():\n    x = " + "1+" * 200_000 + "1\n")
+    assert SourceLines([tmp_path]).call_line("deep.py", "f", 1, "item") is None
 
 
 def test_a_decorated_function_starts_at_its_decorator(program: SourceLines) -> None:

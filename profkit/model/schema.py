@@ -239,9 +239,10 @@ PYTHON_FRAMES = _cols(
     ("function", CATEGORY, "'train_step' ('<module>' for top-level code)"),
     ("file", CATEGORY, "file as the trace names it (Kineto: relative to site-packages or the script's folder; "
                        "nsys: absolute)"),
-    ("line", INT, "Kineto: the function's first line; nsys: the line sampled (-1 unknown)"),
-    ("call_line", INT, "1 where ``line`` is the line executing (nsys: sampled; Kineto: a built-in's call, found "
-                       "in the source), 0 where it is the function's first line"),
+    ("line", INT, "Kineto: the function's first line (a frame running when recording began: its line then; a "
+                  "built-in: its call's line where the source shows it); nsys: the line sampled (-1 unknown)"),
+    ("call_line", INT, "1 where ``line`` is a line executing (nsys: sampled; Kineto: a built-in's call, found in "
+                       "the source), 0 where it is what torch.profiler recorded for the frame"),
 )
 
 # Framework CPU operators (Kineto cat 'cpu_op'; nsys has none).

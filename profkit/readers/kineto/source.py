@@ -59,6 +59,7 @@ class KinetoSource:
         builder.comm_ops.fill(self.tables["kernels"])
         self.main_pid = self._main_pid()
         self._finished: dict[str, dict[str, Any]] = {}
+        self._sources: SourceLines | None = None
         self.meta = self._meta()
 
     def _main_pid(self) -> int:
@@ -119,6 +120,12 @@ class KinetoSource:
         devices = [p.get("name") for p in props if isinstance(p, dict)] if isinstance(props, list) else []
         return HIP if any(isinstance(n, str) and n.startswith("AMD") for n in devices) else CUDA
 
+    def _source_lines(self) -> SourceLines:
+        """The program's source files, where at hand, read once for both Python tables."""
+        if self._sources is None:
+            self._sources = SourceLines.for_trace(self.path)
+        return self._sources
+
     # -- TraceSource ---------------------------------------------------------------
     def has(self, table: str) -> bool:
         if table == "devices":
@@ -158,11 +165,11 @@ class KinetoSource:
         if table == "python_sites":
             if "python_sites" not in self._finished:
                 self._finished["python_sites"] = python_sites(self.builder.frames, self.tables["api"],
-                                                              SourceLines.for_trace(self.path))
+                                                              self._source_lines())
             return {c: self._finished["python_sites"][c] for c in columns}
         if table == "python_frames":
             if "python_frames" not in self._finished:
-                self._finished["python_frames"] = python_frames(self.builder.frames, SourceLines.for_trace(self.path))
+                self._finished["python_frames"] = python_frames(self.builder.frames, self._source_lines())
             return {c: self._finished["python_frames"][c] for c in columns}
         source = self.tables[table]
         derived: dict[str, Any] = {}

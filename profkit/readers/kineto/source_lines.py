@@ -12,10 +12,13 @@ line; none or several give nothing, and the frame keeps its recorded line.
 The file is looked up as the trace names it (torch prints paths relative to
 the ``sys.path`` entry they were imported from: a script is its bare name):
 as an absolute path, then under each folder of PROFKIT_SOURCE_PATH
-(``os.pathsep``-separated), the current folder and the trace's own folder.
+(``os.pathsep``-separated), the trace's own folder and the current folder.
 A file is taken only where the frame's function is in it at the recorded
-line (defined there, or spanning it), so a same-named file of another
-program is not used.
+line (defined there, or spanning it); otherwise the next folder's is tried,
+so a same-named file of another program is passed over where it can be told
+apart.  Module-level frames (``<module>``), special methods (``__init__``,
+``__call__``: called without their name being written) and names that are
+no identifiers are never looked up.
 """
 
 from __future__ import annotations
@@ -25,10 +28,9 @@ import os
 from pathlib import Path
 
 SOURCE_PATH_ENV = "PROFKIT_SOURCE_PATH"
-MAX_SOURCE_BYTES = 4 << 20  # a source file bigger than this is not parsed
-MODULE_FRAME = "<module>"
+MAX_SOURCE_BYTES = 1 << 20  # a source file bigger than this is not parsed (a 4 MB one took seconds and 1 GB)
 
-Scope = ast.FunctionDef | ast.AsyncFunctionDef | ast.Module
+Function = ast.FunctionDef | ast.AsyncFunctionDef
 
 
 class SourceLines:
@@ -36,20 +38,24 @@ class SourceLines:
 
     def __init__(self, roots: list[Path]) -> None:
         self.roots = roots
-        self._trees: dict[str, ast.Module | None] = {}
+        # file as the trace names it -> each candidate file's functions by name (parsed once)
+        self._files: dict[str, list[dict[str, list[Function]]]] = {}
         self._lines: dict[tuple[str, str, int, str], int | None] = {}
 
     @classmethod
     def for_trace(cls, trace_path: Path | None) -> SourceLines:
-        """The roots: PROFKIT_SOURCE_PATH's folders, the current folder, the trace's folder."""
+        """The roots: PROFKIT_SOURCE_PATH's folders, the trace's folder, the current folder."""
         roots = [Path(p) for p in os.environ.get(SOURCE_PATH_ENV, "").split(os.pathsep) if p]
-        roots.append(Path.cwd())
         if trace_path is not None:
             roots.append(Path(trace_path).resolve().parent)
+        try:
+            roots.append(Path.cwd())
+        except OSError:  # the current folder was deleted
+            pass
         return cls(roots)
 
     def has_file(self, file: str) -> bool:
-        return self._tree(file) is not None
+        return bool(self._candidates(file))
 
     def call_line(self, file: str, function: str, frame_line: int, callee: str) -> int | None:
         """The one line of ``function`` (recorded at ``frame_line`` in ``file``) that calls ``callee``
@@ -61,42 +67,53 @@ class SourceLines:
         return self._lines[key]
 
     def _find(self, file: str, function: str, frame_line: int, callee: str) -> int | None:
-        tree = self._tree(file)
-        if tree is None or not callee.isidentifier():
+        if not (function.isidentifier() and callee.isidentifier()) or _is_special(callee):
             return None
-        scope = tree if function == MODULE_FRAME else _function_at(tree, function, frame_line)
-        if scope is None:
-            return None
-        lines = {node.lineno for node in _calls(scope) if _called_name(node) == callee}
-        return lines.pop() if len(lines) == 1 else None
-
-    def _tree(self, file: str) -> ast.Module | None:
-        if file not in self._trees:
-            self._trees[file] = self._parse(file)
-        return self._trees[file]
-
-    def _parse(self, file: str) -> ast.Module | None:
-        if not file.endswith(".py"):
-            return None
-        candidates = [Path(file)] if os.path.isabs(file) else [root / file for root in self.roots]
-        for path in candidates:
-            try:
-                if path.is_file() and path.stat().st_size <= MAX_SOURCE_BYTES:
-                    return ast.parse(path.read_bytes(), filename=str(path))
-            except (OSError, SyntaxError, ValueError):
-                continue
+        for functions in self._candidates(file):  # the first file whose function is at that line
+            scope = _function_at(functions.get(function, []), frame_line)
+            if scope is not None:
+                lines = {node.lineno for node in _calls(scope) if _called_name(node) == callee}
+                return lines.pop() if len(lines) == 1 else None
         return None
 
+    def _candidates(self, file: str) -> list[dict[str, list[Function]]]:
+        if file not in self._files:
+            self._files[file] = self._parse(file)
+        return self._files[file]
 
-def _function_at(tree: ast.Module, name: str, line: int) -> Scope | None:
-    """The function ``name`` whose first line (its first decorator's, as CPython counts) is
-    ``line``, else the innermost one named so whose body spans ``line``."""
-    spanning = None
+    def _parse(self, file: str) -> list[dict[str, list[Function]]]:
+        if not file.endswith(".py"):
+            return []
+        paths = [Path(file)] if os.path.isabs(file) else [root / file for root in self.roots]
+        found = []
+        for path in paths:
+            try:
+                if path.is_file() and path.stat().st_size <= MAX_SOURCE_BYTES:
+                    found.append(_functions(ast.parse(path.read_bytes(), filename=str(path))))
+            except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+                continue
+        return found
+
+
+def _is_special(name: str) -> bool:
+    """``__init__``, ``__call__``, ``__enter__``: run without their name written at the call."""
+    return name.startswith("__") and name.endswith("__")
+
+
+def _functions(tree: ast.Module) -> dict[str, list[Function]]:
+    by_name: dict[str, list[Function]] = {}
     for node in ast.walk(tree):
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.name != name:
-            continue
-        first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
-        if first == line:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            by_name.setdefault(node.name, []).append(node)
+    return by_name
+
+
+def _function_at(named: list[Function], line: int) -> Function | None:
+    """Of the functions of one name, the one whose first line (its first decorator's, as CPython
+    counts) is ``line``, else the innermost one whose body spans ``line``."""
+    spanning = None
+    for node in named:
+        if min([node.lineno, *(d.lineno for d in node.decorator_list)]) == line:
             return node
         if node.lineno <= line <= (node.end_lineno or node.lineno):
             if spanning is None or node.lineno > spanning.lineno:
@@ -104,7 +121,7 @@ def _function_at(tree: ast.Module, name: str, line: int) -> Scope | None:
     return spanning
 
 
-def _calls(scope: Scope) -> list[ast.Call]:
+def _calls(scope: Function) -> list[ast.Call]:
     """The calls in ``scope``'s own body: not in the functions, lambdas and classes defined in it."""
     found: list[ast.Call] = []
     pending: list[ast.AST] = list(scope.body)

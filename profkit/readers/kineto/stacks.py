@@ -99,7 +99,12 @@ def python_sites(frames: Table, api: Table, source: SourceLines | None = None) -
         found_api.append(calls[open_][mine])
         found_frame.append(order[user[mine]])
         below = called[at[mine]]
-        found_callee.append(np.where(below >= 0, f_name[order[np.maximum(below, 0)]], -1))
+        # a frame that starts as its sibling ends reads as that sibling's child: a callee is only the
+        # frame the call ran in, open at the call's time
+        below_ok = below >= 0
+        below_ok[below_ok] &= (starts[below[below_ok]] <= t[open_][mine][below_ok]) \
+            & (ends[below[below_ok]] >= t[open_][mine][below_ok])
+        found_callee.append(np.where(below_ok, f_name[order[np.maximum(below, 0)]], -1))
     if not found_api:
         return empty_arrays("python_sites")
     calls = np.concatenate(found_api)
