@@ -60,6 +60,21 @@ def test_a_program_that_ends_inside_the_window_still_closes_it() -> None:
     assert clock == ["step 1", "start", "step 2", "step 3", "stop"]
 
 
+def test_the_window_leaves_no_global_hook_behind() -> None:
+    """Its optimizer-step and forward hooks are removed once the program ends (they had stayed
+    registered, ticking on in whatever ran after it in the process)."""
+    from torch.nn.modules.module import _global_forward_pre_hooks
+    from torch.optim.optimizer import _global_optimizer_post_hooks
+
+    from profkit.capture.launch import run_in_capture_range
+
+    before = (len(_global_optimizer_post_hooks), len(_global_forward_pre_hooks))
+    clock: list[str] = []
+    run_in_capture_range(lambda: train(3, clock), "1:1", None, "5:1", capture=Range(clock))
+    assert clock == ["step 1", "start", "step 2", "stop", "step 3"]
+    assert (len(_global_optimizer_post_hooks), len(_global_forward_pre_hooks)) == before
+
+
 def test_the_nsys_command_traces_only_the_profiler_range() -> None:
     cmd = build_profile_command("nsys", ProfileRequest(program=["python", "x.py"], output_base=Path("/tmp/t"),
                                                        cuda_profiler_range=True))

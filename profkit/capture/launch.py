@@ -438,9 +438,9 @@ def run_in_capture_range(run: Callable[[], None], steps: str | None, window: str
             rng.stop()  # type: ignore[attr-defined]
             state["open"] = False
 
-    register_optimizer_step_post_hook(optimizer_step)
+    hooks = [register_optimizer_step_post_hook(optimizer_step)]
     if fallback is not None:
-        register_module_forward_pre_hook(fallback.tick)
+        hooks.append(register_module_forward_pre_hook(fallback.tick))
     if skip == 0:
         rng.start()  # type: ignore[attr-defined]
         state["open"] = True
@@ -451,6 +451,8 @@ def run_in_capture_range(run: Callable[[], None], steps: str | None, window: str
             rng.stop()  # type: ignore[attr-defined]
         if fallback is not None:
             fallback.finish()
+        for hook in hooks:  # as run_under_torch_profiler's: nothing of the launcher's outlives the program
+            hook.remove()
 
 
 def run_under_torch_profiler(run: Callable[[], None], trace_path: str, steps: str | None = None,
