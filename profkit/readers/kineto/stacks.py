@@ -98,12 +98,11 @@ def python_sites(frames: Table, api: Table, source: SourceLines | None = None) -
         mine = user >= 0
         found_api.append(calls[open_][mine])
         found_frame.append(order[user[mine]])
-        below = called[at[mine]]
+        below, t_call = called[at[mine]], t[open_][mine]
         # a frame that starts as its sibling ends reads as that sibling's child: a callee is only the
         # frame the call ran in, open at the call's time
         below_ok = below >= 0
-        below_ok[below_ok] &= (starts[below[below_ok]] <= t[open_][mine][below_ok]) \
-            & (ends[below[below_ok]] >= t[open_][mine][below_ok])
+        below_ok[below_ok] &= (starts[below[below_ok]] <= t_call[below_ok]) & (ends[below[below_ok]] >= t_call[below_ok])
         found_callee.append(np.where(below_ok, f_name[order[np.maximum(below, 0)]], -1))
     if not found_api:
         return empty_arrays("python_sites")
@@ -227,6 +226,7 @@ def python_frames(frames: Table, source: SourceLines | None = None) -> dict[str,
             "line": _lines(parsed, kept_name), "call_line": np.zeros(len(keep), dtype=np.int64),
         }
     per_code = [(_parts_or_blank(n)) for n in codes.index]
+    bare = [callee_name(n) if b is not None else None for n, b in zip(codes.index, builtin_names)]
     functions, files, lines = [], [], np.empty(len(keep), dtype=np.int64)
     call_line = np.zeros(len(keep), dtype=np.int64)
     for k, (code, by) in enumerate(zip(kept_name.tolist(), caller.tolist())):
@@ -236,8 +236,7 @@ def python_frames(frames: Table, source: SourceLines | None = None) -> dict[str,
             called = f" called from {up[0]}" if by >= 0 else ""
             functions.append(f"{builtin_names[code]} (built-in){called}")
             files.append(up[1])
-            found = source.call_line(up[1], up[0], up[2], builtin_names[code].rsplit(".", 1)[-1]) \
-                if source is not None and by >= 0 else None
+            found = source.call_line(up[1], up[0], up[2], bare[code]) if source is not None and by >= 0 else None
             lines[k] = up[2] if found is None else found
             call_line[k] = found is not None
         else:
