@@ -40,11 +40,12 @@ export PYTHONPATH=$PROGRAMS:$PYTHONPATH
 mkdir -p "$DEST" zoo
 
 # name | program and its arguments | GPUs (1, or 2 for torchrun) [| Python samples per second, default
-# 1000: fewer keep a long, Python-heavy program's export small]; the longest first, so that programs
+# 1000: fewer keep a long, Python-heavy program's export small [| steps, default ZOO_STEPS: fewer keep a
+# program with many kernels per step under ZOO_MAX_BYTES]]; the longest first, so that programs
 # run at once (ZOO_JOBS) end together
 ENTRIES=(
   "compile_max_autotune|compile_modes.py --mode max-autotune|1"
-  "hf_generate_static|hf_generate.py --cache static --new-tokens 16 --layers 2|1|500"
+  "hf_generate_static|hf_generate.py --cache static --new-tokens 16 --layers 2|1|500|10"
   "compile_reduce_overhead|compile_modes.py --mode reduce-overhead|1"
   "compile_train_compiled|compile_train.py|1"
   "hf_generate_dynamic|hf_generate.py --cache dynamic --new-tokens 16 --layers 2|1|500"
@@ -86,8 +87,8 @@ keep_small() {  # file -> removed (and listed in DROPPED) when over MAX_BYTES
   if [ "$size" -gt "$MAX_BYTES" ]; then echo "$1 $size" >> ../DROPPED; rm -f "$1"; fi
 }
 
-run_entry() {  # name, gpus, Python samples per second, program args...
-  local name=$1 gpus=$2 rate=$3; shift 3
+run_entry() {  # name, gpus, Python samples per second, steps, program args...
+  local name=$1 gpus=$2 rate=$3 STEPS=$4; shift 4
   local program=("$@") launch=(python3) level
   local PYSAMPLE=(--python-sampling=true "--python-sampling-frequency=$rate")
   [ "$gpus" -gt 1 ] && launch=(torchrun --standalone --nproc_per_node "$gpus")
@@ -144,11 +145,11 @@ run_entry() {  # name, gpus, Python samples per second, program args...
 ONLY=("$@")
 T0=$SECONDS
 for entry in "${ENTRIES[@]}"; do
-  IFS='|' read -r name command gpus rate <<< "$entry"
+  IFS='|' read -r name command gpus rate steps <<< "$entry"
   wanted "$name" || continue
   read -r -a program <<< "$command"
   while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n; done
-  { run_entry "$name" "$gpus" "${rate:-1000}" "${program[@]}"; echo "   $name done [$((SECONDS - T0)) s]"; } &
+  { run_entry "$name" "$gpus" "${rate:-1000}" "${steps:-$STEPS}" "${program[@]}"; echo "   $name done [$((SECONDS - T0)) s]"; } &
 done
 wait
 python3 "$ROOT/scripts/scrub_export.py" --check zoo/*/*.sqlite.xz zoo/*/*.json.gz || echo "LEAK CHECK FAILED"

@@ -259,6 +259,33 @@ def one_median(out: Outputs) -> list[str]:
     return bad
 
 
+def step_counts_add_up(out: Outputs) -> list[str]:
+    """The steps a headline counts are each accounted for: warm-up, steady state, and a last step left
+    out as teardown add up to the count, and the report's steps line names every part that is there."""
+    steps = out.steps
+    if not steps or not (steps.get("summary") or {}).get("count"):
+        return []
+    summary = steps["summary"]
+    phases = [row.get("phase") for row in steps.get("steps") or []]
+    count, steady = summary["count"], summary.get("steady_count")
+    warmup, cut = phases.count("warmup"), phases.count("teardown")
+    bad = []
+    if phases and (len(phases) != count or warmup + (steady or 0) + cut != count):
+        bad.append(f"steps counts {count} steps, its rows {len(phases)}: {warmup} warm-up + {steady} steady + {cut} "
+                   f"cut off")
+    for text in out.findings:
+        found = re.match(r"(\d[\d,]*) steps, ", text)
+        if not found:
+            continue
+        said_warmup = re.search(r"(\d+) warm-up steps? left out", text)
+        said = int(said_warmup.group(1)) if said_warmup else 0
+        said_cut = 1 if "last step left out" in text else 0
+        if int(found.group(1).replace(",", "")) != said + (steady or 0) + said_cut:
+            bad.append(f"the report's {text[:100]!r} accounts for {said} warm-up + {steady} steady + {said_cut} "
+                       f"cut off steps")
+    return bad
+
+
 def steady_costs(out: Outputs) -> list[str]:
     """No per-step cost is charged for what happened outside the steady steps, and no share over
     100% without saying what it is a share of."""
@@ -399,6 +426,7 @@ def advice_not_done(out: Outputs) -> list[str]:
 
 INVARIANTS: dict[str, Callable[[Outputs], list[str]]] = {
     "one_median": one_median,
+    "step_counts_add_up": step_counts_add_up,
     "steady_costs": steady_costs,
     "named_causes_add_up": named_causes_add_up,
     "verdict_is_table_top": verdict_is_table_top,

@@ -378,13 +378,15 @@ def test_fuzzed_cells_of_real_schemas_and_bytes_of_real_blobs(sampling_export: t
 
 
 def test_other_threads_in_one_pass_are_one_thread_at_a_time(tmp_path: Path) -> None:
-    from profkit.analysis.host.attribution import _thread_rows, host_time
+    from profkit.analysis.host.attribution import _thread_rows, host_time, host_windows
+    from profkit.analysis.steps import find_steps
     from profkit.readers import open_trace
 
     trace = open_trace(hp.kineto_threads_copied(tmp_path))
     result = host_time(trace)
     frames = trace.table("python_frames")
-    lo, hi = result.step_windows[:, 0], result.step_windows[:, 1]
+    steps = find_steps(trace)
+    lo, hi = host_windows(steps.steps, steps.steady)  # self time: the steps' host ranges
     n = len(lo)
     expected = []
     # host_time's order of threads (a tie in the final sort keeps it)

@@ -188,18 +188,20 @@ def test_a_sleeping_host_is_not_called_launch_bound(name: str, bound: bool) -> N
 
 
 def _longest_gap_sql(conn: sqlite3.Connection, lo: int, hi: int) -> tuple[int, int, int]:
-    """The longest stretch in [lo, hi) with no GPU operation on a device, swept over the raw rows."""
+    """The longest stretch in [lo, hi) with no GPU operation on a device working in it, swept over the raw rows."""
     best = (0, 0, -1)
     devices = [d for (d,) in conn.execute("SELECT DISTINCT deviceId FROM CUPTI_ACTIVITY_KIND_KERNEL")]
     for device in devices:
         rows = sorted(r for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
                       for r in conn.execute(f'SELECT max(start, ?), min("end", ?) FROM {t} '
                                             f'WHERE deviceId = ? AND "end" > ? AND start < ?', (lo, hi, device, lo, hi)))
-        reach = None
-        for start, end in rows:
-            if reach is not None and start > reach and start - reach > best[1] - best[0]:
+        if not rows:
+            continue
+        reach = lo  # the window's edges count: from lo to the first operation, from the last one to hi
+        for start, end in [*rows, (hi, hi)]:
+            if start > reach and start - reach > best[1] - best[0]:
                 best = (reach, start, device)
-            reach = end if reach is None else max(reach, end)
+            reach = max(reach, end)
     return best
 
 
@@ -224,8 +226,9 @@ def test_the_report_names_what_the_host_did_in_the_steady_states_longest_idle() 
     assert report["findings"].index(finding) == 1  # right after the steady-state headline
     assert f"OS: clock_nanosleep {duration(expected[0][2])}" in finding and f"(in step {gap['step']})" in finding
     steps = result.steps.set_index("index")
-    for row in rows:  # every steady stretch: in its step, the host asleep for the loader's 5 ms
-        assert steps.loc[row["step"], "start_ns"] <= row["start_ns"] < steps.loc[row["step"], "end_ns"]
+    for row in rows:  # every steady stretch: in its step (the one holding most of it), the host asleep 5 ms
+        held = {i: min(step.end_ns, row["end_ns"]) - max(step.start_ns, row["start_ns"]) for i, step in steps.iterrows()}
+        assert row["step"] == max(held, key=held.get)
         assert row["osrt"][0]["name"] == "clock_nanosleep" and "OS: clock_nanosleep 5." in row["cpu"]
     assert [r["duration_ns"] for r in rows] == sorted((r["duration_ns"] for r in rows), reverse=True)
 
@@ -242,11 +245,13 @@ def _gaps_sql(conn: sqlite3.Connection, lo: int, hi: int, top: int) -> list[tupl
     for device, start, end in rows:
         by_device[device].append((start, end))
     for device, ops in by_device.items():
-        reach = None
+        reach = lo  # the window's edges count: idle from lo to the first operation, and to hi after the last
         for start, end in ops:
-            if reach is not None and start > reach:
+            if start > reach:
                 found.append((reach, start, device))
-            reach = end if reach is None else max(reach, end)
+            reach = max(reach, end)
+        if reach < hi:
+            found.append((reach, hi, device))
     found.sort(key=lambda g: (g[0] - g[1], g[0]))
     return found[:top]
 

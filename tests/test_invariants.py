@@ -131,6 +131,18 @@ def test_planted_median_in_a_finding_is_caught(nsys_out: Outputs) -> None:
     assert any("finding" in v for v in INVARIANTS["one_median"](nsys_out))
 
 
+def test_planted_unaccounted_step_is_caught(nsys_out: Outputs) -> None:
+    """A step in the count that is neither warm-up, steady, nor said to be left out."""
+    assert INVARIANTS["step_counts_add_up"](nsys_out) == []
+    steps = nsys_out.report["findings"]
+    headline = next(i for i, text in enumerate(steps) if re.match(r"\d+ steps, ", text))
+    count = nsys_out.steps["summary"]["count"]
+    steps[headline] = steps[headline].replace(f"{count} steps, ", f"{count + 1} steps, ", 1)
+    assert any("accounts for" in v for v in INVARIANTS["step_counts_add_up"](nsys_out))
+    nsys_out.steps["steps"][-1]["phase"] = "teardown"  # a row moved out of the steady state, still counted
+    assert any("its rows" in v for v in INVARIANTS["step_counts_add_up"](nsys_out))
+
+
 def test_planted_steady_count_is_caught(nsys_out: Outputs) -> None:
     nsys_out.json["breakdown"][0]["window"]["steady_steps"] += 1
     assert any("breakdown --steady" in v for v in INVARIANTS["one_median"](nsys_out))

@@ -332,8 +332,9 @@ def test_sites_group_by_line_or_by_api_and_range(tmp_path: Path) -> None:
     findings = stalls.write_findings(sites, stats, "step", None, 5.0)
     assert findings == [
         ("train.py:3 `print(loss.item())` synchronizes 3 times, 1 per step, costing 0.001 ms per step "
-        "in GPU idle time (10% of the steady-state step time; median step 0.01 ms)"),
-        ("Synchronizations leave the GPU idle 0.001 ms per step (10% of the steady-state step time); estimated median "
+        "in GPU idle time (10% of the steady-state step time: a mean step of 0.01 ms; median step 0.01 ms)"),
+        ("Synchronizations leave the GPU idle 0.001 ms per step (10% of the steady-state step time: a mean step of "
+         "0.01 ms); estimated median "
         "step time without them: 0.009 ms instead of 0.01 ms (an estimate: a launch-bound loop gains less)"),
     ]
     assert stalls.write_findings(sites, stats, "step", None, 11.0) == []

@@ -135,6 +135,23 @@ def test_a_sync_after_the_loop_costs_no_step(program: str, level: str, path: Pat
     assert not [f for f in out.findings if "per step" in f and "sync" in f.lower()]
 
 
+@pytest.mark.parametrize("program, level, path", cases("final_sync_host", wanted=("final_sync",),
+                                                      levels=("graph", "node")))
+def test_a_sync_after_the_loop_is_no_steps_host_time(program: str, level: str, path: Path) -> None:
+    """The host ran ahead of this GPU-bound loop: it launched every step, then waited in the final
+    sync while the GPU ran the steady steps.  That wait (the sync call, from SQL: after the last
+    step range ends) is no step's host time, and idle in it with the steps' work already queued is
+    no sync's: the verdict names no blocking sync, as the truth says (sync idle per step 0)."""
+    truth = export_truth(path)
+    last_range_end = max(end for _, end in truth.step_ranges)
+    assert truth.blocking_syncs and all(start >= last_range_end for _, start, _ in truth.blocking_syncs)
+    host = outputs(path).json["host"]
+    assert host["summary"]["host_windows"] == "cpu"
+    sync_rows = [r for r in host["functions"] if r["function"] == "synchronize"]
+    assert all(r["self_ns_per_step"] == 0 for r in sync_rows)
+    assert host["verdict"]["parts_ns_per_step"]["sync"] == 0 and "sync" not in host["verdict"]["sentence"]
+
+
 @pytest.mark.parametrize("program, level, path", cases("stream_wait", wanted=("stream_wait",)))
 def test_a_stream_wait_is_charged_no_idle(program: str, level: str, path: Path) -> None:
     """cudaStreamWaitEvent never blocks the CPU: no GPU idle is charged to it."""

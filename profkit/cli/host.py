@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from profkit.analysis.host.verdict import idle_text
 from profkit.api import host_json, per_rank
 from profkit.cli.per_rank import heading, rank_columns, rank_option, with_rank
 from profkit.output import json_text
@@ -67,9 +68,7 @@ def host(trace_path: Path, rank: int | None, steady: bool, top: int, wide: bool,
         say(f"{trace_path.name}{', ' + label if label else ''}: {said['sentence']}")
         # the median is the steps' one; idle is a mean (a total over the steps), so it is said as a share
         say(f"{s['steps']} {'steady-state ' if s['steady_only'] else ''}steps (steady median "
-            f"{s['step_median_ns'] / 1e6:.2f} ms), GPU idle {said['idle_pct']:.0f}% of the step time "
-            f"(mean {s['gpu_idle_ns_per_step'] / 1e6:.2f} ms per step), "
-            f"{s['explained_idle_pct']}% of it in a named Python function ({s['source']})")
+            f"{s['step_median_ns'] / 1e6:.2f} ms), {idle_text(s, said['idle_pct'])}")
         shown = rows if top == 0 else rows[:top]
         emit_rows(shown, TABLE, fmt, wide=wide)
         if len(shown) < len(rows):

@@ -62,8 +62,8 @@ def findings(*, capture: Row | None = None, kernels: Sequence[Row] | None = None
     """
     out: list[str] = []
     out += _busy(capture, utilization, longest_gap_ranges, time_origin_ns, steps_found, longest_gap_cpu)
-    out += _kernels(steady_kernels, steady=True, profile=launches) if steady_kernels else \
-        _kernels(kernels, profile=launches)
+    out += _kernels(steady_kernels, steady=True, profile=launches, graph_level=graph_replay_ns > 0) \
+        if steady_kernels else _kernels(kernels, profile=launches, graph_level=graph_replay_ns > 0)
     out += _blocking_calls(api)
     out += _memory(memory, kernels, graph_replay_ns)
     out += _nvtx(nvtx_ranges)
@@ -103,22 +103,28 @@ def _busy(capture: Row | None, utilization: Sequence[Utilization] | None,
     return out
 
 
-def _kernels(kernels: Sequence[Row] | None, steady: bool = False, profile: Row | None = None) -> list[str]:
+def _kernels(kernels: Sequence[Row] | None, steady: bool = False, profile: Row | None = None,
+             graph_level: bool = False) -> list[str]:
+    """``graph_level``: graph replays ran kernels the rows lack, so the shares are of the kernel
+    time outside CUDA graphs, and say so."""
     if not kernels:
         return []
     out = []
+    of = "the kernel time outside CUDA graphs (their replays' kernels were not recorded one by one)" \
+        if graph_level else "all kernel time"
     total = sum(k["total_ns"] for k in kernels)
     top = kernels[0]
     where = "In the steady state, one kernel takes" if steady else "One kernel takes"
     launches = (f"{top['per_step']:,.4g} launches per step" if steady and "per_step" in top
                 else f"{top['instances']:,} launches")
     if total and 100.0 * top["total_ns"] / total >= DOMINANT_KERNEL_PCT:
-        out.append(f"{where} {100.0 * top['total_ns'] / total:.1f}% of all kernel time: "
+        out.append(f"{where} {100.0 * top['total_ns'] / total:.1f}% of {of}: "
                    f"{short_kernel_name(top['name'])} ({launches}, {duration(top['avg_ns'])} on average).")
     elif total and len(kernels) > 3:
         share = 100.0 * sum(k["total_ns"] for k in kernels[:3]) / total
         spread = "In the steady state, kernel time" if steady else "Kernel time"
-        out.append(f"{spread} is spread out: the top 3 of {len(kernels)} kernels take {share:.1f}% of it.")
+        it = "it" if not graph_level else "it, outside CUDA graphs"
+        out.append(f"{spread} is spread out: the top 3 of {len(kernels)} kernels take {share:.1f}% of {it}.")
     if profile is not None:
         return out + _short_launches(profile, steady)
     count = sum(k["instances"] for k in kernels)

@@ -70,7 +70,10 @@ def graphs_finding(found: dict[str, Any]) -> list[str]:
     per_step = graphs["per_step"]
     names = ", ".join(g["graph"] if len(g["graph"]) <= 60 else g["graph"][:59] + "…" for g in graphs["graphs"][:3])
     count = len(graphs["graphs"])
-    text = (f"CUDA graphs hold {graphs['in_graphs_pct']:.0f}% of the GPU time: {count} "
+    whole = f"{graphs['in_graphs_pct']:.0f}% of the whole capture's GPU work"
+    share = (f"{per_step['in_graphs_pct']:.0f}% of the steady state's GPU work ({whole}, start-up included)"
+             if per_step and per_step.get("in_graphs_pct") is not None else whole)
+    text = (f"CUDA graphs hold {share}: {count} "
             f"{'graph' if count == 1 else 'graphs'} ({names}) replayed {graphs['replays']:,} times")
     captures, instantiations = graphs.get("captures") or 0, graphs.get("instantiations") or 0
     if captures or instantiations:

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from profkit.analysis.host import host_time
-from profkit.analysis.host.verdict import verdict
+from profkit.analysis.host.verdict import idle_text, verdict
 from profkit.model import Trace
 from profkit.output import Column
 from profkit.report.model import Section, Table
@@ -33,9 +33,8 @@ def fill_host(section: Section, trace: Trace, top: int, found: dict[str, Any]) -
     section.facts = [
         ("Verdict", said["sentence"]),
         ("Source", "torch.profiler Python stacks" if s["source"] == "kineto_stacks" else "nsys Python sampling"),
-        ("GPU idle", f"{said['idle_pct']:.0f}% of the step time (mean {duration(s['gpu_idle_ns_per_step'])} "
-                     f"per step; median step {duration(s['step_median_ns'])}), {s['explained_idle_pct']}% of it "
-                     f"in a named Python function"),
+        ("GPU idle", f"{idle_text(s, said['idle_pct']).removeprefix('GPU idle ')}; median step "
+                     f"{duration(s['step_median_ns'])}"),
     ]
     rows = [{**r, "site": f"{Path(r['file']).name}:{r['line']}"} for r in result.functions[:top]]
     section.tables.append(Table("host", "Python functions (main thread)", HOST_COLUMNS, rows, label_key="function"))

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from profkit.model import Trace
 from profkit.model.clock import SESSION_START, seconds_text
 from profkit.output import Column
@@ -63,12 +65,14 @@ def _steady_gaps(trace: Trace, result: Any, origin_ns: int) -> list[dict[str, An
     if window is None:
         return []
     steps = result.steps
-    starts, indices = steps["start_ns"].to_numpy(), steps["index"].to_numpy()
+    starts, ends, indices = (steps[c].to_numpy(np.int64) for c in ("start_ns", "end_ns", "index"))
     rows = []
     for gap in longest_gaps_within(trace, *window, top=TOP_GAPS):
         row = _row(gap, origin_ns)
-        at = int((starts <= gap[0]).sum()) - 1  # the step the stretch begins in (steps tile the window)
-        row["step"] = int(indices[at]) if at >= 0 else None
+        # the step holding most of the stretch: one that begins in the last microseconds of a step
+        # is the next step's idle (its host time before its first operation)
+        held = np.minimum(ends, gap[1]) - np.maximum(starts, gap[0])
+        row["step"] = int(indices[int(np.argmax(held))]) if len(held) and held.max() > 0 else None
         rows.append(row)
     return rows
 

@@ -19,7 +19,7 @@ from profkit import allocator
 from profkit.analysis.steps import KERNEL_PATTERN, PROFILER_STEP, StepResult, find_steps
 from profkit.analysis.cpu_only import CPU_ONLY
 from profkit.analysis.steps.activity import load_activity
-from profkit.analysis.steps.result import capture_cost
+from profkit.analysis.steps.result import CUT_OFF, capture_cost
 from profkit.analysis.timeline.intervals import covered_within, union
 from profkit.analysis.steps.per_step import PARTS, per_step_breakdown
 from profkit.analysis.timeline.busy import ACTIVITY_TABLES
@@ -73,7 +73,8 @@ def steps_findings(trace: Trace, result: StepResult, parts: pd.DataFrame | None,
     s = result.summary
     text = (f"{s['count']} steps, {duration(s['median_ns'])} median (from {source_words(result)}"
             + (f"; {s['warmup_count']} warm-up step{'s' if s['warmup_count'] != 1 else ''} left out" if
-               s["warmup_count"] else "") + ")")
+               s["warmup_count"] else "")
+            + (f"; {CUT_OFF}" if s.get("cut_off_count") else "") + ")")
     shares = steady_shares(parts) if parts is not None else None
     if shares:
         busy = 100.0 - shares["idle"]

@@ -111,7 +111,9 @@ def cpu_in_gaps(trace: Trace, gaps: Sequence[tuple[int, int, int]]) -> list[dict
 
 def longest_gaps_within(trace: Trace, lo: int, hi: int, top: int = 5) -> list[tuple[int, int, int]]:
     """The ``top`` longest stretches ``(start_ns, end_ns, device)`` inside ``[lo, hi)`` with no
-    kernel, memcpy or memset on a device, between two of its operations; longest first.
+    kernel, memcpy or memset on a device that works in the window; longest first.  The window's
+    edges count: a step that opens with host time before its first operation (steps start at
+    their range where the GPU had nothing left) idles from ``lo``, as one that ends idle does to ``hi``.
 
     Read off the device's busy intervals, merged once per trace (``timeline.gpu_busy_segments``):
     the union clipped to the window is the union of the clipped operations, so its holes are
@@ -119,7 +121,12 @@ def longest_gaps_within(trace: Trace, lo: int, hi: int, top: int = 5) -> list[tu
     found: list[tuple[int, int, int]] = []
     for device, busy in gpu_busy_segments(trace).items():
         s, e, _ = intervals.clip(busy.starts, busy.ends, lo, hi)
-        found += [(g0, g1, device) for g0, g1 in intervals.longest(e[:-1], s[1:], top)]
+        if not len(s):
+            continue
+        gap_s, gap_e = np.concatenate([[lo], e]), np.concatenate([s, [hi]])
+        held = gap_e > gap_s
+        gap_s, gap_e = gap_s[held], gap_e[held]
+        found += [(g0, g1, device) for g0, g1 in intervals.longest(gap_s, gap_e, top)]
     found.sort(key=lambda g: (g[0] - g[1], g[0]))
     return found[:top]
 

@@ -14,9 +14,11 @@ from profkit.analysis.steps import find_steps
 from profkit.analysis.host.data_loading import loading_mask, loop_files
 from profkit.analysis.host.own_frames import without_own_frames
 from profkit.analysis.steps.activity import load_activity
-from profkit.analysis.timeline.intervals import complement, covered_within, union
+from profkit.analysis.timeline.intervals import complement, covered_within, difference, union
+from profkit.analysis.timeline.launch_calls import launch_calls
 from profkit.errors import ProfkitError
 from profkit.model import Trace
+from profkit.model.schema import GPU_WORK_TABLES
 from profkit.model.trace import KINETO
 
 KINETO_STACKS = "kineto_stacks"
@@ -65,8 +67,15 @@ def host_time(trace: Trace, steady_only: bool = True) -> HostResult:
     steady = steps.steady if steady_only else steps.steps
     lo, hi = steady["start_ns"].to_numpy(np.int64), steady["end_ns"].to_numpy(np.int64)
     n = len(steady)
-    idle_start, idle_end = idle_intervals(trace, lo, hi)
+    raw_start, raw_end = idle_intervals(trace, lo, hi)
+    # idle with work already launched and not yet started (a dependency, the launch path) is no host
+    # code's: the function the host is in then did not hold the GPU up (a final sync while queued work runs)
+    idle_start, idle_end = difference(raw_start, raw_end, *queued_intervals(trace))
+    # host time per step over the steps' host windows; GPU idle over their GPU windows (lo, hi)
+    host_lo, host_hi = host_windows(steps.steps, steady)
+    own_windows = host_lo is not lo
     idle_total = int((idle_end - idle_start).sum())
+    raw_total = int((raw_end - raw_start).sum())
     main = main_thread(trace, frames, steps)
     tids = frames["tid"].to_numpy(np.int64)
     pids = frames["pid"].to_numpy(np.int64)
@@ -77,21 +86,26 @@ def host_time(trace: Trace, steady_only: bool = True) -> HostResult:
     loading: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     if main in threads:
         main_frames = frames[(pids == main[0]) & (tids == main[1])]
-        functions, attributed, main_segments = _thread_rows(main_frames, lo, hi, idle_start, idle_end, n)
-        loading = _loading_frames(main_frames, functions, int(lo[0]), int(hi[-1]))
+        functions, attributed, main_segments = _thread_rows(main_frames, host_lo, host_hi, idle_start, idle_end, n)
+        loading = _loading_frames(main_frames, functions, int(min(lo[0], host_lo[0])), int(max(hi[-1], host_hi[-1])))
     # every other thread in one pass (a thread at a time took minutes for 40,000 threads)
-    others = other_thread_rows(frames, [t for t in threads if t != main], lo, hi, idle_start, idle_end, n,
+    others = other_thread_rows(frames, [t for t in threads if t != main], host_lo, host_hi, idle_start, idle_end, n,
                                innermost_segments)
     summary = {
         "steps": n,  # the steps every per-step figure is over: the steady ones, or every step
         "steady_steps": int(len(steps.steady)),
         "steady_only": steady_only,
         "step_median_ns": steps.summary["median_ns"],  # the steady median, as `profkit steps` says it
-        "gpu_idle_ns_per_step": idle_total / n,
+        "gpu_idle_ns_per_step": raw_total / n,
+        # of it, idle while launched work waited to start: charged to no function
+        "gpu_idle_queued_ns_per_step": (raw_total - idle_total) / n,
         "explained_idle_pct": round(100.0 * attributed / idle_total, 2) if idle_total else None,
         "source": KINETO_STACKS if trace.meta.source == KINETO else NSYS_SAMPLING,
         "main_tid": main[1],
         "step_source": steps.source,
+        # where self and inclusive time are measured: the steps' host ranges ("cpu"), or their GPU
+        # windows ("gpu") where the trace has no host range for every step
+        "host_windows": "cpu" if own_windows else "gpu",
     }
     return HostResult(summary, functions, others, np.column_stack((lo, hi)), main_segments,
                       (idle_start, idle_end), main, loading)
@@ -115,6 +129,44 @@ def _loading_frames(frames: pd.DataFrame, rows: list[dict[str, Any]], first_ns: 
         label = function_label(fn, file, line.get((fn, file), int(group["line"].iloc[0])))
         out[label] = union(group["start"].to_numpy(np.int64), group["end"].to_numpy(np.int64))
     return out
+
+
+def host_windows(steps: pd.DataFrame, chosen: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The host's side of the ``chosen`` steps: from a step's range start on the CPU to the next
+    step's (the last step: to its own range end), where the host did that step's work.  A GPU-bound
+    program's host runs ahead: inside the steps' GPU windows it is already issuing later steps, or
+    running the code after the loop, which is no step's host time.  The GPU windows themselves
+    where any step lacks a host range, or the ranges do not follow each other."""
+    gpu = chosen["start_ns"].to_numpy(np.int64), chosen["end_ns"].to_numpy(np.int64)
+    cpu_start, cpu_end = steps["cpu_start_ns"].to_numpy(np.int64), steps["cpu_end_ns"].to_numpy(np.int64)
+    if not len(cpu_start) or (cpu_start < 0).any() or (cpu_end < cpu_start).any() or (np.diff(cpu_start) <= 0).any():
+        return gpu
+    next_start = np.append(cpu_start[1:], np.maximum(cpu_end[-1], cpu_start[-1]))
+    at = steps.index.get_indexer(chosen.index)
+    lo, hi = cpu_start[at], next_start[at]
+    if (hi <= lo).any():
+        return gpu
+    return lo, hi
+
+
+def queued_intervals(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """When the GPU had work launched but not started: from each operation's launch call's return
+    to the operation's start, as a union (operations with no recorded launch call add nothing)."""
+    starts, ends = [], []
+    api_end = trace.array("api", "end") if trace.has("api") else np.zeros(0, np.int64)
+    for table in GPU_WORK_TABLES:
+        if not trace.has(table) or not trace.count(table) or not len(api_end):
+            continue
+        call = launch_calls(trace, table).call
+        known = call >= 0
+        launched = api_end[call[known]].astype(np.int64)
+        began = trace.array(table, "start")[known].astype(np.int64)
+        waited = began > launched
+        starts.append(launched[waited])
+        ends.append(began[waited])
+    if not starts:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return union(np.concatenate(starts), np.concatenate(ends))
 
 
 def idle_intervals(trace: Trace, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -197,7 +249,7 @@ def _thread_rows(frames: pd.DataFrame, lo: np.ndarray, hi: np.ndarray, idle_s: n
     rows = []
     row_line = np.full(m, -1, dtype=np.int64)
     for k in range(m):
-        if incl[k] <= 0:
+        if incl[k] <= 0 and idle_k[k] <= 0:
             continue
         fn, file = keys[k]
         ln = best_line.get(k) if self_k[k] > 0 else None

@@ -15,6 +15,11 @@ thread was doing at each idle instant, first match wins:
 - **python**: anywhere else in Python: *bound by Python/framework overhead*,
   named by the host table's top rows (the functions the GPU waited in most).
 
+Before that split, idle with work already launched and not yet started
+(``attribution.queued_intervals``: a cross-stream dependency, an event, the
+launch path) is set apart as **queued**: no host code held the GPU up then,
+whatever the host was doing (a final synchronize while the queued steps run).
+
 Busy time is *GPU-bound*, or *communication-bound* where NCCL kernels run most
 of it.  The verdict is the largest part.  A CPU-only trace (``profkit.analysis.cpu_only``)
 has no GPU to wait for: its verdict is *host time only*, named by the host table's top rows.
@@ -45,7 +50,7 @@ TOP = 3
 HOST_LEAD = 0.2  # a GPU-bound step that idles at least this share of its time also names the host's top rows
 WORDS = {"gpu": "GPU-bound", "communication": "communication-bound", "sync": "sync-bound",
          "launch": "launch-bound", "data": "data-loading-bound", "python": "bound by Python/framework overhead",
-         "host": "host time only"}
+         "queued": "waiting inside the GPU's queue", "host": "host time only"}
 
 
 def verdict(trace: Trace, result: HostResult) -> dict[str, Any]:
@@ -78,10 +83,10 @@ def verdict(trace: Trace, result: HostResult) -> dict[str, Any]:
         if t_sync:
             sync_by_function[lab] = sync_by_function.get(lab, 0) + t_sync / n
     parts = {
-        "gpu": busy_ns - comm_ns, "communication": comm_ns,
+        "gpu": busy_ns - comm_ns, "communication": comm_ns, "queued": float(s.get("gpu_idle_queued_ns_per_step") or 0),
         "sync": _length(*sync_iv) / n, "launch": _length(*launch_iv) / n, "data": _length(*data_iv) / n,
     }
-    parts["python"] = max(idle_ns - parts["sync"] - parts["launch"] - parts["data"], 0.0)
+    parts["python"] = max(idle_ns - parts["queued"] - parts["sync"] - parts["launch"] - parts["data"], 0.0)
     kind = max(parts, key=lambda k: parts[k])
     if is_cpu_only(trace):  # nothing runs on a GPU: the whole step is host time
         kind = "host"
@@ -102,6 +107,8 @@ def verdict(trace: Trace, result: HostResult) -> dict[str, Any]:
 def _causes(kind: str, parts: dict[str, float], result: HostResult, sync_by_function: dict[str, float],
             data_iv: tuple[np.ndarray, np.ndarray], n: int) -> list[dict[str, Any]]:
     """The named causes of the verdict's kind, disjoint: their times add up to what they explain."""
+    if kind == "queued":  # no host code to name: the GPU held itself up
+        return []
     if kind in ("gpu", "communication"):
         busy = [{"cause": kind, "label": "NCCL kernels" if kind == "communication" else "GPU work",
                  "ns_per_step": parts[kind]}]
@@ -151,6 +158,10 @@ def _sentence(kind: str, parts: dict[str, float], step_ns: float, idle_ns: float
             text += f"; in the {pct(idle_ns)} it idles, the host is in " + \
                 ", ".join(f"{c['label']} {format_duration(c['ns_per_step'])}" for c in host) + " per step"
             text += f"; these causes explain {explained_pct:.0f}% of the step time"
+    elif kind == "queued":
+        text += (f"the GPU idles {pct(idle_ns)} of the step time{median}, {pct(parts['queued'])} of it with work "
+                 "already launched (waiting on another stream, an event or the launch path), which no host code "
+                 "holds up")
     else:
         text += f"the GPU idles {pct(idle_ns)} of the step time{median}"
         lead = {"sync": "waiting in", "data": "loading data in", "launch": "in",
@@ -161,9 +172,28 @@ def _sentence(kind: str, parts: dict[str, float], step_ns: float, idle_ns: float
         if explained_pct is not None and causes:
             text += f"; {'these causes explain' if len(causes) > 1 else 'that is'} {explained_pct:.0f}% " \
                     f"of the step time"
+    if parts["queued"] >= 0.05 * step_ns and kind != "queued":
+        text += (f"; for {pct(parts['queued'])} of the step the GPU idles with work already launched, "
+                 "which no host code holds up")
     if parts["sync"] >= 0.01 * step_ns and kind != "sync":
         text += f"; blocking syncs take {pct(parts['sync'])} of the step time, within that idle"
     return text
+
+
+def idle_text(summary: dict[str, Any], idle_pct: float) -> str:
+    """The table's GPU idle line: its share and mean per step, the part with work already
+    launched, and how much of the rest a named Python function holds."""
+    text = (f"GPU idle {idle_pct:.0f}% of the step time (mean {format_duration(summary['gpu_idle_ns_per_step'])} "
+            "per step")
+    queued = summary.get("gpu_idle_queued_ns_per_step") or 0
+    if queued:
+        text += f"; {format_duration(queued)} of it with work already launched, charged to no function"
+    text += ")"
+    explained = summary.get("explained_idle_pct")
+    if explained is not None:
+        rest = "of the rest" if queued else "of it"
+        return text + f", {explained}% {rest} in a named Python function ({summary['source']})"
+    return text + f", none of it waiting on the host ({summary['source']})" if queued else text
 
 
 def _communication(trace: Trace, windows: np.ndarray) -> float:

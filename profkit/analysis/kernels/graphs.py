@@ -167,6 +167,9 @@ def cuda_graphs(trace: Trace, steps: Any = None) -> dict[str, Any] | None:
             "outside_graphs_ns_per_step": (_gpu_work_ns(trace, steady_lo, steady_hi) - in_graphs_steady)
             / steady_count,
         }
+        steady_work = per_step["in_graphs_ns_per_step"] + per_step["outside_graphs_ns_per_step"]
+        # the steady state's share: start-up's one-time work (compiling, autotuning) is in_graphs_pct's too
+        per_step["in_graphs_pct"] = 100.0 * per_step["in_graphs_ns_per_step"] / steady_work if steady_work > 0 else 0.0
     return {
         "level": GRAPH_LEVEL if graph_level else NODE_LEVEL,
         "graphs": graphs,

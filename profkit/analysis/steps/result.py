@@ -182,6 +182,8 @@ def summarize(steps: pd.DataFrame, source: str | None, name: str | None,
         "count": len(steps),
         "steady_count": len(steady),
         "warmup_count": int((steps["phase"] == WARMUP).sum()) if not steps.empty else 0,
+        # a last step cut off by the end of the recording (phase 'teardown'): counted, never in the figures
+        "cut_off_count": int((steps["phase"] == TEARDOWN).sum()) if not steps.empty else 0,
         "median_ns": float(np.median(d)) if len(d) else None,
         "mean_ns": float(d.mean()) if len(d) else None,
         "p90_ns": float(np.percentile(d, 90)) if len(d) else None,
@@ -214,6 +216,9 @@ def format_duration(ns: float) -> str:
     return f"{ns:.0f} ns"
 
 
+# why the last step is in no figure (the counts add up: warm-up + steady + this = all steps)
+CUT_OFF = "the last step left out as teardown, since no step after it ends it"
+
 SOURCE_WORDS = {"nvtx": "the {name} ranges", "profiler_step": "torch.profiler's ProfilerStep ranges",
                 "kernel_pattern": "the {name}"}
 
@@ -229,6 +234,8 @@ def headline(result: StepResult) -> str:
             f"p90 {format_duration(s['p90_ns'])})")
     if s["warmup_count"]:
         text += f"; {s['warmup_count']} warm-up step{'s' if s['warmup_count'] > 1 else ''} before them"
+    if s.get("cut_off_count"):
+        text += f"; {CUT_OFF}"
     if s.get("startup_ns"):
         text += f"; start-up {format_duration(s['startup_ns'])}"
     if s.get("teardown_ns"):

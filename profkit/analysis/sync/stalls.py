@@ -227,11 +227,13 @@ def write_findings(sites: Sequence[dict[str, Any]], step_stats: dict[str, Any] |
                 continue
             out.append(f"{_site_name(site)} synchronizes {site['in_steps']} times, {_num(per['syncs'])} per step, "
                        f"costing {_ms(per['gpu_idle_ns'])} ms per step in GPU idle time ({pct:.0f}% of the "
-                       f"steady-state {label} time; median {label} {_ms(typical)} ms)")
+                       f"steady-state {label} time: a mean {label} of {_ms(mean)} ms; median {label} "
+                       f"{_ms(typical)} ms)")
         total_pct = step_stats.get("sync_gpu_idle_pct", 0.0)
         if total_pct >= threshold_pct:
             out.append(f"Synchronizations leave the GPU idle {_ms(step_stats['sync_gpu_idle_mean_ns'])} ms per "
-                       f"{label} ({total_pct:.0f}% of the steady-state {label} time); estimated median {label} time "
+                       f"{label} ({total_pct:.0f}% of the steady-state {label} time: a mean {label} of {_ms(mean)} ms); "
+                       f"estimated median {label} time "
                        f"without them: {_ms(step_stats['estimated_median_without_syncs_ns'])} ms instead of "
                        f"{_ms(typical)} ms (an estimate: a launch-bound loop gains less)")
         out += _one_time_findings(sites, run_ns, threshold_pct, label)
