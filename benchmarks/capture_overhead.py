@@ -175,7 +175,8 @@ def main() -> int:
         programs = [p for p in programs if any(text in p.name for text in args.only)]
     modes = CPU_MODES if args.cpu else GPU_MODES
     if args.modes:
-        wanted = {"bare", *(m.strip() for m in args.modes.split(","))}
+        # commas inside a mode's parentheses are its own ("nsys alone (-t cuda, graphs host-only)")
+        wanted = {"bare", *(m.strip() for m in re.split(r",(?![^()]*\))", args.modes))}
         unknown = wanted - set(modes)
         if unknown:
             parser.error(f"unknown modes {sorted(unknown)}; known: {list(modes)}")
