@@ -3,7 +3,7 @@ reproduce on the public traces (tests/data/hta_zoo).  Nothing here imports profk
 
 - steps: the ``ProfilerStep#N`` ranges torch.profiler writes around each ``prof.step()`` on the
   CPU: their count and durations;
-- kernels: ``cat == "kernel"`` events, per name; Triton's by name;
+- kernels: ``cat == "kernel"`` events (``"Kernel"`` before PyTorch 1.10), per name; Triton's by name;
 - CUDA graphs: ``cudaGraphLaunch`` runtime calls, and the kernels they launched (same correlation id);
 - copies and sets: ``gpu_memcpy`` / ``gpu_memset`` events; syncs: ``cuda_sync`` events;
 - ranks: ``distributedInfo`` (rank, world size); Python stacks: ``python_function`` events;
@@ -75,8 +75,9 @@ def truth_of(path: Path) -> Truth:
     # the CPU's ranges: newer PyTorch repeats each on the GPU's timeline (cat gpu_user_annotation)
     steps = sorted((e for e in events if STEP_NAME.match(str(e.get("name"))) and e.get("cat") != "gpu_user_annotation"),
                    key=lambda e: e["ts"])
-    kernels = [e for e in events if e.get("cat") == "kernel"]
-    launches = [e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")
+    # PyTorch before 1.10 wrote "Kernel", "Runtime", "Memcpy", "Memset" for these categories
+    kernels = [e for e in events if e.get("cat") in ("kernel", "Kernel")]
+    launches = [e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver", "Runtime")
                 and GRAPH_LAUNCH.match(str(e.get("name")))]
     launch_ids = {(e.get("args") or {}).get("correlation") for e in launches}
     info = trace.get("distributedInfo") or {}
@@ -87,8 +88,8 @@ def truth_of(path: Path) -> Truth:
         triton_kernels=sum("triton" in e["name"] for e in kernels),
         graph_launches=len(launches),
         graph_kernels=sum((e.get("args") or {}).get("correlation") in launch_ids for e in kernels),
-        memcpys=sum(e.get("cat") == "gpu_memcpy" for e in events),
-        memsets=sum(e.get("cat") == "gpu_memset" for e in events),
+        memcpys=sum(e.get("cat") in ("gpu_memcpy", "Memcpy") for e in events),
+        memsets=sum(e.get("cat") in ("gpu_memset", "Memset") for e in events),
         cuda_syncs=sum(e.get("cat") == "cuda_sync" for e in events),
         rank=info.get("rank"), world_size=info.get("world_size"),
         python_frames=sum(e.get("cat") == "python_function" for e in events),

@@ -47,7 +47,7 @@ LIBRARY_PREFIXES = (
     "cccl:", "cub::", "thrust::", "nccl", "cublas", "cudnn", "cufft", "curand", "cusparse", "cusolver",
     "cutlass", "nvjet", "nvshmem", "npp", "nvjpeg", "tensorrt", "trt", "dali", "ucx", "mpi_",
     "aten::", "autograd::", "torch::", "torch.", "optimizer.", "c10d::", "record_param_comms",
-    "nccl:", "processgroup", "distributeddataparallel", "fullyshardeddataparallel", "fsdp::",
+    "nccl:", "gloo:", "hccl:", "rccl:", "mpi:", "ucc:", "xccl:", "processgroup", "distributeddataparallel", "fullyshardeddataparallel", "fsdp::",
     "## ", "torch-compiled region", "compiledfunction", "torchdynamo", "lazy compilation",
     "inductor", "triton", "cudagraph", "cuda graph", "memcpy", "memset", "enumerate(dataloader)",
     "profkit.sync", "profkit:",

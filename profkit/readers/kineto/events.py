@@ -65,6 +65,9 @@ SYNC_TYPES = {"Event Sync": "Event sync", "Stream Wait Event": "Stream wait sync
 GPU_TABLES = {"kernel": "kernels", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "cuda_graph": "graphs"}
 CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_graph", "cuda_runtime", "cuda_driver", "user_annotation",
               "gpu_user_annotation", "cpu_op", "cuda_sync", "python_function", "cpu_instant_event", "Trace")
+# the categories of Kineto before PyTorch 1.10 (HTA's trace_file_list holds such traces)
+LEGACY_CATEGORIES = {"Kernel": "kernel", "Memcpy": "gpu_memcpy", "Memset": "gpu_memset", "Runtime": "cuda_runtime",
+                     "Operator": "cpu_op"}
 MEMORY_EVENT = "[memory]"
 # c10::DeviceType of an allocator event: CUDA (HIP builds report their GPUs as CUDA too)
 CUDA_DEVICE_TYPE = 1
@@ -167,6 +170,8 @@ class TraceBuilder:
         metadata: list[Event] = []
         for e in events:
             bucket = buckets.get(e.cat)
+            if bucket is None and e.cat in LEGACY_CATEGORIES:
+                bucket = buckets[LEGACY_CATEGORIES[e.cat]]
             if bucket is not None:
                 bucket.append(e)
             elif e.ph == "M":
