@@ -212,3 +212,45 @@ def test_cuda_sync_events_read(tmp_path: Path) -> None:
     syncs = trace.table("syncs", ["start", "end", "stream", "sync_type"])
     assert list(syncs["stream"]) == [7, -1] and len(set(syncs["sync_type"].astype(str))) == 2
     assert list(syncs["end"] - syncs["start"]) == [2000, 1000]
+
+
+def test_folder_of_two_traces_of_one_rank_says_which_it_reads(tmp_path: Path) -> None:
+    """Two runs' traces of rank 0 side by side (HTA's trace_compare holds such a pair): the newest is
+    read, and a warning names it and the one left out, where it was read silently."""
+    import os
+    import shutil
+
+    from click.testing import CliRunner
+
+    from profkit.cli import cli
+
+    source = Path(__file__).parent / "data" / "hta_zoo" / "sampled_rank-0.json.gz"
+    base, test = tmp_path / "base.json.gz", tmp_path / "test.json.gz"
+    shutil.copy(source, base)
+    shutil.copy(source, test)
+    os.utime(base, ns=(1_700_000_000_000_000_000, 1_700_000_000_000_000_000))
+    result = CliRunner().invoke(cli, ["kernels", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "holds 2 traces of rank 0: reading the newest, test.json.gz (not base.json.gz" in result.output
+
+
+def test_another_accelerators_trace_is_no_cpu_only_capture() -> None:
+    """An MTIA inference trace (HTA's test data) records its device work as mtia_ccp_events: profkit
+    reads none of it, and says so, where it used to call the trace a CPU-only capture."""
+    import gzip as gz
+    from collections import Counter
+
+    from click.testing import CliRunner
+
+    from profkit.cli import cli
+
+    path = Path(__file__).parent / "data" / "hta_other" / "mtia_inference_rank_0.json.gz"
+    with gz.open(path) as handle:
+        categories = Counter(e.get("cat") for e in json.load(handle)["traceEvents"])
+    device = categories["mtia_ccp_events"]
+    assert device > 0 and categories["kernel"] == 0
+    runner = CliRunner()
+    kernels = runner.invoke(cli, ["kernels", str(path)])
+    assert kernels.exit_code == 2 and f"mtia_ccp_events: {device:,}" in kernels.output
+    steps = runner.invoke(cli, ["steps", str(path)])
+    assert "CPU-only" not in steps.output

@@ -274,7 +274,8 @@ def test_each_cuda_sync_api_of_a_cpp_program(name: str) -> None:
 @pytest.mark.parametrize("name", ["nsys2025_sync", "nsys2023_sync", "nsys2025_train_print"])
 def test_gpu_idle_equals_the_gap_found_by_sql(name: str) -> None:
     """Each gap runs from max(busy frontier, sync start, first kernel's start) to the next GPU
-    start after the sync returned, cut where the next sync's gap begins (found here with plain SQL)."""
+    start after the sync returned, cut where the next sync's gap begins, and where launched work
+    waits to start (found here with plain SQL)."""
     r = report(name)
     with sqlite3.connect(f"file:{nsys_fixture(name)}?mode=ro", uri=True) as db:
         tables = [t for (t,) in db.execute("SELECT name FROM sqlite_master") if t in (
@@ -292,6 +293,17 @@ def test_gpu_idle_equals_the_gap_found_by_sql(name: str) -> None:
                 assert (e.gpu_idle_ns, e.idle_end) == (0, None)
             else:
                 gaps.append((max(busy, e.start, first_kernel), e.start, nxt, e))
+        # the idle ends where work was launched and waiting to start: from a launch call's return
+        # to its operation's start (one process: the correlation id names the call)
+        waits = sorted(db.execute(" UNION ALL ".join(
+            f'SELECT r.end, a.start FROM {t} a JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = '
+            f'a.correlationId WHERE a.start > r.end' for t in tables)).fetchall())
+        queued: list[list[int]] = []
+        for a, b in waits:
+            if queued and a <= queued[-1][1]:
+                queued[-1][1] = max(queued[-1][1], b)
+            else:
+                queued.append([a, b])
         # the idle ends where the sync's thread starts to load GPU code (cuLibraryLoadData ...)
         loads = db.execute("SELECT r.globalTid, r.start, r.end FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s "
                            "ON s.id = r.nameId WHERE s.value LIKE 'cuLibraryLoad%' OR s.value LIKE 'cuModuleLoad%'"
@@ -302,6 +314,9 @@ def test_gpu_idle_equals_the_gap_found_by_sql(name: str) -> None:
         end = max(nxt, gap_start)
         if k + 1 < len(gaps) and gaps[k + 1][0] < end:
             end = max(gaps[k + 1][0], gap_start)
+        waiting = next(((a, b) for a, b in queued if b > gap_start), None)
+        if waiting is not None and waiting[0] < end:
+            end = max(waiting[0], gap_start)
         cuts = [max(a, gap_start) for tid, a, b in loads  # globalTid: bits 0-47 the process and thread
                 if tid & ((1 << 48) - 1) == e.global_tid and b > gap_start and a < end]
         end = min([end, *cuts])

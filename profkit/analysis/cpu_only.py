@@ -22,6 +22,8 @@ def is_cpu_only(trace: Trace) -> bool:
     commands keep saying so."""
     if trace.meta.source != KINETO or any(trace.has(table) for table in (*GPU_WORK_TABLES, "api")):
         return False
+    if trace.meta.extra.get("unread_device_events"):  # an MTIA or XPU run: device work profkit does not read
+        return False
     return any(trace.has(table) for table in CPU_TABLES)
 
 

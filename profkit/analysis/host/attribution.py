@@ -15,10 +15,9 @@ from profkit.analysis.host.data_loading import loading_mask, loop_files
 from profkit.analysis.host.own_frames import without_own_frames
 from profkit.analysis.steps.activity import load_activity
 from profkit.analysis.timeline.intervals import complement, covered_within, difference, union
-from profkit.analysis.timeline.launch_calls import launch_calls
+from profkit.analysis.timeline.queued import queued_intervals
 from profkit.errors import ProfkitError
 from profkit.model import Trace
-from profkit.model.schema import GPU_WORK_TABLES
 from profkit.model.trace import KINETO
 
 KINETO_STACKS = "kineto_stacks"
@@ -147,26 +146,6 @@ def host_windows(steps: pd.DataFrame, chosen: pd.DataFrame) -> tuple[np.ndarray,
     if (hi <= lo).any():
         return gpu
     return lo, hi
-
-
-def queued_intervals(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
-    """When the GPU had work launched but not started: from each operation's launch call's return
-    to the operation's start, as a union (operations with no recorded launch call add nothing)."""
-    starts, ends = [], []
-    api_end = trace.array("api", "end") if trace.has("api") else np.zeros(0, np.int64)
-    for table in GPU_WORK_TABLES:
-        if not trace.has(table) or not trace.count(table) or not len(api_end):
-            continue
-        call = launch_calls(trace, table).call
-        known = call >= 0
-        launched = api_end[call[known]].astype(np.int64)
-        began = trace.array(table, "start")[known].astype(np.int64)
-        waited = began > launched
-        starts.append(launched[waited])
-        ends.append(began[waited])
-    if not starts:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    return union(np.concatenate(starts), np.concatenate(ends))
 
 
 def idle_intervals(trace: Trace, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

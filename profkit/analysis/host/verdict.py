@@ -16,7 +16,7 @@ thread was doing at each idle instant, first match wins:
   named by the host table's top rows (the functions the GPU waited in most).
 
 Before that split, idle with work already launched and not yet started
-(``attribution.queued_intervals``: a cross-stream dependency, an event, the
+(``timeline.queued``: a cross-stream dependency, an event, the
 launch path) is set apart as **queued**: no host code held the GPU up then,
 whatever the host was doing (a final synchronize while the queued steps run).
 

@@ -32,7 +32,10 @@ Definitions (all times in ns, on the trace's clock):
   between them), this gap ends where the next begins, so no nanosecond is
   counted twice.  An event whose device is unknown (cudaDeviceSynchronize
   has no activity row) is priced on the device with the latest busy
-  frontier.
+  frontier.  The gap also ends where the device first had work launched
+  and waiting to start (``timeline.queued``: from a launch call's return to
+  its operation's start): from then on the GPU waited on its own side,
+  not on the blocked host.
 - **source**: the innermost ``profkit.sync`` NVTX range on the same thread
   that contains the event's last call (written by
   ``profkit.capture.sync_hook``); without one the event is "source unknown"

@@ -40,7 +40,8 @@ from profkit.analysis.sync.events import (
 )
 from profkit.analysis.compare import noise
 from profkit.analysis.sync import inputs
-from profkit.analysis.sync.idle import attach_gpu_idle, cut_idle_at_host_work
+from profkit.analysis.sync.idle import attach_gpu_idle, cut_idle_at_host_work, cut_idle_at_queued_work
+from profkit.analysis.timeline.queued import queued_intervals
 from profkit.analysis.sync.calls import NvtxRange, decode_thread, thread_key
 from profkit.errors import ProfkitError
 from profkit.model import Trace
@@ -350,6 +351,7 @@ def analyze_stalls(trace: Trace, *, step_range: str | None = None, threshold_pct
     blocking = [e for e in events if e.blocks_cpu]
     attach_gpu_idle(blocking, devices, lambda device: inputs.gpu_activity(trace, device),
                     lambda device: inputs.first_kernel_start(trace, device))
+    cut_idle_at_queued_work(blocking, lambda device: queued_intervals(trace, device))
     host_work = inputs.host_work(trace)
     cut_idle_at_host_work(blocking, host_work)
     scan = attach_nvtx(events, inputs.cpu_ranges(trace))

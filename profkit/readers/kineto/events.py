@@ -68,6 +68,8 @@ CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_graph", "cuda_runtime"
 # the categories of Kineto before PyTorch 1.10 (HTA's trace_file_list holds such traces)
 LEGACY_CATEGORIES = {"Kernel": "kernel", "Memcpy": "gpu_memcpy", "Memset": "gpu_memset", "Runtime": "cuda_runtime",
                      "Operator": "cpu_op"}
+# categories of other accelerators' work and runtime calls (mtia_ccp_events, mtia_runtime, xpu_...)
+OTHER_ACCELERATORS = ("mtia", "xpu", "hpu", "npu", "privateuse1", "mps")
 MEMORY_EVENT = "[memory]"
 # c10::DeviceType of an allocator event: CUDA (HIP builds report their GPUs as CUDA too)
 CUDA_DEVICE_TYPE = 1
@@ -159,6 +161,9 @@ class TraceBuilder:
         self.comm_ops = comms.CommOps()
         self.frames = Table("python_frames", FRAME_COLUMNS)
         self.skipped: Counter[str] = Counter()
+        # device work of accelerators profkit does not read (MTIA, XPU, ...): counted per category, so
+        # that such a trace is never taken for a CPU-only one
+        self.unread_device: Counter[str] = Counter()
         self.capture: tuple[int, int] | None = None
         self.events = 0
         columns.MAX_STRING[0] = current_limits().max_string
@@ -176,6 +181,8 @@ class TraceBuilder:
                 bucket.append(e)
             elif e.ph == "M":
                 metadata.append(e)
+            elif isinstance(e.cat, str) and e.cat.lower().startswith(OTHER_ACCELERATORS):
+                self.unread_device[e.cat] += 1
         events.clear()  # the caller's list: its events go as soon as their bucket does
         for cat in GPU_TABLES:
             if buckets[cat]:

@@ -24,12 +24,13 @@ taken for a trace).  Only the head of each file is read to decide.
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
 
-from profkit.errors import ProfkitError
+from profkit.errors import ProfkitError, ProfkitWarning
 from profkit.readers.kineto.parse import EVENTS_KEY, open_binary
 
 HEAD_BYTES = 1 << 20
@@ -87,7 +88,15 @@ def newest_per_rank(folder: Path) -> tuple[list[Path], list[Path]]:
     groups: dict[str, list[Candidate]] = {}
     for c in candidates:
         groups.setdefault(c.group, []).append(c)
-    newest = [max(cs, key=lambda c: (c.written_ns, c.path.name)).path for cs in groups.values()]
+    newest = []
+    for cs in groups.values():
+        chosen = max(cs, key=lambda c: (c.written_ns, c.path.name))
+        newest.append(chosen.path)
+        if len(cs) > 1:  # a rank's profiler cycles, or two runs' traces in one folder: say which is read
+            others = ", ".join(sorted(c.path.name for c in cs if c is not chosen))
+            who = f"rank {chosen.rank}" if chosen.rank is not None else "one process"
+            warnings.warn(f"{folder.name} holds {len(cs)} traces of {who}: reading the newest, {chosen.path.name} "
+                          f"(not {others}; pass a file to read another)", ProfkitWarning, stacklevel=2)
     return sorted(newest), not_traces
 
 

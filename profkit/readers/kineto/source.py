@@ -84,6 +84,7 @@ class KinetoSource:
         extra: dict[str, Any] = {
             "events": self.builder.events,
             "skipped_events": dict(self.builder.skipped),
+            "unread_device_events": dict(self.builder.unread_device),
             "base_time_ns": _int_or_none(header.get("baseTimeNanoseconds")),
             "pid": self.main_pid,
         }
@@ -147,6 +148,11 @@ class KinetoSource:
                "python_sites": "record with with_stack=True",
                "python_frames": "record with torch.profiler.profile(with_stack=True), as profkit trace "
                                 "--backend torch does"}.get(table)
+        unread = self.builder.unread_device
+        if unread and table in ("kernels", "api", "memcpy", "memset"):
+            found = ", ".join(f"{cat}: {n:,}" for cat, n in unread.most_common(3))
+            raise ProfkitError(f"{self.path.name} has no {what}: it records another accelerator's work ({found} "
+                               "events), which profkit does not read", hint="profkit reads CUDA and ROCm GPU work")
         raise ProfkitError(f"{self.path.name} has no {what}: the PyTorch profiler trace holds none", hint=how)
 
     def load(self, table: str, columns: Sequence[str]) -> Any:
