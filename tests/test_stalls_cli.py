@@ -97,7 +97,7 @@ def test_compare_print_and_noprint() -> None:
 def test_markdown_keeps_code_verbatim_in_findings() -> None:
     out = invoke(str(nsys_fixture("nsys2025_sync")), "--format", "md", "--threshold", "1")
     assert out.startswith("## Synchronization stalls: nsys2025_sync.sqlite")
-    assert "- sync_elementwise.py:31 `torch.cuda.synchronize() # explicit` synchronizes 8 times, 1 per step" in out
+    assert "- sync_elementwise.py:31 `torch.cuda.synchronize() # explicit` synchronizes 7 times in the steady steps, 1 per step" in out
     assert "### Sync sites, by GPU idle caused per steady step" in out
     assert "### Per NVTX range" in out and "### Steps" in out
     assert "| sync_elementwise.py:26 | if y.max() &gt; 0: # truthiness | truthiness |" in out  # table cell

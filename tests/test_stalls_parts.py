@@ -331,7 +331,8 @@ def test_sites_group_by_line_or_by_api_and_range(tmp_path: Path) -> None:
              "estimated_median_without_syncs_ns": 9000}
     findings = stalls.write_findings(sites, stats, "step", None, 5.0)
     assert findings == [
-        ("train.py:3 `print(loss.item())` synchronizes 3 times, 1 per step, costing 0.001 ms per step "
+        ("train.py:3 `print(loss.item())` synchronizes 3 times in the steady steps, 1 per step, costing 0.001 ms "
+         "per step "
         "in GPU idle time (10% of the steady-state step time: a mean step of 0.01 ms; median step 0.01 ms)"),
         ("Synchronizations leave the GPU idle 0.001 ms per step (10% of the steady-state step time: a mean step of "
          "0.01 ms); estimated median "
@@ -341,6 +342,21 @@ def test_sites_group_by_line_or_by_api_and_range(tmp_path: Path) -> None:
     by_nvtx = stalls.aggregate_by_nvtx(events, label)
     assert [(r["nvtx"], r["count"], r["sites"], r["source_unknown"]) for r in by_nvtx] == [
         ("step", 3, 1, 0), (stalls.NO_RANGE, 1, 0, 1)]
+
+
+def test_findings_count_the_steady_steps_syncs_and_estimate_only_a_change() -> None:
+    """HTA's simple_add trace: a site synced in a warm-up step and in one of 3 steady steps read
+    "synchronizes 2 times, 0.33 per step"; and a median step that holds no sync was estimated at
+    "16.5 ms instead of 16.5 ms"."""
+    site = {"source": "train.py:3", "file": "train.py", "line": 3, "code": "", "in_steps": 2,
+            "per_step": {"syncs": 1 / 3, "cpu_blocked_ns": 10.0, "gpu_idle_ns": 18e6, "steps_with_sync": 1,
+                         "steady_steps": 3}}
+    stats = {"median_ns": 16.5e6, "mean_ns": 105.7e6, "sync_gpu_idle_mean_ns": 18e6, "sync_gpu_idle_pct": 17.0,
+             "estimated_median_without_syncs_ns": 16.5e6}
+    site_line, total_line = stalls.write_findings([site], stats, "step", None, 5.0)
+    assert "synchronizes once in the steady steps, 0.33 per step" in site_line
+    assert "(17% of the steady-state step time: a mean step of 105.7 ms; median step 16.5 ms)" in site_line
+    assert total_line.endswith("(17% of the steady-state step time: a mean step of 105.7 ms)")
 
 
 def test_findings_without_steps_compare_with_the_run() -> None:

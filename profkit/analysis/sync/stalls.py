@@ -226,17 +226,22 @@ def write_findings(sites: Sequence[dict[str, Any]], step_stats: dict[str, Any] |
             pct = 100.0 * per["gpu_idle_ns"] / mean
             if pct < threshold_pct:
                 continue
-            out.append(f"{_site_name(site)} synchronizes {site['in_steps']} times, {_num(per['syncs'])} per step, "
+            # the steady steps' syncs, which the per-step figures are over (in_steps also counts warm-up's)
+            steady_syncs = round(per["syncs"] * per["steady_steps"]) if per.get("steady_steps") else site["in_steps"]
+            times = "once" if steady_syncs == 1 else f"{steady_syncs:,} times"
+            out.append(f"{_site_name(site)} synchronizes {times} in the steady steps, {_num(per['syncs'])} per step, "
                        f"costing {_ms(per['gpu_idle_ns'])} ms per step in GPU idle time ({pct:.0f}% of the "
                        f"steady-state {label} time: a mean {label} of {_ms(mean)} ms; median {label} "
                        f"{_ms(typical)} ms)")
         total_pct = step_stats.get("sync_gpu_idle_pct", 0.0)
         if total_pct >= threshold_pct:
-            out.append(f"Synchronizations leave the GPU idle {_ms(step_stats['sync_gpu_idle_mean_ns'])} ms per "
-                       f"{label} ({total_pct:.0f}% of the steady-state {label} time: a mean {label} of {_ms(mean)} ms); "
-                       f"estimated median {label} time "
-                       f"without them: {_ms(step_stats['estimated_median_without_syncs_ns'])} ms instead of "
-                       f"{_ms(typical)} ms (an estimate: a launch-bound loop gains less)")
+            text = (f"Synchronizations leave the GPU idle {_ms(step_stats['sync_gpu_idle_mean_ns'])} ms per "
+                    f"{label} ({total_pct:.0f}% of the steady-state {label} time: a mean {label} of {_ms(mean)} ms)")
+            without = step_stats["estimated_median_without_syncs_ns"]
+            if _ms(without) != _ms(typical):  # the median step may hold no sync: nothing to estimate then
+                text += (f"; estimated median {label} time without them: {_ms(without)} ms instead of "
+                         f"{_ms(typical)} ms (an estimate: a launch-bound loop gains less)")
+            out.append(text)
         out += _one_time_findings(sites, run_ns, threshold_pct, label)
     elif run_ns:
         for site in sites:
