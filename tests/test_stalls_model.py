@@ -34,7 +34,10 @@ def synthetic_item_loop(hook_ranges: bool, stacks: bool) -> dict[str, Any]:
     - D2H memcpy  [1000k+70, 1000k+71)   cudaMemcpyAsync at [1000k+62, 1000k+64)
     - cudaStreamSynchronize [1000k+65, 1000k+72): the CPU waits 7 µs
     - next kernel [1000k+90, 1000k+120)  launched at 1000k+80
-    so the GPU is idle from 71 (the copy's end) to 90: 19 µs caused per step."""
+    so the GPU is idle from 71 (the copy's end) to 90.  Launched onto a drained GPU, the operations
+    start 3, 6 and 8 µs after their launch calls return: the trace's launch latency is their median,
+    6 µs, so from 82 + 6 = 88 the next kernel was queued (timeline.queued) and the sync caused
+    71 -> 88: 17 µs per step."""
     events = []
     for k in range(2):
         t = 1000.0 * k
@@ -72,12 +75,12 @@ def test_item_syncs_of_a_kineto_trace_with_the_hook_ranges(tmp_path: Path) -> No
         assert e.api == "cudaMemcpyAsync + cudaStreamSynchronize"
         assert (e.kind, e.source, e.code, e.cause) == ("item", "train.py:59", "print(loss.item())", ".item()")
         assert e.cpu_blocked_ns == 7_000  # only the synchronize blocks (the copy goes to pinned memory)
-        assert (e.idle_start, e.idle_end) == (1_000_000 * k + 71_000, 1_000_000 * k + 90_000)
-        assert e.gpu_idle_ns == 19_000 and e.device == 0 and e.step == k
+        assert (e.idle_start, e.idle_end) == (1_000_000 * k + 71_000, 1_000_000 * k + 88_000)
+        assert e.gpu_idle_ns == 17_000 and e.device == 0 and e.step == k
         assert e.copy == "Device-to-Host 4 B to Pinned"
     assert report.step_range == "step N"  # "step 0", "step 1": numbers count as one name
     [site] = report.sites
-    assert (site["source"], site["count"], site["gpu_idle_ns"], site["in_steps"]) == ("train.py:59", 2, 38_000, 2)
+    assert (site["source"], site["count"], site["gpu_idle_ns"], site["in_steps"]) == ("train.py:59", 2, 34_000, 2)
     # step times (profkit.analysis.steps): each range opens on an idle GPU, so a step starts with
     # its range (0 and 1000 µs), not 10 µs later at its first kernel; the last one ends at its
     # range's end, 1000 -> 1200 µs
@@ -91,7 +94,7 @@ def test_without_hook_ranges_the_python_stack_names_the_function(tmp_path: Path)
         report = analyze_stalls(trace)
     assert [e.source for e in report.events] == ["train.py:50", "train.py:50"]
     assert all(e.kind is None and e.cause == "blocking copy" for e in report.events)
-    assert [e.gpu_idle_ns for e in report.events] == [19_000, 19_000]
+    assert [e.gpu_idle_ns for e in report.events] == [17_000, 17_000]
 
 
 def test_without_stacks_or_hook_the_source_is_unknown(tmp_path: Path) -> None:
@@ -107,4 +110,4 @@ def test_stalls_cli_takes_a_kineto_trace(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["stalls", str(path), "--format", "json"])
     assert result.exit_code == 0, result.output
     [site] = json.loads(result.stdout)["rows"]
-    assert (site["source"], site["count"], site["gpu_idle_ns"]) == ("train.py:59", 2, 38_000)
+    assert (site["source"], site["count"], site["gpu_idle_ns"]) == ("train.py:59", 2, 34_000)

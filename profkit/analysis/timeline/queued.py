@@ -1,10 +1,15 @@
 """When a GPU had work launched but not yet started: the stretches no host code holds the GPU up in.
 
 From each GPU operation's launch call's return (``launch_calls``: the call with its correlation
-id) to the operation's start, as a union.  Idle inside them waits on the GPU's side (another
-stream, an event, a graph's upload, the launch path), not on the host: the host verdict charges
-it to no Python function, and a synchronization's idle ends where it begins.  Operations whose
-launch call the trace did not record add nothing.
+id) plus the trace's own launch latency, to the operation's start, as a union.  Idle inside them
+waits on the GPU's side (another stream, an event, a graph's upload), not on the host: the host
+verdict charges it to no Python function, and a synchronization's idle ends where it begins.
+
+The **launch latency** is the median, over operations launched while their device was idle, of
+the time from the launch call's return to their start: what any launch onto an idle GPU costs,
+measured in the trace itself.  It stays the host's (work launched late starts that much later),
+so the launch path of a launch-bound loop is never counted as a wait inside the GPU.  Operations
+whose launch call the trace did not record add nothing.
 """
 
 from __future__ import annotations
@@ -18,21 +23,46 @@ from profkit.model.schema import GPU_WORK_TABLES
 
 
 def queued_intervals(trace: Trace, device: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(starts, ends), sorted and disjoint: launched work waiting to start, on ``device`` (None: any)."""
-    starts, ends = [], []
+    """(starts, ends), sorted and disjoint: launched work waiting to start beyond the launch
+    latency, on ``device`` (None: any)."""
+    launched, began, _, on = _launches(trace)
+    if device is not None:
+        launched, began = launched[on == device], began[on == device]
+    ready = launched + int(launch_latency_ns(trace))
+    waited = began > ready
+    return union(ready[waited], began[waited])
+
+
+def launch_latency_ns(trace: Trace) -> float:
+    """The median time from a launch call's return to its operation's start, over the operations
+    launched onto a drained device: every operation that started before it had ended by its launch
+    (nothing ran, nothing queued ahead of it).  0 when the trace has none."""
+    launched, began, ended, on = _launches(trace)
+    waits = []
+    for device in np.unique(on).tolist():
+        mine = np.flatnonzero(on == device)
+        order = mine[np.argsort(began[mine], kind="stable")]
+        before = np.maximum.accumulate(ended[order])  # the latest end of the operations started so far
+        drained = np.concatenate([[True], before[:-1] <= launched[order][1:]])
+        drained &= began[order] >= launched[order]
+        waits.append((began[order] - launched[order])[drained])
+    found = np.concatenate(waits) if waits else np.zeros(0, np.int64)
+    return float(np.median(found)) if len(found) else 0.0
+
+
+def _launches(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(launch call's return, operation's start, its end, its device) of every GPU operation whose
+    launch call the trace recorded."""
+    columns: list[list[np.ndarray]] = [[], [], [], []]
     api_end = trace.array("api", "end") if trace.has("api") else np.zeros(0, np.int64)
     for table in GPU_WORK_TABLES:
         if not len(api_end) or not trace.has(table) or not trace.count(table):
             continue
         call = launch_calls(trace, table).call
         known = call >= 0
-        if device is not None:
-            known &= trace.array(table, "device") == device
-        launched = api_end[call[known]].astype(np.int64)
-        began = trace.array(table, "start")[known].astype(np.int64)
-        waited = began > launched
-        starts.append(launched[waited])
-        ends.append(began[waited])
-    if not starts:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    return union(np.concatenate(starts), np.concatenate(ends))
+        for out, values in zip(columns, (api_end[call[known]], trace.array(table, "start")[known],
+                                         trace.array(table, "end")[known], trace.array(table, "device")[known])):
+            out.append(values.astype(np.int64))
+    if not columns[0]:
+        return tuple(np.zeros(0, np.int64) for _ in range(4))  # type: ignore[return-value]
+    return tuple(np.concatenate(c) for c in columns)  # type: ignore[return-value]

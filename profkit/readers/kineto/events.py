@@ -181,7 +181,7 @@ class TraceBuilder:
                 bucket.append(e)
             elif e.ph == "M":
                 metadata.append(e)
-            elif isinstance(e.cat, str) and e.cat.lower().startswith(OTHER_ACCELERATORS):
+            elif e.ph == "X" and isinstance(e.cat, str) and e.cat.lower().startswith(OTHER_ACCELERATORS):
                 self.unread_device[e.cat] += 1
         events.clear()  # the caller's list: its events go as soon as their bucket does
         for cat in GPU_TABLES:
