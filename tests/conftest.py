@@ -125,3 +125,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def queued_oracle(ops: list[tuple[int, int, int, int]]) -> list[list[int]]:
+    """The stretches with launched work waiting to start, from raw rows (device, launch call's end,
+    start, end), as ``profkit.analysis.timeline.queued`` defines them: the launch latency is the
+    median wait of the operations launched onto a drained device (every operation started before
+    them had ended); an operation waits from its launch's end plus that latency to its start."""
+    import statistics
+
+    waits = []
+    for device in {op[0] for op in ops}:
+        latest_end = None
+        for _, launched, start, end in sorted((op for op in ops if op[0] == device), key=lambda op: op[2]):
+            if (latest_end is None or latest_end <= launched) and start >= launched:
+                waits.append(start - launched)
+            latest_end = end if latest_end is None else max(latest_end, end)
+    latency = int(statistics.median(waits)) if waits else 0
+    merged: list[list[int]] = []
+    for a, b in sorted((launched + latency, start) for _, launched, start, _ in ops if start > launched + latency):
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    return merged

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from profkit.cli import cli
 from profkit.errors import ProfkitError
-from tests.conftest import DATA, _decompressed, nsys_fixture
+from tests.conftest import DATA, _decompressed, nsys_fixture, queued_oracle
 
 HOST = DATA / "host"
 TRACES = {
@@ -149,12 +149,13 @@ def test_kineto_attribution_equals_an_oracle_from_the_raw_json(mode: str) -> Non
                      and e.get("tid") == main_tid and not BUILTIN.match(e["name"]) and FRAME.fullmatch(e["name"])),
                     key=lambda f: (f[0], -f[1]))
     starts = [f[0] for f in frames]
-    # the time launched work waited to start: from its launch call's end to its start (same correlation)
+    # the time launched work waited to start (tests.conftest.queued_oracle), launches by correlation id
     launch_end = {e["args"]["correlation"]: ns(e)[1] for e in events if e.get("ph") == "X"
                   and e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in (e.get("args") or {})}
-    queued = sorted((launch_end[e["args"]["correlation"]], ns(e)[0]) for e in events if e.get("ph") == "X"
-                    and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
-                    and launch_end.get((e.get("args") or {}).get("correlation"), ns(e)[0]) < ns(e)[0])
+    ops = [(e["args"].get("device", 0), launch_end[e["args"]["correlation"]], *ns(e)) for e in events
+           if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+           and (e.get("args") or {}).get("correlation", -1) in launch_end]
+    queued = [tuple(q) for q in queued_oracle(ops)]
     # idle pieces of each steady step: the step minus every GPU interval and every queued stretch
     idle: list[tuple[int, int]] = []
     for s in steps:

@@ -253,4 +253,4 @@ def test_another_accelerators_trace_is_no_cpu_only_capture() -> None:
     kernels = runner.invoke(cli, ["kernels", str(path)])
     assert kernels.exit_code == 2 and f"mtia_ccp_events: {device:,}" in kernels.output
     steps = runner.invoke(cli, ["steps", str(path)])
-    assert "CPU-only" not in steps.output
+    assert "CPU-only" not in steps.output and "(mtia_ccp_events, mtia_runtime) is another accelerator's" in steps.output

@@ -28,7 +28,7 @@ from profkit.analysis.sync.stalls import analyze_stalls, compare_steps
 from profkit.errors import ProfkitError
 from profkit.readers import open_trace
 from profkit.report.stalls_figure import stalls_timeline_png
-from tests.conftest import nsys_fixture, nsys_fixture_names, oracle_csv
+from tests.conftest import nsys_fixture, nsys_fixture_names, oracle_csv, queued_oracle
 from tests.step_oracle import gpu_step_durations, steady_median
 
 ROOT = Path(__file__).parents[1]
@@ -295,15 +295,10 @@ def test_gpu_idle_equals_the_gap_found_by_sql(name: str) -> None:
                 gaps.append((max(busy, e.start, first_kernel), e.start, nxt, e))
         # the idle ends where work was launched and waiting to start: from a launch call's return
         # to its operation's start (one process: the correlation id names the call)
-        waits = sorted(db.execute(" UNION ALL ".join(
-            f'SELECT r.end, a.start FROM {t} a JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = '
-            f'a.correlationId WHERE a.start > r.end' for t in tables)).fetchall())
-        queued: list[list[int]] = []
-        for a, b in waits:
-            if queued and a <= queued[-1][1]:
-                queued[-1][1] = max(queued[-1][1], b)
-            else:
-                queued.append([a, b])
+        ops = db.execute(" UNION ALL ".join(
+            f'SELECT a.deviceId, r.end, a.start, a.end FROM {t} a JOIN CUPTI_ACTIVITY_KIND_RUNTIME r '
+            f'ON r.correlationId = a.correlationId' for t in tables)).fetchall()
+        queued = queued_oracle(ops)
         # the idle ends where the sync's thread starts to load GPU code (cuLibraryLoadData ...)
         loads = db.execute("SELECT r.globalTid, r.start, r.end FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s "
                            "ON s.id = r.nameId WHERE s.value LIKE 'cuLibraryLoad%' OR s.value LIKE 'cuModuleLoad%'"

@@ -59,6 +59,10 @@ def host_time(trace: Trace, steady_only: bool = True) -> HostResult:
     frames = without_own_frames(trace.table("python_frames"))
     if frames.empty:
         raise ProfkitError(f"{trace.name} has no Python stacks", hint=HOW)
+    unread = trace.meta.extra.get("unread_device_events")
+    if unread and not any(trace.has(table) for table in ("kernels", "memcpy", "memset", "graphs")):
+        raise ProfkitError(f"{trace.name} records another accelerator's work ({', '.join(sorted(unread))}), which "
+                           "profkit does not read: no GPU idle to attribute", hint="profkit reads CUDA and ROCm GPU work")
     steps = find_steps(trace)
     if not steps.found or steps.steady.empty:
         raise ProfkitError(f"{trace.name}: no steady-state steps to attribute host time to "
@@ -71,8 +75,7 @@ def host_time(trace: Trace, steady_only: bool = True) -> HostResult:
     # code's: the function the host is in then did not hold the GPU up (a final sync while queued work runs)
     idle_start, idle_end = difference(raw_start, raw_end, *queued_intervals(trace))
     # host time per step over the steps' host windows; GPU idle over their GPU windows (lo, hi)
-    host_lo, host_hi = host_windows(steps.steps, steady)
-    own_windows = host_lo is not lo
+    host_lo, host_hi, own_windows = host_windows(steps.steps, steady)
     idle_total = int((idle_end - idle_start).sum())
     raw_total = int((raw_end - raw_start).sum())
     main = main_thread(trace, frames, steps)
@@ -130,13 +133,14 @@ def _loading_frames(frames: pd.DataFrame, rows: list[dict[str, Any]], first_ns: 
     return out
 
 
-def host_windows(steps: pd.DataFrame, chosen: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+def host_windows(steps: pd.DataFrame, chosen: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, bool]:
     """The host's side of the ``chosen`` steps: from a step's range start on the CPU to the next
     step's (the last step: to its own range end), where the host did that step's work.  A GPU-bound
     program's host runs ahead: inside the steps' GPU windows it is already issuing later steps, or
     running the code after the loop, which is no step's host time.  The GPU windows themselves
-    where any step lacks a host range, or the ranges do not follow each other."""
-    gpu = chosen["start_ns"].to_numpy(np.int64), chosen["end_ns"].to_numpy(np.int64)
+    where any step lacks a host range, or the ranges do not follow each other.  The flag: whether
+    the windows are the host's."""
+    gpu = chosen["start_ns"].to_numpy(np.int64), chosen["end_ns"].to_numpy(np.int64), False
     cpu_start, cpu_end = steps["cpu_start_ns"].to_numpy(np.int64), steps["cpu_end_ns"].to_numpy(np.int64)
     if not len(cpu_start) or (cpu_start < 0).any() or (cpu_end < cpu_start).any() or (np.diff(cpu_start) <= 0).any():
         return gpu
@@ -145,7 +149,7 @@ def host_windows(steps: pd.DataFrame, chosen: pd.DataFrame) -> tuple[np.ndarray,
     lo, hi = cpu_start[at], next_start[at]
     if (hi <= lo).any():
         return gpu
-    return lo, hi
+    return lo, hi, True
 
 
 def idle_intervals(trace: Trace, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -159,8 +159,8 @@ def _sentence(kind: str, parts: dict[str, float], step_ns: float, idle_ns: float
                 ", ".join(f"{c['label']} {format_duration(c['ns_per_step'])}" for c in host) + " per step"
             text += f"; these causes explain {explained_pct:.0f}% of the step time"
     elif kind == "queued":
-        text += (f"the GPU idles {pct(idle_ns)} of the step time{median}, {pct(parts['queued'])} of it with work "
-                 "already launched (waiting on another stream, an event or the launch path), which no host code "
+        text += (f"the GPU idles {pct(idle_ns)} of the step time{median}, {pct(parts['queued'])} of the step with "
+                 "work already launched (waiting on another stream, an event or the launch path), which no host code "
                  "holds up")
     else:
         text += f"the GPU idles {pct(idle_ns)} of the step time{median}"

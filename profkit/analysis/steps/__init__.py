@@ -153,7 +153,8 @@ def _result(trace: Trace, act: Activity, source: str, name: str, first: np.ndarr
     phase = np.where(np.arange(n) < k, WARMUP, STEADY).astype(object)
     # the last step has no next step to end at: ended by its last GPU operation (no range end after
     # it), it lacks the host time that leads to a next step, and would be the steady state's "min"
-    if n - k >= 2 and gpu_end[-1] >= cpu_end[-1]:
+    # (a step with no GPU operation ends at its range's end, which is a period's end: no cut)
+    if n - k >= 2 and gpu_end[-1] > cpu_end[-1]:
         phase[-1] = TEARDOWN
     steps = pd.DataFrame({
         "index": np.arange(n, dtype=np.int64), "start_ns": start, "end_ns": end, "duration_ns": duration,
@@ -167,6 +168,9 @@ def _result(trace: Trace, act: Activity, source: str, name: str, first: np.ndarr
     summary = summarize(steps, source, name, span)
     if not len(act):
         summary["cpu_only"] = is_cpu_only(trace)
+        unread = trace.meta.extra.get("unread_device_events")
+        if unread:  # an MTIA or XPU trace: its device work is there, unread
+            summary["unread_device"] = sorted(unread)
     steady = steps[steps["phase"] == STEADY]
     cost = profiler_overhead(trace, steady["start_ns"].to_numpy(np.int64), steady["end_ns"].to_numpy(np.int64),
                              None)

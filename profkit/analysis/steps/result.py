@@ -242,6 +242,9 @@ def headline(result: StepResult) -> str:
         text += f", teardown {format_duration(s['teardown_ns'])}"
     if s.get("cpu_only"):
         text += f"; {CPU_ONLY}"
+    if s.get("unread_device"):
+        text += (f"; its device work ({', '.join(s['unread_device'])}) is another accelerator's, which profkit does "
+                 "not read: the GPU figures are empty")
     if s.get("profiler_overhead_ns_per_step") is not None:
         text += f"; {capture_cost(s['profiler_overhead_ns_per_step'], s['median_ns'])}"
     return text

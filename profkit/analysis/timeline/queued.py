@@ -14,6 +14,8 @@ whose launch call the trace did not record add nothing.
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from profkit.analysis.timeline.intervals import union
@@ -24,13 +26,21 @@ from profkit.model.schema import GPU_WORK_TABLES
 
 def queued_intervals(trace: Trace, device: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(starts, ends), sorted and disjoint: launched work waiting to start beyond the launch
-    latency, on ``device`` (None: any)."""
-    launched, began, _, on = _launches(trace)
-    if device is not None:
-        launched, began = launched[on == device], began[on == device]
-    ready = launched + int(launch_latency_ns(trace))
-    waited = began > ready
-    return union(ready[waited], began[waited])
+    latency, on ``device`` (None: any).  Worked out once per trace."""
+    found = _cache.get(trace)
+    if found is None:
+        launched, began, _, on = _launches(trace)
+        ready = launched + int(launch_latency_ns(trace))
+        waited = began > ready
+        ready, began, on = ready[waited], began[waited], on[waited]
+        found = _cache[trace] = {None: union(ready, began),
+                                 **{d: union(ready[on == d], began[on == d]) for d in np.unique(on).tolist()}}
+    empty = np.zeros(0, np.int64)
+    return found.get(device, (empty, empty))
+
+
+_cache: weakref.WeakKeyDictionary[Trace, dict[int | None, tuple[np.ndarray, np.ndarray]]] = \
+    weakref.WeakKeyDictionary()
 
 
 def launch_latency_ns(trace: Trace) -> float:
@@ -59,7 +69,8 @@ def _launches(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndar
         if not len(api_end) or not trace.has(table) or not trace.count(table):
             continue
         call = launch_calls(trace, table).call
-        known = call >= 0
+        # a row without a correlation id (-1, some Kineto traces) matches any call without one: no launch
+        known = (call >= 0) & (trace.array(table, "correlation") >= 0)
         for out, values in zip(columns, (api_end[call[known]], trace.array(table, "start")[known],
                                          trace.array(table, "end")[known], trace.array(table, "device")[known])):
             out.append(values.astype(np.int64))
