@@ -272,3 +272,37 @@ def test_a_scrubbed_export_still_gives_the_host_time(tmp_path: Path) -> None:
 
     assert idle(after) == idle(before) and idle(before)
     assert after["summary"]["gpu_idle_ns_per_step"] == before["summary"]["gpu_idle_ns_per_step"]
+
+
+def test_a_trace_without_correlation_ids_has_no_queued_work(tmp_path: Path) -> None:
+    """Kineto rows without a correlation id match no launch call: none of their idle is taken for
+    launched work waiting (all of it was, and every function's idle read 0), and the table is the
+    one of the same trace with its ids."""
+    with gzip.open(trace_path("train", "kineto")) as f:
+        doc = json.load(f)
+    for e in doc["traceEvents"]:
+        (e.get("args") or {}).pop("correlation", None)
+    stripped = tmp_path / "no_correlation.json"
+    stripped.write_text(json.dumps(doc))
+    code, out = run("host", str(stripped), "--steady", "--format", "json")
+    assert code == 0, out
+    got = json.loads(out)
+    assert got["summary"]["gpu_idle_queued_ns_per_step"] == 0
+    assert got["verdict"]["parts_ns_per_step"]["queued"] == 0
+    with_ids = host_json("train", "kineto")["functions"][:3]
+    assert [key(r) for r in got["functions"][:3]] == [key(r) for r in with_ids]
+
+
+def test_host_windows_are_the_step_ranges_or_else_the_gpu_windows() -> None:
+    """From a step's range start to the next one's; the GPU windows, said so, where a range is unknown."""
+    import pandas as pd
+
+    from profkit.analysis.host.attribution import host_windows
+
+    steps = pd.DataFrame({"start_ns": [15, 35, 55], "end_ns": [35, 55, 70], "cpu_start_ns": [10, 30, 50],
+                          "cpu_end_ns": [20, 40, 60]})
+    lo, hi, own = host_windows(steps, steps.iloc[1:])
+    assert (lo.tolist(), hi.tolist(), own) == ([30, 50], [50, 60], True)
+    steps.loc[2, "cpu_start_ns"] = -1
+    lo, hi, own = host_windows(steps, steps.iloc[1:])
+    assert (lo.tolist(), hi.tolist(), own) == ([35, 55], [55, 70], False)
