@@ -16,13 +16,19 @@ CPU_ONLY = "no GPU work in this trace (a CPU-only capture): the whole step is ho
 CPU_TABLES = ("cpu_ops", "ranges", "python_frames")
 
 
+def unread_device_categories(trace: Trace) -> list[str]:
+    """The categories of another accelerator's work (MTIA, XPU) that a Kineto trace records and
+    profkit does not read: such a trace is no CPU-only one, and its GPU figures are empty."""
+    return sorted(trace.meta.extra.get("unread_device_events") or {})
+
+
 def is_cpu_only(trace: Trace) -> bool:
     """A Kineto trace with no GPU work and no CUDA API call, but CPU operators, ranges or Python
     stacks.  An nsys export without CUDA data is a capture that left out ``-t cuda``: the
     commands keep saying so."""
     if trace.meta.source != KINETO or any(trace.has(table) for table in (*GPU_WORK_TABLES, "api")):
         return False
-    if trace.meta.extra.get("unread_device_events"):  # an MTIA or XPU run: device work profkit does not read
+    if unread_device_categories(trace):
         return False
     return any(trace.has(table) for table in CPU_TABLES)
 

@@ -62,8 +62,9 @@ def findings(*, capture: Row | None = None, kernels: Sequence[Row] | None = None
     """
     out: list[str] = []
     out += _busy(capture, utilization, longest_gap_ranges, time_origin_ns, steps_found, longest_gap_cpu)
-    out += _kernels(steady_kernels, steady=True, profile=launches, graph_level=graph_replay_ns > 0) \
-        if steady_kernels else _kernels(kernels, profile=launches, graph_level=graph_replay_ns > 0)
+    graph_level = graph_replay_ns > 0
+    out += _kernels(steady_kernels, steady=True, profile=launches, graph_level=graph_level) if steady_kernels \
+        else _kernels(kernels, profile=launches, graph_level=graph_level)
     out += _blocking_calls(api)
     out += _memory(memory, kernels, graph_replay_ns)
     out += _nvtx(nvtx_ranges)

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from profkit.analysis.cpu_only import unread_device_categories
 from profkit.analysis.host.threads import other_thread_rows
 from profkit.analysis.steps import find_steps
 from profkit.analysis.host.data_loading import loading_mask, loop_files
@@ -18,6 +19,7 @@ from profkit.analysis.timeline.intervals import complement, covered_within, diff
 from profkit.analysis.timeline.queued import queued_intervals
 from profkit.errors import ProfkitError
 from profkit.model import Trace
+from profkit.model.schema import GPU_WORK_TABLES
 from profkit.model.trace import KINETO
 
 KINETO_STACKS = "kineto_stacks"
@@ -59,9 +61,9 @@ def host_time(trace: Trace, steady_only: bool = True) -> HostResult:
     frames = without_own_frames(trace.table("python_frames"))
     if frames.empty:
         raise ProfkitError(f"{trace.name} has no Python stacks", hint=HOW)
-    unread = trace.meta.extra.get("unread_device_events")
-    if unread and not any(trace.has(table) for table in ("kernels", "memcpy", "memset", "graphs")):
-        raise ProfkitError(f"{trace.name} records another accelerator's work ({', '.join(sorted(unread))}), which "
+    unread = unread_device_categories(trace)
+    if unread and not any(trace.has(table) for table in GPU_WORK_TABLES):
+        raise ProfkitError(f"{trace.name} records another accelerator's work ({', '.join(unread)}), which "
                            "profkit does not read: no GPU idle to attribute", hint="profkit reads CUDA and ROCm GPU work")
     steps = find_steps(trace)
     if not steps.found or steps.steady.empty:

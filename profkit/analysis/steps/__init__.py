@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from profkit.analysis.cpu_only import is_cpu_only
+from profkit.analysis.cpu_only import is_cpu_only, unread_device_categories
 from profkit.analysis.steps.activity import Activity, load_activity
 from profkit.analysis.steps.overhead import profiler_overhead
 from profkit.analysis.timeline.intervals import covered_within, union
@@ -168,9 +168,9 @@ def _result(trace: Trace, act: Activity, source: str, name: str, first: np.ndarr
     summary = summarize(steps, source, name, span)
     if not len(act):
         summary["cpu_only"] = is_cpu_only(trace)
-        unread = trace.meta.extra.get("unread_device_events")
+        unread = unread_device_categories(trace)
         if unread:  # an MTIA or XPU trace: its device work is there, unread
-            summary["unread_device"] = sorted(unread)
+            summary["unread_device"] = unread
     steady = steps[steps["phase"] == STEADY]
     cost = profiler_overhead(trace, steady["start_ns"].to_numpy(np.int64), steady["end_ns"].to_numpy(np.int64),
                              None)

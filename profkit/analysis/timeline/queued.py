@@ -29,8 +29,8 @@ def queued_intervals(trace: Trace, device: int | None = None) -> tuple[np.ndarra
     latency, on ``device`` (None: any).  Worked out once per trace."""
     found = _cache.get(trace)
     if found is None:
-        launched, began, _, on = _launches(trace)
-        ready = launched + int(launch_latency_ns(trace))
+        launched, began, ended, on = _launches(trace)
+        ready = launched + int(_latency(launched, began, ended, on))
         waited = began > ready
         ready, began, on = ready[waited], began[waited], on[waited]
         found = _cache[trace] = {None: union(ready, began),
@@ -47,7 +47,10 @@ def launch_latency_ns(trace: Trace) -> float:
     """The median time from a launch call's return to its operation's start, over the operations
     launched onto a drained device: every operation that started before it had ended by its launch
     (nothing ran, nothing queued ahead of it).  0 when the trace has none."""
-    launched, began, ended, on = _launches(trace)
+    return _latency(*_launches(trace))
+
+
+def _latency(launched: np.ndarray, began: np.ndarray, ended: np.ndarray, on: np.ndarray) -> float:
     waits = []
     for device in np.unique(on).tolist():
         mine = np.flatnonzero(on == device)
