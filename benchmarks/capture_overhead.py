@@ -87,6 +87,8 @@ GPU_MODES = {"bare": None, "nsys (default)": ["--backend", "nsys"], "nsys --full
              # graph-level tracing of host-launched graphs only (nsys traces device launches too by default)
              "nsys alone (-t cuda, graphs host-only)": RawNsys(("-t", "cuda", "--cuda-graph-trace=graph:host-only")),
              "nsys (graphs host-only)": ["--backend", "nsys", "--nsys-args", "--cuda-graph-trace=graph:host-only"],
+             # CUDA event records and waits left untraced (nsys 2025.3 traces them by default)
+             "nsys (no CUDA event trace)": ["--backend", "nsys", "--nsys-args", "--cuda-event-trace=false"],
              # a window: nsys traces optimizer steps 6-10 (or 3 s of forward calls after 5 s), the rest untraced
              "nsys window (--steps 5 --skip 5)": ["--backend", "nsys", "--steps", "5", "--skip", "5"],
              "torch (default)": ["--backend", "torch"]}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from profkit.analysis.sync import stalls
@@ -23,7 +24,7 @@ from profkit.analysis.sync.events import (
 )
 from profkit.analysis.sync.idle import attach_gpu_idle
 from profkit.capture import sync_hook
-from profkit.analysis.sync.calls import ApiCall, NvtxRange, api_role, base_api_name
+from profkit.analysis.sync.calls import ApiCall, CallColumns, NvtxRange, api_role, base_api_name
 
 PID = 7 << 24
 T1, T2 = PID | 100, PID | 200  # two threads of one process
@@ -126,6 +127,16 @@ def test_a_device_side_copy_between_a_copy_and_its_sync_does_not_part_them() -> 
     events = build_events([d2h(0, 10), call("cudaMemcpyAsync", 12, 14, copy_kind=D2D, src_kind=DEVICE,
                                             dst_kind=DEVICE), ssync(20, 30)])
     assert [(e.api, e.cpu_blocked_ns) for e in events] == [("cudaMemcpyAsync + cudaStreamSynchronize", 10)]
+
+
+def test_a_kernel_launched_between_a_copy_and_a_sync_parts_them() -> None:
+    # the copy, then a kernel launch on its thread (launches_through counts it), then the sync:
+    # two acts, the copy not an event (pinned), the sync alone
+    columns = CallColumns.from_records([d2h(0, 10), ssync(20, 30)])
+    columns.launches_through = np.array([0, 1])
+    assert [e.api for e in build_events(columns)] == ["cudaStreamSynchronize"]
+    columns.launches_through = np.array([3, 3])  # launches before the copy only: still .item()
+    assert [e.api for e in build_events(columns)] == ["cudaMemcpyAsync + cudaStreamSynchronize"]
 
 
 def test_a_copy_held_across_another_thread_is_let_go() -> None:

@@ -167,6 +167,9 @@ class CallColumns:
     mem_kind: np.ndarray
     sync_types: list[str]  # labels; ``sync_type`` indexes it
     sync_type: np.ndarray
+    # per call, how many calls on its thread that launched a kernel or a graph replay started at or
+    # before it (``inputs.launches_through``); None: unknown (hand-built calls), nothing parts a pair
+    launches_through: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.start)
@@ -186,7 +189,8 @@ class CallColumns:
     def take(self, rows: np.ndarray) -> CallColumns:
         """The given rows, in the given order."""
         return CallColumns(**{f.name: (getattr(self, f.name) if f.name in ("names", "sync_types")
-                                       else getattr(self, f.name)[rows]) for f in fields(self)})
+                                       or getattr(self, f.name) is None else getattr(self, f.name)[rows])
+                              for f in fields(self)})
 
     def records(self, rows: np.ndarray) -> list[ApiCall]:
         """The given rows as ``ApiCall`` records (only the calls of sync events become objects)."""

@@ -164,7 +164,8 @@ def build_events(calls: Iterable[ApiCall] | CallColumns, copy_labels: dict[int, 
     """Sync events from candidate calls ordered by thread, then start.
 
     A host<->device copy directly followed (next candidate call on its
-    thread) by a sync call that blocks the CPU joins it as one event; any
+    thread, with no kernel or graph launched between them) by a sync call that
+    blocks the CPU joins it as one event; any
     other blocking call or sync is an event alone; copies that do not block
     and are not followed by a sync are not events.  Calls that are none of
     these (a copy between device buffers that does not block, a memset
@@ -202,7 +203,10 @@ def event_calls(columns: CallColumns) -> tuple[np.ndarray, np.ndarray, np.ndarra
 
     The walk of ``build_events``'s docstring, vectorized: each call is a host
     copy (H), a sync (S), another call that blocks (B) or passes unseen.  An H
-    whose next seen call on its thread is an S that blocks pairs with it; an
+    whose next seen call on its thread is an S that blocks, with no kernel or
+    graph launched on the thread between them, pairs with it (``.item()``: the copy, then
+    at once the sync; a copy, four kernel launches and a sync 8.6 ms later are two
+    acts, not one); an
     H that pairs with nothing is an event when it blocks by itself; every
     unpaired S and every B is an event alone."""
     empty = np.zeros(0, dtype=np.int64)
@@ -218,6 +222,9 @@ def event_calls(columns: CallColumns) -> tuple[np.ndarray, np.ndarray, np.ndarra
     h, s, b = host[seen], is_sync[seen], blocks[seen]
     pair = np.zeros(len(seen), dtype=bool)
     pair[:-1] = h[:-1] & (run[1:] == run[:-1]) & s[1:] & b[1:]
+    if columns.launches_through is not None:
+        through = columns.launches_through[seen]
+        pair[:-1] &= through[1:] == through[:-1]
     taken = np.zeros(len(seen), dtype=bool)
     taken[1:] = pair[:-1]
     heads = np.flatnonzero(pair | (~taken & (s | b)))

@@ -41,6 +41,7 @@ from profkit.model.cuda_labels import COPY_KIND_LABELS, MEM_KIND_LABELS
 
 _COPY_KINDS = kind_values(COPY_KIND_LABELS)
 _MEM_KINDS = kind_values(MEM_KIND_LABELS)
+LAUNCH = "Launch"  # in the name of every call that launches a kernel or a graph (launches_through)
 _GPU_TABLES = (("kernels", "kernel"), ("memcpy", "memcpy"), ("memset", "memset"), ("graphs", "graph"))
 
 
@@ -145,7 +146,33 @@ def api_calls(trace: Trace) -> CallColumns:
         src_kind=memcpy.first_label("src_kind", _MEM_KINDS),
         dst_kind=memcpy.first_label("dst_kind", _MEM_KINDS),
         bytes=byte_total, mem_kind=memset.first_label("dst_kind", _MEM_KINDS),
-        sync_types=list(sync_labels), sync_type=sync_type)
+        sync_types=list(sync_labels), sync_type=sync_type,
+        launches_through=launches_through(trace, threads[order], start[order].astype(np.int64)))
+
+
+def launches_through(trace: Trace, threads: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Per (thread, start), how many calls on that thread that launch a kernel or a graph (a name
+    with "Launch" in it: cudaLaunchKernel, cuLaunchKernelEx, cudaGraphLaunch, hipExtModuleLaunchKernel)
+    started at or before it.  Two calls of a thread with the same count have no launch between
+    them.  By name, not by joining the kernels to their calls: one pass over the name codes
+    instead of a sort of every call's key."""
+    out = np.zeros(len(threads), dtype=np.int64)
+    if not len(threads) or not trace.has("api") or not trace.count("api"):
+        return out
+    names: Coded = trace.codes("api", "name")
+    is_launch = np.array([LAUNCH in (n or "") for n in names.categories] + [False])
+    rows = np.flatnonzero(is_launch[names.codes])
+    row_threads = (trace.array("api", "pid")[rows].astype(np.int64) << TID_BITS) | trace.array("api", "tid")[rows]
+    wanted = np.unique(threads)
+    keep = np.isin(row_threads, wanted)
+    row_threads, row_starts = row_threads[keep], trace.array("api", "start")[rows[keep]]
+    order = np.lexsort((row_starts, row_threads))
+    row_threads, row_starts = row_threads[order], row_starts[order]
+    for thread in wanted.tolist():
+        lo, hi = np.searchsorted(row_threads, [thread, thread + 1])
+        mine = threads == thread
+        out[mine] = np.searchsorted(row_starts[lo:hi], starts[mine], side="right")
+    return out
 
 
 def unmatched_syncs(trace: Trace) -> list[ApiCall]:
