@@ -16,7 +16,7 @@ FAST_CAPTURES = frozenset({"nsys/nsys2023_nvtx", "nsys/nsys2023_sync_apis", "nsy
                            "hta_rocm/mi250_minitoy_train_ROCm6_2_kineto"})
 # Exports that are broken on purpose (tests/test_bad_input.py reads them), and traces of an accelerator
 # profkit does not read (tests/data/hta_other: its commands refuse them): no invariant applies.
-BROKEN = frozenset({"nsys/nsys2025_bad", "hta_other/mtia_inference_rank_0"})
+BROKEN = frozenset({"nsys/nsys2025_bad", "hta_other/mtia_inference_rank_0", "hta_other/cupti_range_profiler"})
 
 
 def capture_id(path: Path) -> str:

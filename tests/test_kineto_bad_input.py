@@ -251,6 +251,39 @@ def test_another_accelerators_trace_is_no_cpu_only_capture() -> None:
     assert device > 0 and categories["kernel"] == 0
     runner = CliRunner()
     kernels = runner.invoke(cli, ["kernels", str(path)])
-    assert kernels.exit_code == 2 and f"mtia_ccp_events: {device:,}" in kernels.output
+    assert kernels.exit_code == 2 and f"{device:,} mtia_ccp_events events" in kernels.output
     steps = runner.invoke(cli, ["steps", str(path)])
-    assert "CPU-only" not in steps.output and "(mtia_ccp_events, mtia_runtime) is another accelerator's" in steps.output
+    assert "CPU-only" not in steps.output
+    assert "device work is another accelerator's work (mtia_ccp_events, mtia_runtime)" in " ".join(steps.output.split())
+
+
+def test_kernels_under_the_range_profiler_are_named_not_timed() -> None:
+    """HTA's cupti_profiler trace: torch.profiler with CUPTI's range profiler records each kernel
+    as a ``cuda_profiler_range`` event (its counters, and the profiler's replay as its duration)
+    and no ``kernel`` event.  profkit used to say "no kernel launches" beside 77 cudaLaunchKernel
+    calls; it now names what the trace holds and times none of it."""
+    import gzip as gz
+    from collections import Counter
+
+    from click.testing import CliRunner
+
+    from profkit.cli import cli
+
+    path = Path(__file__).parent / "data" / "hta_other" / "cupti_range_profiler.json.gz"
+    with gz.open(path) as handle:
+        events = json.load(handle)["traceEvents"]
+    categories = Counter(e.get("cat") for e in events)
+    ranges = categories["cuda_profiler_range"]
+    launches = sum(e.get("cat") == "cuda_runtime" and e["name"] == "cudaLaunchKernel" for e in events)
+    assert ranges == launches > 0 and categories["kernel"] == 0
+    runner = CliRunner()
+    kernels = runner.invoke(cli, ["kernels", str(path)])
+    assert kernels.exit_code == 2 and f"{ranges} cuda_profiler_range events" in kernels.output
+    assert "CUPTI's range profiler" in kernels.output and "Traceback" not in kernels.output
+    steps = runner.invoke(cli, ["steps", str(path)])
+    assert steps.exit_code == 0 and "CPU-only" not in steps.output and "range profiler" in steps.output
+    breakdown = runner.invoke(cli, ["breakdown", str(path)])
+    assert breakdown.exit_code == 0 and "no kernel launches" not in breakdown.output
+    assert "no kernel that profkit reads: the trace records kernels measured by CUPTI's range profiler" in \
+        " ".join(breakdown.output.split())
+

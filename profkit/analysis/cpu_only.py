@@ -11,14 +11,18 @@ from __future__ import annotations
 from profkit.model import Trace
 from profkit.model.schema import GPU_WORK_TABLES
 from profkit.model.trace import KINETO
+from profkit.model.unread import describe_unread
+
+__all__ = ["CPU_ONLY", "cpu_only_note", "describe_unread", "is_cpu_only", "unread_device_categories"]
 
 CPU_ONLY = "no GPU work in this trace (a CPU-only capture): the whole step is host time"
 CPU_TABLES = ("cpu_ops", "ranges", "python_frames")
 
 
 def unread_device_categories(trace: Trace) -> list[str]:
-    """The categories of another accelerator's work (MTIA, XPU) that a Kineto trace records and
-    profkit does not read: such a trace is no CPU-only one, and its GPU figures are empty."""
+    """The categories of device work that a Kineto trace records and profkit does not read: another
+    accelerator's (MTIA, XPU), or kernels under CUPTI's range profiler (``UNTIMED_DEVICE_WORK``).
+    Such a trace is no CPU-only one, and its GPU figures are empty."""
     return sorted(trace.meta.extra.get("unread_device_events") or {})
 
 

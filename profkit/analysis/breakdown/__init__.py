@@ -22,6 +22,7 @@ from profkit.analysis.timeline import intervals
 from profkit.analysis.breakdown import launch as _launch
 from profkit.analysis.breakdown import temporal as _temporal
 from profkit.analysis.kernels.graphs import has_graphs
+from profkit.analysis.cpu_only import describe_unread, unread_device_categories
 from profkit.errors import ProfkitError
 from profkit.model import Trace
 
@@ -93,6 +94,9 @@ def rank_breakdown(trace: Trace, steady: bool = False, top_idle: int = 5) -> dic
                                                                            keep_reversed=True)),
                                     graphs_launched=has_graphs(trace))
     launch["delay_outliers"] = _launch.launch_delay_outliers(launches)
+    unread = unread_device_categories(trace)
+    if not launch["launches"] and unread:  # an MTIA trace, kernels under CUPTI's range profiler
+        launch["verdict"] = f"no kernel that profkit reads: the trace records {describe_unread(unread)}"
     row.update(
         window=window_info,
         kernel_types={"time_ns": types["time_ns"], "pct": types["pct"]},

@@ -75,7 +75,7 @@ def launch_summary(rows: pd.DataFrame, idle_pct: float | None, host_wait_share: 
     kernels still launched one by one, not to start using graphs."""
     n = len(rows)
     if n == 0:
-        return {"launches": 0, "launch_bound": False, "verdict": "no kernel launches in the trace"}
+        return {"launches": 0, "launch_bound": False, "verdict": "no kernels recorded in the trace"}
     cpu = rows["cpu_duration_ns"].to_numpy()
     gpu = rows["gpu_duration_ns"].to_numpy()
     delay = rows["launch_delay_ns"].to_numpy()

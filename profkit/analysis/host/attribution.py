@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from profkit.analysis.cpu_only import unread_device_categories
+from profkit.analysis.cpu_only import describe_unread, unread_device_categories
 from profkit.analysis.host.threads import other_thread_rows
 from profkit.analysis.steps import find_steps
 from profkit.analysis.host.data_loading import loading_mask, loop_files
@@ -63,8 +63,8 @@ def host_time(trace: Trace, steady_only: bool = True) -> HostResult:
         raise ProfkitError(f"{trace.name} has no Python stacks", hint=HOW)
     unread = unread_device_categories(trace)
     if unread and not any(trace.has(table) for table in GPU_WORK_TABLES):
-        raise ProfkitError(f"{trace.name} records another accelerator's work ({', '.join(unread)}), which "
-                           "profkit does not read: no GPU idle to attribute", hint="profkit reads CUDA and ROCm GPU work")
+        raise ProfkitError(f"{trace.name} records {describe_unread(unread)}, which profkit does not read: no GPU "
+                           "idle to attribute", hint="profkit reads CUDA and ROCm GPU work")
     steps = find_steps(trace)
     if not steps.found or steps.steady.empty:
         raise ProfkitError(f"{trace.name}: no steady-state steps to attribute host time to "

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from profkit.analysis.cpu_only import CPU_ONLY
+from profkit.analysis.cpu_only import CPU_ONLY, describe_unread
 
 WARMUP = "warmup"
 STEADY = "steady"
@@ -243,8 +243,7 @@ def headline(result: StepResult) -> str:
     if s.get("cpu_only"):
         text += f"; {CPU_ONLY}"
     if s.get("unread_device"):
-        text += (f"; its device work ({', '.join(s['unread_device'])}) is another accelerator's, which profkit does "
-                 "not read: the GPU figures are empty")
+        text += f"; its device work is {describe_unread(s['unread_device'])}, which profkit does not read: the GPU figures are empty"
     if s.get("profiler_overhead_ns_per_step") is not None:
         text += f"; {capture_cost(s['profiler_overhead_ns_per_step'], s['median_ns'])}"
     return text

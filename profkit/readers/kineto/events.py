@@ -40,6 +40,7 @@ from profkit.model import schema
 # A sync-site range gets the hook's NVTX domain, so it is labelled alike from nsys and Kineto traces.
 from profkit.model.sync_sites import DOMAIN as SYNC_SITE_DOMAIN
 from profkit.model.sync_sites import PREFIX as SYNC_SITE_PREFIX
+from profkit.model.unread import UNTIMED_DEVICE_WORK
 from profkit.readers.kineto import comms
 from profkit.readers.kineto.parse import Args, Event
 from profkit.limits import current as current_limits
@@ -161,8 +162,8 @@ class TraceBuilder:
         self.comm_ops = comms.CommOps()
         self.frames = Table("python_frames", FRAME_COLUMNS)
         self.skipped: Counter[str] = Counter()
-        # device work of accelerators profkit does not read (MTIA, XPU, ...): counted per category, so
-        # that such a trace is never taken for a CPU-only one
+        # device work profkit does not read (MTIA, XPU, ...; kernels under CUPTI's range profiler):
+        # counted per category, so that such a trace is never taken for a CPU-only one
         self.unread_device: Counter[str] = Counter()
         self.capture: tuple[int, int] | None = None
         self.events = 0
@@ -181,7 +182,8 @@ class TraceBuilder:
                 bucket.append(e)
             elif e.ph == "M":
                 metadata.append(e)
-            elif e.ph == "X" and isinstance(e.cat, str) and e.cat.lower().startswith(OTHER_ACCELERATORS):
+            elif e.ph == "X" and isinstance(e.cat, str) and (e.cat.lower().startswith(OTHER_ACCELERATORS)
+                                                              or e.cat in UNTIMED_DEVICE_WORK):
                 self.unread_device[e.cat] += 1
         events.clear()  # the caller's list: its events go as soon as their bucket does
         for cat in GPU_TABLES:

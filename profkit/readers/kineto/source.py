@@ -17,6 +17,7 @@ import numpy as np
 from profkit.errors import ProfkitError
 from profkit.model import schema
 from profkit.model.trace import CUDA, HIP, KINETO, Coded, Trace, TraceMeta, empty_arrays
+from profkit.model.unread import describe_unread
 from profkit.readers.kineto.events import TraceBuilder, copy_kinds, range_kind, short_kernel_name
 from profkit.readers.kineto.parse import RECORD_SHAPES, read_events
 from profkit.readers.kineto.source_lines import SourceLines
@@ -150,9 +151,9 @@ class KinetoSource:
                                 "--backend torch does"}.get(table)
         unread = self.builder.unread_device
         if unread and table in ("kernels", "api", "memcpy", "memset"):
-            found = ", ".join(f"{cat}: {n:,}" for cat, n in unread.most_common(3))
-            raise ProfkitError(f"{self.path.name} has no {what}: it records another accelerator's work ({found} "
-                               "events), which profkit does not read", hint="profkit reads CUDA and ROCm GPU work")
+            raise ProfkitError(f"{self.path.name} has no {what}: it records {describe_unread(unread, unread)}, "
+                               "which profkit does not read",
+                               hint="profkit reads CUDA and ROCm GPU work traced with ProfilerActivity.CUDA")
         raise ProfkitError(f"{self.path.name} has no {what}: the PyTorch profiler trace holds none", hint=how)
 
     def load(self, table: str, columns: Sequence[str]) -> Any:
