@@ -300,12 +300,12 @@ def diff_json(base: PathLike, new: PathLike, *, rank: int | None = None, force: 
 
     from profkit.analysis.compare import noise
     from profkit.analysis.compare.diff import check_comparable, diff_traces
-    from profkit.model.rank_view import select_ranks
-    from profkit.readers import open_trace
+    from profkit.readers.job import open_job
 
     with ExitStack() as stack:
-        base_trace = _one_rank(select_ranks(stack.enter_context(open_trace(Path(base))), rank), Path(base))
-        new_trace = _one_rank(select_ranks(stack.enter_context(open_trace(Path(new))), rank), Path(new))
+        # a whole-job export, a folder of rank traces or a torchrun run folder: --rank picks one
+        base_trace = _one_rank(stack.enter_context(open_job(Path(base), rank)).traces, Path(base))
+        new_trace = _one_rank(stack.enter_context(open_job(Path(new), rank)).traces, Path(new))
         program = check_comparable(base_trace, new_trace, force=force)
         result = diff_traces(base_trace, new_trace,
                              min_effect_pct=noise.MIN_EFFECT_PCT if min_effect_pct is None else min_effect_pct)
@@ -313,6 +313,9 @@ def diff_json(base: PathLike, new: PathLike, *, rank: int | None = None, force: 
         result["same_program_by"] = program.by
         if program.note:
             result["notes"] = [*result["notes"], program.note]
+        if Path(base).resolve() == Path(new).resolve():
+            result["notes"] = [*result["notes"], f"BASE and NEW are the same file ({Path(base).name}): nothing "
+                                                 "can differ"]
         if code_dirs or kernel_targets:
             from profkit.analysis.kernels.code import attach_code, launch_shapes
             from profkit.analysis.kernels.targets import code_for_trace

@@ -36,7 +36,7 @@ def test_noise_is_no_change_and_a_shift_is_slower():
     assert slower.verdict == noise.SLOWER and slower.ci_low_pct > 0
     # a real but tiny change is not a regression
     assert noise.compare(base, base * 1.005).verdict == noise.NO_CHANGE
-    assert noise.compare(base[:2], base[:2] * 2).verdict == noise.NO_CHANGE  # too few samples
+    assert noise.compare(base[:2], base[:2] * 2).verdict == noise.UNKNOWN  # too few samples: no interval
 
 
 def _diff(base: str, new: str, *extra: str):
@@ -212,3 +212,86 @@ def test_table_shows_the_verdict_top_changes_and_the_sync_site_change_and_csv_ha
     assert rows[0]["kind"] == "step" and rows[0]["status"] == "faster"
     sync = next(r for r in rows if r["kind"] == "sync" and r["name"] == "train_mlp.py:62" and r["status"] == "changed")
     assert (int(sync["base"]), int(sync["new"])) == (site["base_count"], site["new_count"])
+
+
+def _kernel_ns_per_step(name: str) -> float:
+    """The truth from the JSON: the median over steady ProfilerStep#N ranges (the first three are
+    warm-up, as in test_two_runs_that_really_differ_are_told_apart) of the kernel time that starts in each."""
+    import gzip
+    import statistics
+
+    with gzip.open(_kineto(name), "rt") as fh:
+        events = [e for e in json.load(fh)["traceEvents"] if e.get("ph") == "X"]
+    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in events
+                   if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"))
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    per_step = [sum(k["dur"] for k in kernels if lo <= k["ts"] < hi) * 1e3 for lo, hi in steps[3:-1]]
+    return statistics.median(per_step)
+
+
+@needs_kineto
+def test_a_slower_kernel_fails_the_kernel_gate_and_a_busier_host_does_not():
+    """hist_run4 adds a ~1 ms spin kernel per step to hist_run1's program.  Its step time moves
+    +9%, inside the run's own spread, so the step-time gate lets it pass; the GPU kernel time per
+    step moves from ~0.2 to ~1.2 ms (the JSON's kernel events) and the kernel gate fails it.
+    mlp_noprint_b is the same program as mlp_noprint on a busier host: step time +37%,
+    kernel time unchanged, and the kernel gate passes it."""
+    runner = CliRunner()
+    spin = runner.invoke(cli, ["diff", str(_kineto("hist_run1")), str(_kineto("hist_run4")), "--format", "json",
+                               "--fail-on-kernel-regression", "50"])
+    assert spin.exit_code == 1, spin.output
+    assert "GPU kernel time per step regressed" in spin.stderr
+    kernel_time = json.loads(spin.stdout)["kernel_time"]
+    assert kernel_time["verdict"] == "slower"
+    for side, name in (("base", "hist_run1"), ("new", "hist_run4")):
+        assert kernel_time[f"{side}_median_ns"] == pytest.approx(_kernel_ns_per_step(name), rel=0.05)
+    busy = runner.invoke(cli, ["diff", str(_kineto("mlp_noprint")), str(_kineto("mlp_noprint_b")),
+                               "--fail-on-kernel-regression", "5"])
+    assert busy.exit_code == 0, busy.output
+    assert "GPU kernel time per step: no change" in " ".join(busy.output.split())
+
+
+def test_a_gate_that_cannot_decide_says_so(tmp_path):
+    """Two exports of two steps each: no interval, so the verdict is "unknown", not "no change",
+    and a gate on it exits 2 with one line instead of passing."""
+    base, new = nsys_fixture("nsys2025_gelu"), nsys_fixture("nsys2023_vector_add")
+    plain = CliRunner().invoke(cli, ["diff", str(base), str(new), "--force", "--format", "json"])
+    assert plain.exit_code == 0, plain.output
+    step = json.loads(plain.output)["step"]
+    assert min(step["base_steps"], step["new_steps"]) < noise.MIN_SAMPLES <= max(step["base_steps"], step["new_steps"])
+    assert step["verdict"] == "unknown" and "too few samples" in step["why"]
+    gated = CliRunner().invoke(cli, ["diff", str(base), str(new), "--force", "--fail-on-regression", "5"])
+    assert gated.exit_code == 2 and "cannot gate on step time" in gated.output
+    assert "Traceback" not in gated.output
+
+
+@needs_kineto
+def test_an_item_and_a_device_synchronize_on_one_line_are_two_sites():
+    """mlp_print's stacks put its 17 .item() syncs (cudaStreamSynchronize) and the profiler's own
+    cudaDeviceSynchronize (under prof.step()) on one line of main(); mlp_noprint has only the second.
+    The diff used to say the device synchronize was removed (1 -> 0) and 18 .item() syncs added."""
+    import gzip
+    from collections import Counter
+
+    with gzip.open(_kineto("mlp_print"), "rt") as fh:
+        calls = Counter(e["name"] for e in json.load(fh)["traceEvents"]
+                        if e.get("cat") == "cuda_runtime" and "Synchronize" in e.get("name", ""))
+    syncs = {(s["api"], s["status"]): (s["base_count"], s["new_count"])
+             for s in _kdiff("mlp_noprint", "mlp_print")["syncs"]}
+    assert syncs[("cudaDeviceSynchronize", "same")] == (1, calls["cudaDeviceSynchronize"])
+    assert syncs[("cudaMemcpyAsync + cudaStreamSynchronize", "added")] == (0, calls["cudaStreamSynchronize"])
+
+
+def test_a_folder_of_rank_traces_diffs_one_rank_and_needs_it():
+    folder, slow = KINETO.parent / "ddp" / "kineto", KINETO.parent / "ddp" / "kineto_slow"
+    one = CliRunner().invoke(cli, ["diff", str(folder), str(slow), "--rank", "1", "--format", "json"])
+    assert one.exit_code == 0, one.output
+    assert json.loads(one.output)["step"]["base_median_ns"] > 0
+    both = CliRunner().invoke(cli, ["diff", str(folder), str(slow)])
+    assert both.exit_code == 2 and "pass --rank N" in both.output
+
+
+@needs_kineto
+def test_the_same_file_twice_says_so():
+    data = _kdiff("mlp_print", "mlp_print")
+    assert any("the same file" in note for note in data["notes"])

@@ -2,7 +2,8 @@
 # The commands of profkit-review.yml, runnable anywhere:
 #   profkit-review.sh ptx BASE_REV            machine-code checks + diff vs BASE_REV (Markdown on stdout)
 #   profkit-review.sh trace BASE_REV          trace the sample at BASE_REV and at HEAD into review-traces/
-#   profkit-review.sh diff BASE_RUN NEW_RUN   PR comment on stdout; exit 1 on a >= 5% step-time regression
+#   profkit-review.sh diff BASE_RUN NEW_RUN   PR comment on stdout; exit 1 on a >= 5% regression of the
+#                                             GPU kernel time per step or of the step time
 # Settings (environment): KERNEL (file.py::kernel), SIGNATURE, CONSTEXPR, ARCH, SCRIPT (the program to trace).
 set -euo pipefail
 KERNEL=${KERNEL:-sample_kernels/triton_kernels.py::gelu_kernel}
@@ -29,7 +30,8 @@ case "${1:-}" in
     profkit trace -o review-traces/new "$SCRIPT" -- --steps 30
     ;;
   diff)
-    profkit diff "$2" "$3" --format md --fail-on-regression "$REGRESSION_PCT"
+    profkit diff "$2" "$3" --format md --fail-on-regression "$REGRESSION_PCT" \
+      --fail-on-kernel-regression "$REGRESSION_PCT"
     ;;
   *)
     echo "usage: $0 ptx BASE_REV | trace BASE_REV | diff BASE_RUN NEW_RUN" >&2

@@ -1,12 +1,13 @@
 """`profkit diff BASE NEW`: what a change did to a run, with a verdict you can gate CI on.
 
 Exit codes: 0; 1 with ``--fail-on-regression PCT`` when the step time is
-"slower" by at least PCT percent, and with ``--fail-on-memory-growth SIZE`` when
+"slower" by at least PCT percent, with ``--fail-on-kernel-regression PCT`` when the
+GPU kernel time per step is, and with ``--fail-on-memory-growth SIZE`` when
 NEW's median per-step peak of allocated memory exceeds BASE's by more than SIZE
 on a device (each gate that fired names itself in one line on stderr); 2 bad
-input (one line), a SIZE profkit cannot read among them, and
-``--fail-on-memory-growth`` on traces that cannot answer it (either lacks
-allocator events, or steps).
+input (one line), a SIZE profkit cannot read among them, and a gate on traces
+that cannot answer it (too few steady steps for an interval; for memory, either
+lacks allocator events, or steps).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from typing import Any
 import click
 
 from profkit.cli.kernel_code_options import kernel_target_options
-from profkit.cli.per_rank import rank_option
 from profkit.output import json_text
 from profkit.output import Column, emit_rows, short_kernel_names, terminal_safe, top_option, wide_option
 from profkit.terminal import echo, shorten, terminal_width
@@ -47,7 +47,12 @@ CSV_COLUMNS = [Column(k, k) for k in ("kind", "status", "name", "api", "base", "
                    "pull-request comment; csv: one row per step time, kernel and sync site (kind, status, "
                    "name, api, base, new, delta, delta_pct, unit).")
 @click.option("--fail-on-regression", "fail_pct", type=click.FloatRange(min=0), default=None, metavar="PCT",
-              help="Exit 1 when NEW's step time is slower than BASE's by at least PCT percent.")
+              help="Exit 1 when NEW's step time is \"slower\" (the interval excludes 0) by at least PCT percent. "
+                   "The interval is over each run's steps: on a shared machine two runs of one host-bound "
+                   "program can differ by more, so gate a kernel change on --fail-on-kernel-regression.")
+@click.option("--fail-on-kernel-regression", "fail_kernel_pct", type=click.FloatRange(min=0), default=None,
+              metavar="PCT", help="Exit 1 when NEW's GPU kernel time per steady step is \"slower\" by at least PCT "
+                                  "percent (measured on the device: little moved by a busy host).")
 @click.option("--fail-on-memory-growth", "fail_size", default=None, metavar="SIZE",
               help="Exit 1 when NEW's median per-step peak of allocated memory exceeds BASE's by more than SIZE "
                    "(bytes, or e.g. 2GiB, 512MiB, 100MB); both traces must record the allocator "
@@ -58,13 +63,16 @@ CSV_COLUMNS = [Column(k, k) for k in ("kind", "status", "name", "api", "base", "
               metavar="DIR", help="Inductor/Triton caches: add the machine code (registers, spills, "
                                   "vectorization) of the Triton kernels that changed (repeatable).")
 @kernel_target_options
-@rank_option
+@click.option("--rank", "rank", type=click.IntRange(min=0), default=None, metavar="N",
+              help="Of a multi-rank input (an export of a whole job, a folder of rank traces, a torchrun run "
+                   "folder): compare rank N of each side; such an input needs it (a diff compares one rank).")
 @click.option("--force", is_flag=True, help="Compare even when BASE and NEW share under half their kernel names "
                                             "(they look like different programs).")
 @top_option(10, "table: list the N kernels whose time per step changed most (0: all).  json, csv and md "
                 "list every kernel.", minimum=0)
 @wide_option()
-def diff(base: Path, new: Path, fmt: str, fail_pct: float | None, fail_size: str | None, min_effect: float | None,
+def diff(base: Path, new: Path, fmt: str, fail_pct: float | None, fail_kernel_pct: float | None,
+         fail_size: str | None, min_effect: float | None,
          code_dirs: tuple[Path, ...], kernel_targets: Any, rank: int | None, force: bool, top: int,
          wide: bool) -> None:
     """Compare two traces of the same program: step time, kernels, sync sites, registers, breakdown.
@@ -119,9 +127,11 @@ def diff(base: Path, new: Path, fmt: str, fail_pct: float | None, fail_size: str
     else:
         _print_table(result, top, wide)
     failed = []
-    pct = regression_pct(result)
-    if fail_pct is not None and pct is not None and pct >= fail_pct:
-        failed.append(f"profkit: step time regressed {pct:.1f}% (>= {fail_pct:g}%)")
+    for figure, limit, what in (("step", fail_pct, "step time"), ("kernel_time", fail_kernel_pct,
+                                                                  "GPU kernel time per step")):
+        pct = None if limit is None else regression_pct(result, figure)
+        if limit is not None and pct is not None and pct >= limit:
+            failed.append(f"profkit: {what} regressed {pct:.1f}% (>= {limit:g}%)")
     grew = None if max_growth is None else growth_over(result["memory"], max_growth)
     if grew:
         failed.append(f"profkit: {grew}")

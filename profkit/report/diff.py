@@ -19,13 +19,16 @@ TOP_CHANGES = 5
 VERDICT_WORDS = {"slower": "🔴 slower", "faster": "🟢 faster", "no change": "⚪ no change", "unknown": "❔ unknown"}
 
 
-def headline(result: dict[str, Any]) -> str:
-    step = result["step"]
+def headline(result: dict[str, Any], figure: str = "step") -> str:
+    """The step time's verdict in one line (``figure`` "kernel_time": the GPU kernel time per step's).
+    The interval is over each run's steps: it leaves out how much two runs of one program differ."""
+    step = result.get(figure) or {}
+    what = "Step time" if figure == "step" else "GPU kernel time per step"
     if step.get("base_median_ns") is None:
-        return f"Step time: unknown ({step['why']})"
-    ci = (f", 95% CI {step['ci_low_pct']:+.1f}% .. {step['ci_high_pct']:+.1f}%"
-          if step.get("ci_low_pct") is not None else "")
-    return (f"Step time: {step['verdict']} — median {duration(step['base_median_ns'])} → "
+        return f"{what}: unknown ({step.get('why') or 'not measured'})"
+    ci = (f", 95% CI over steps {step['ci_low_pct']:+.1f}% .. {step['ci_high_pct']:+.1f}%"
+          if step.get("ci_low_pct") is not None else f": {step['why']}")
+    return (f"{what}: {step['verdict']} — median {duration(step['base_median_ns'])} → "
             f"{duration(step['new_median_ns'])} ({step['delta_pct']:+.1f}%{ci}; "
             f"{step.get('base_steps', '?')} vs {step.get('new_steps', '?')} steady steps)")
 
@@ -86,7 +89,8 @@ def render_markdown(result: dict[str, Any]) -> str:
     note = (result.get("profilers") or {}).get("note")
     parts = [f"> ⚠️ {md_escape(note)}", ""] if note else []
     parts += [f"### profkit diff: {VERDICT_WORDS.get(step['verdict'], step['verdict'])}", "",
-             f"`{_code(result['base'])}` → `{_code(result['new'])}`", "", md_escape(headline(result)), ""]
+             f"`{_code(result['base'])}` → `{_code(result['new'])}`", "", md_escape(headline(result)), "",
+             md_escape(headline(result, "kernel_time")), ""]
     parts += [f"{md_escape(line)}\n" for line in memory_lines(result)]
     parts += [f"> {md_escape(n)}\n" for n in result.get("notes", ())]
     changes = top_changes(result)
@@ -187,10 +191,8 @@ def render_text(result: dict[str, Any], labels: dict[str, str] | None = None, n:
                                                                      "no sync site changed"))
     kernels = result["kernels"]
     if kernels:
-        base = sum(k["base_ns_per_step"] or 0 for k in kernels)
-        new = sum(k["new_ns_per_step"] or 0 for k in kernels)
         moved = _counts(kernels, ("slower", "faster", "new", "gone", "changed"))
-        lines.append(f"GPU kernel time per step: {duration(base)} → {duration(new)}; "
+        lines.append(headline(result, "kernel_time") + "; "
                      + (f"of {len(kernels)} kernels {moved}" if moved else f"none of {len(kernels)} kernels changed"))
     changes = []
     for s in syncs:

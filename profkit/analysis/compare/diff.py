@@ -3,6 +3,9 @@
 Both traces are reduced to the same per-step figures, then compared:
 - step time: steady-state step durations, compared by ``noise.compare``
   (bootstrap CI of the median change + Mann-Whitney), with a verdict;
+- GPU kernel time per steady step, compared the same way: measured on the device, it moves far
+  less with a busy host than step time does (two runs of one host-bound loop on a shared machine
+  differed by 37% in step time and not in kernel time);
 - kernels: GPU time per steady step, per kernel name: new, gone, slower,
   faster, same, or changed.  A kernel is slower/faster only when its per-step time
   changed by ``KERNEL_MIN_EFFECT_PCT`` and ``KERNEL_MIN_DELTA_NS`` and its
@@ -81,6 +84,27 @@ def kernel_step_table(trace: Trace, windows: list[tuple[int, int]]) -> pd.DataFr
     table = frame.groupby(["name", "step"], sort=False, as_index=False)["ns"].sum()
     table.attrs["display"] = display
     return table
+
+
+def kernel_time_per_step(table: pd.DataFrame, steps: int) -> np.ndarray:
+    """The GPU kernel time of each steady step (ns; a step without kernels is 0) from
+    ``kernel_step_table``; empty without steps."""
+    per_step = np.zeros(steps)
+    if steps and len(table):
+        np.add.at(per_step, table["step"].to_numpy(), table["ns"].to_numpy(dtype=np.float64))
+    return per_step
+
+
+def kernel_time_change(base: pd.DataFrame, new: pd.DataFrame, base_steps: int, new_steps: int, *,
+                       min_effect_pct: float = noise.MIN_EFFECT_PCT) -> dict[str, Any]:
+    """The GPU kernel time per steady step, compared as step time is (``noise.step_change``).
+    It is measured on the device, so a busy host moves it far less than the step time: the figure
+    a kernel change is judged by (``--fail-on-kernel-regression``)."""
+    a, b = kernel_time_per_step(base, base_steps), kernel_time_per_step(new, new_steps)
+    if not a.size or not b.size:
+        return {"base_median_ns": None, "new_median_ns": None, "delta_pct": None, "ci_low_pct": None,
+                "ci_high_pct": None, "verdict": noise.UNKNOWN, "why": "no steps to divide the kernel time by"}
+    return noise.step_change(a, b, min_effect_pct=min_effect_pct)
 
 
 def kernel_changes(base: pd.DataFrame, new: pd.DataFrame, base_steps: int, new_steps: int) -> list[dict[str, Any]]:
@@ -251,6 +275,8 @@ def diff_traces(base: Trace, new: Trace, *, min_effect_pct: float = noise.MIN_EF
     kernels = kernel_changes(base_k, new_k, len(base_windows), len(new_windows))
     return {
         "base": base.name, "new": new.name, "profilers": profilers(base, new), "step": step,
+        "kernel_time": kernel_time_change(base_k, new_k, len(base_windows), len(new_windows),
+                                          min_effect_pct=min_effect_pct),
         "notes": _capture_notes(base, new),
         "kernels": _with_registers(kernels, base_res, new_res),
         "syncs": sync_changes(base, new),
@@ -305,11 +331,17 @@ def _capture_notes(base: Trace, new: Trace) -> list[str]:
     return []
 
 
-def regression_pct(result: dict[str, Any]) -> float | None:
-    """The step-time change that counts against ``--fail-on-regression``: the
-    change when the verdict is "slower", else None."""
-    step = result["step"]
-    return step["delta_pct"] if step.get("verdict") == noise.SLOWER else None
+def regression_pct(result: dict[str, Any], figure: str = "step") -> float | None:
+    """The change that counts against ``--fail-on-regression`` (``figure`` "step": step time) or
+    ``--fail-on-kernel-regression`` ("kernel_time"): the change when the verdict is "slower",
+    else None.  Raises when the verdict is unknown (too few steps): a gate that cannot decide
+    says so rather than passing."""
+    change = result.get(figure) or {}
+    if change.get("verdict") in (noise.UNKNOWN, None):
+        what = "step time" if figure == "step" else "GPU kernel time per step"
+        raise ProfkitError(f"cannot gate on {what}: {change.get('why') or 'not measured'}",
+                           hint="capture more steady steps (at least 3 in each run)")
+    return change["delta_pct"] if change["verdict"] == noise.SLOWER else None
 
 
 def check_comparable(base: Trace, new: Trace, *, force: bool = False) -> ProgramCheck:

@@ -120,8 +120,8 @@ def peak_change(base: Any, new: Any) -> dict[str, Any]:
     # the interval and test of step time; what counts is decided here, in bytes
     change = noise.compare(a, b, min_effect_pct=0.0)
     out.update(ci_low_pct=change.ci_low_pct, ci_high_pct=change.ci_high_pct, p_value=change.p_value)
-    if change.verdict == noise.NO_CHANGE:
-        return {**out, "verdict": noise.NO_CHANGE, "why": change.why}
+    if change.verdict in (noise.NO_CHANGE, noise.UNKNOWN):
+        return {**out, "verdict": change.verdict, "why": change.why}
     if not counts:
         return {**out, "verdict": noise.NO_CHANGE,
                 "why": f"the interval excludes 0, but {size(int(abs(delta)))} is under {under}"}

@@ -13,7 +13,9 @@ The verdict is "slower"/"faster" only when both
 - the change is at least ``MIN_EFFECT_PCT``: below that, a real but tiny
   difference (a clock that drifted 0.3 % between runs) is not a regression
   anyone should act on.
-Otherwise "no change".  The bootstrap uses a fixed seed, so the same inputs
+Otherwise "no change"; "unknown" when either run has fewer than ``MIN_SAMPLES``
+steps (no interval: a 4,000-fold change of two steps is not "no change").
+The bootstrap uses a fixed seed, so the same inputs
 always give the same interval and verdict (CI gates must not flap).
 """
 
@@ -31,7 +33,7 @@ RESAMPLES = 4000
 SEED = 20261123
 MIN_SAMPLES = 3
 
-SLOWER, FASTER, NO_CHANGE = "slower", "faster", "no change"
+SLOWER, FASTER, NO_CHANGE, UNKNOWN = "slower", "faster", "no change", "unknown"
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,7 @@ def compare(base: Any, new: Any, *, min_effect_pct: float = MIN_EFFECT_PCT, conf
     ma, mb = float(np.median(a)), float(np.median(b))
     delta = _pct(mb, ma)
     if a.size < MIN_SAMPLES or b.size < MIN_SAMPLES:
-        return Change(ma, mb, delta, None, None, None, int(a.size), int(b.size), NO_CHANGE,
+        return Change(ma, mb, delta, None, None, None, int(a.size), int(b.size), UNKNOWN,
                       f"too few samples for a confidence interval ({a.size} and {b.size}; need {MIN_SAMPLES})")
     rng = np.random.default_rng(seed)
     boot_a = _bootstrap_medians(rng, a, resamples)

@@ -100,8 +100,7 @@ def aggregate_sites(events: Sequence[SyncEvent], steady: Sequence[int] | int, la
     n_steps = len(steady_steps)
     groups: dict[tuple, list[SyncEvent]] = defaultdict(list)
     for e in events:
-        key = ("source", e.source, e.kind) if e.source is not None else ("api", e.api, e.copy_pattern, label(e))
-        groups[key].append(e)
+        groups[_event_site_key(e, label)].append(e)
     rows = []
     for key, es in groups.items():
         first = es[0]
@@ -145,6 +144,16 @@ def aggregate_sites(events: Sequence[SyncEvent], steady: Sequence[int] | int, la
     rows.sort(key=lambda r: (-(r["per_step"] or {}).get("gpu_idle_ns", 0), -r["gpu_idle_ns"], -r["cpu_blocked_ns"],
                              -r["count"], r["source"] or "", r["api"]))
     return rows
+
+
+def _event_site_key(e: SyncEvent, label: Callable[[SyncEvent], str]) -> tuple:
+    """A sync's site: its source line and the sync hook's kind (`.item()`), or, where no hook named
+    the kind, the line and the cause: a `.item()` and a device synchronize on one line (a loop's
+    `print(loss.item())` and the profiler's own synchronize under `prof.step()`) are two sites,
+    not 18 of one.  Without a source: the API, copy and range."""
+    if e.source is not None:
+        return ("source", e.source, e.kind, None if e.kind else e.cause)
+    return ("api", e.api, e.copy_pattern, label(e))
 
 
 def aggregate_by_nvtx(events: Sequence[SyncEvent], label: Callable[[SyncEvent], str]) -> list[dict[str, Any]]:
@@ -479,7 +488,7 @@ def steady_durations(steps: Sequence[Step]) -> np.ndarray:
 def _site_key(site: dict[str, Any]) -> tuple:
     """A site across two runs of one program: its source line and kind, or API, copy and range."""
     if site["source"]:
-        return ("source", site["source"], site["kind"])
+        return ("source", site["source"], site["kind"], None if site["kind"] else site["cause"])
     return ("api", site["api"], site.get("copy_pattern"), site["nvtx"])
 
 

@@ -380,6 +380,22 @@ def _check_file(p: Path) -> None:
         raise ProfkitError(f"{p}: permission denied (cannot read it)")
 
 
+XZ_MAGIC = b"\xfd7zXZ\x00"
+# what writes each kind of input profkit reads, by the name a file was given: an empty or
+# unreadable file is told how the kind its name promises is made
+_HINTS_BY_SUFFIX = {
+    ".json": "a PyTorch profiler trace is written by prof.export_chrome_trace(PATH) or tensorboard_trace_handler",
+    ".gz": "a PyTorch profiler trace is written by prof.export_chrome_trace(PATH) or tensorboard_trace_handler",
+    ".pickle": "a memory snapshot is written by torch.cuda.memory._dump_snapshot(PATH)",
+    ".pkl": "a memory snapshot is written by torch.cuda.memory._dump_snapshot(PATH)",
+}
+
+
+def _hint_for_name(p: Path) -> str:
+    """How the input a file's name promises is made (an nsys SQLite export unless the name says other)."""
+    return _HINTS_BY_SUFFIX.get(p.suffix.lower(), _EXPORT_HINT)
+
+
 def _check_sqlite_header(p: Path) -> None:
     """Reject non-SQLite and truncated files before SQLite sees them.
 
@@ -397,9 +413,11 @@ def _check_sqlite_header(p: Path) -> None:
         raise ProfkitError(f"{p}: cannot read ({exc.strerror or exc})") from None
     if not header.startswith(SQLITE_MAGIC):
         what = "an empty file" if size == 0 else "not an SQLite database"
-        hint = _EXPORT_HINT
+        hint = _hint_for_name(p)
         if header.startswith(b"PK") or p.suffix in (".nsys-rep", ".qdrep", ".qdstrm"):
             what = "not an SQLite database (it looks like an nsys report, not its SQLite export)"
+        elif header.startswith(XZ_MAGIC):
+            what, hint = "xz-compressed", f"decompress it first: xz -dk {p.name}"
         raise ProfkitError(f"{p} is {what}", hint=hint)
     if len(header) < 100:
         raise ProfkitError(f"{p} is truncated ({size} bytes, shorter than an SQLite header)", hint=_EXPORT_HINT)
