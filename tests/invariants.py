@@ -290,14 +290,18 @@ def steady_costs(out: Outputs) -> list[str]:
     """No per-step cost is charged for what happened outside the steady steps, and no share over
     100% without saying what it is a share of."""
     bad = []
-    outside = []
+    outside, inside = [], set()
     for row in (out.json.get("stalls") or {}).get("rows") or []:
         per_step = row.get("per_step") or {}
+        line = f"{Path(row['file']).name}:{row['line']}" if row.get("file") and row.get("line") is not None else None
         if per_step.get("steps_with_sync") == 0:
             if per_step.get("gpu_idle_ns") or per_step.get("cpu_blocked_ns"):
                 bad.append(f"stalls row {row.get('source')} has no sync in a steady step but a per-step cost")
-            if row.get("file") and row.get("line") is not None:
-                outside.append(f"{Path(row['file']).name}:{row['line']}")
+            if line:
+                outside.append(line)
+        elif line:
+            inside.add(line)  # another site on the line (a .item() beside a device synchronize) syncs in them
+    outside = [site for site in outside if site not in inside]
     texts = sentences(out)
     for text in texts:
         for site in outside:

@@ -94,13 +94,15 @@ def memory_report(trace: Trace, steady: bool = False, snapshot: Trace | None = N
     devices = []
     for device, rows in table.groupby("device", sort=True):
         ev = _device_events(int(device), rows)
+        seen, unseen = _recorded_windows(windows, ev)
         if at_driver:
-            devices.append(_driver_device_report(trace, int(device), ev, rows, windows, steady, snapshot))
-            continue
-        has_site = (rows["file"].astype(str) != "").any()
-        recorded = rows[["function", "file", "line"]].reset_index(drop=True) if has_site else None
-        stacks = rows["stack"].reset_index(drop=True) if (rows["stack"].astype(str) != "").any() else None
-        devices.append(_device_report(trace, int(device), ev, windows, steady, recorded, stacks))
+            devices.append(_driver_device_report(trace, int(device), ev, rows, seen, steady, snapshot))
+        else:
+            has_site = (rows["file"].astype(str) != "").any()
+            recorded = rows[["function", "file", "line"]].reset_index(drop=True) if has_site else None
+            stacks = rows["stack"].reset_index(drop=True) if (rows["stack"].astype(str) != "").any() else None
+            devices.append(_device_report(trace, int(device), ev, seen, steady, recorded, stacks))
+        devices[-1]["unrecorded_steps"] = unseen
     snapshot = trace.meta.extra.get("segments") if trace.meta.source == SNAPSHOT_SOURCE else None
     for d in devices:
         facts = next((f for f in snapshot or () if f["device"] == d["device"]), None)
@@ -173,6 +175,17 @@ def _step_windows(steps: pd.DataFrame) -> pd.DataFrame:
         "index": steps["index"].to_numpy(), "phase": steps["phase"].to_numpy(),
         "start": np.where(cpu_known, steps["cpu_start_ns"], steps["start_ns"]).astype(np.int64),
         "end": np.where(cpu_known, steps["cpu_end_ns"], steps["end_ns"]).astype(np.int64)})
+
+
+def _recorded_windows(windows: pd.DataFrame, ev: _Events) -> tuple[pd.DataFrame, list[int]]:
+    """The steps the allocator's record covers on this device, and the indices of those it does not:
+    a step that begins after the record's last event or ends before its first (a snapshot dumped
+    before torch.profiler's last ProfilerStep#N, a ring buffer that lost the first steps) holds no
+    event, and its figures would be the level the record ended at, not the step's."""
+    if not len(windows) or not len(ev.start):
+        return windows, []
+    covered = (windows["start"].to_numpy() <= ev.start[-1]) & (windows["end"].to_numpy() >= ev.start[0])
+    return windows[covered].reset_index(drop=True), [int(i) for i in windows["index"].to_numpy()[~covered]]
 
 
 def _scope(trace: Trace, ev: _Events, windows: pd.DataFrame, steady: bool, at_driver: bool
@@ -593,6 +606,11 @@ def findings(report: dict[str, Any]) -> list[str]:
         if d.get("largest_free_block_bytes"):
             lines.append(f"Memory ({d['label']}): the largest free block the allocator held at the dump was "
                          f"{size(d['largest_free_block_bytes'])}.")
+        if d.get("unrecorded_steps"):
+            steps = d["unrecorded_steps"]
+            lines.append(f"Memory ({d['label']}): step{'s' if len(steps) > 1 else ''} "
+                         f"{', '.join(map(str, steps))} lie{'' if len(steps) > 1 else 's'} outside the allocator's "
+                         "record (no event in it): left out of the figures.")
         growth = d["growth"]
         if growth["leaking"]:
             site = growth["sites"][0]
