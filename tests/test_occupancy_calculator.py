@@ -158,7 +158,33 @@ def test_shared_memory_advice_names_the_next_step():
 
 def test_block_limited_advice():
     lines = advice(occupancy(H100, 32, 16), H100)
-    assert lines == ["at most 32 blocks fit on an SM: blocks of 32 threads reach 50%; use at least 64 threads per block"]
+    assert lines == ["at most 32 blocks fit on an SM: blocks of 32 threads reach 50%; use at least 64 threads per "
+                     "block (100%)"]
+    assert occupancy(H100, 64, 16).theoretical_occupancy_pct == 100
+
+
+def test_no_bigger_block_advice_where_registers_cap_it_too():
+    """32 threads and 64 registers: blocks and registers both allow 32 blocks (50%); at 64 threads
+    registers still allow 32 warps, so "use at least 64 threads per block" would change nothing."""
+    occ = occupancy(H100, 32, 64)
+    assert occ.theoretical_occupancy_pct == occupancy(H100, 64, 64).theoretical_occupancy_pct == 50
+    lines = advice(occ, H100)
+    assert not any("use at least" in line for line in lines)
+    assert "bigger blocks alone would not raise it: registers cap it there too" in lines[-1]
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--block", "128", "--regs", "300"], "--regs 300: a thread has 0 to 255 registers"),
+    (["--block", "128", "--regs", "32", "--smem", "300K"], "static shared memory is at most 48 KiB"),
+    (["--block", "128", "--regs", "32", "--dyn-smem", "300K"], "sm_90 allows at most 227 KiB"),
+])
+def test_a_launch_that_cannot_exist_is_refused(args, said):
+    from click.testing import CliRunner
+
+    from profkit.cli import cli
+
+    result = CliRunner().invoke(cli, ["occupancy", "--arch", "sm_90", *args])
+    assert result.exit_code == 2 and said in result.output and "Traceback" not in result.output
 
 
 def test_block_size_table_covers_every_warp_multiple():

@@ -130,7 +130,7 @@ def _direct(occ, arch: str, block: int, regs: int, static: int, dynamic: int, ca
             grid: int | None, sms: int | None, fmt: str) -> None:
     major_minor = occ.parse_arch(arch)
     device = occ.device_limits(major_minor, sm_count=sms or FLAGSHIP_SMS.get(major_minor))
-    occ.check_block_size(device, block)
+    occ.check_launch(device, block, regs, static, dynamic)
     launch = {"carveout": carveout}
     result = occ.occupancy(device, block, regs, static, dynamic, **launch)
     table = occ.block_size_table(device, regs, static, dynamic, **launch)

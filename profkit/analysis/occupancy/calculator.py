@@ -227,6 +227,23 @@ def check_block_size(device: DeviceLimits, block_size: int) -> None:
                            f"on {device.arch}")
 
 
+def check_launch(device: DeviceLimits, block_size: int, registers_per_thread: int, static_smem: int,
+                 dynamic_smem: int) -> None:
+    """A launch a user asks about must be one that can be compiled and launched: its block size
+    (``check_block_size``), at most MAX_REGISTERS_PER_THREAD registers (ptxas allocates no more), static
+    shared memory within the 48 KiB a kernel may declare, and static + dynamic within the opt-in
+    maximum per block.  Otherwise the answer would be "0 blocks", which reads like a result."""
+    check_block_size(device, block_size)
+    if not 0 <= registers_per_thread <= MAX_REGISTERS_PER_THREAD:
+        raise ProfkitError(f"--regs {registers_per_thread}: a thread has 0 to {MAX_REGISTERS_PER_THREAD} registers")
+    if static_smem > device.smem_per_block:
+        raise ProfkitError(f"--smem {static_smem:,} B: static shared memory is at most {_kib(device.smem_per_block)} "
+                           "per block", hint="larger tiles use dynamic shared memory: --dyn-smem")
+    if static_smem + dynamic_smem > device.smem_per_block_optin:
+        raise ProfkitError(f"{static_smem + dynamic_smem:,} B of shared memory per block: {device.arch} allows at "
+                           f"most {_kib(device.smem_per_block_optin)} (opted in)")
+
+
 def occupancy(
     device: DeviceLimits,
     block_size: int,
@@ -440,8 +457,14 @@ def advice(occ: Occupancy, device: DeviceLimits, **launch: Any) -> list[str]:
             lines.append(step.text)
     if BLOCKS in occ.limiters and occ.theoretical_occupancy_pct < 100:
         need = -(-device.max_warps_per_sm // device.max_blocks_per_sm) * device.warp_size
-        lines.append(f"at most {device.max_blocks_per_sm} blocks fit on an SM: blocks of {occ.block_size} "
-                     f"threads reach {_pct(occ.theoretical_occupancy_pct)}; use at least {need} threads per block")
+        bigger = _again(occ, device, block_size=need, **launch) if need <= device.max_threads_per_block else None
+        said = (f"at most {device.max_blocks_per_sm} blocks fit on an SM: blocks of {occ.block_size} "
+                f"threads reach {_pct(occ.theoretical_occupancy_pct)}")
+        if bigger is not None and bigger.theoretical_occupancy_pct > occ.theoretical_occupancy_pct:
+            lines.append(f"{said}; use at least {need} threads per block ({_pct(bigger.theoretical_occupancy_pct)})")
+        else:  # another limiter caps it too: a bigger block alone changes nothing
+            others = " and ".join(limit for limit in occ.limiters if limit != BLOCKS) or "the SM's warps"
+            lines.append(f"{said}, and bigger blocks alone would not raise it: {others} cap it there too")
     if WARPS in occ.limiters and occ.theoretical_occupancy_pct < 100:
         lines.append(f"{occ.warps_per_block} warps per block leave "
                      f"{device.max_warps_per_sm - occ.active_warps_per_sm} warp slots unused: "

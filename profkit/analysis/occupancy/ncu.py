@@ -99,15 +99,18 @@ def kernel_key(name: str) -> str:
 
 def attach_ncu(rows: Sequence[dict[str, Any]], launches: Sequence[Any]) -> list[dict[str, Any]]:
     """Trace rows (``trace_occupancy``) with ncu's achieved and theoretical
-    occupancy added where ncu profiled the same kernel with the same block
-    size and registers (ncu_launches = how many of its launches matched)."""
+    occupancy added where ncu profiled the same kernel with the same launch: block size,
+    registers, and where both sides know them grid size and shared memory per block
+    (ncu_launches = how many of its launches matched).  Achieved occupancy depends on the
+    grid (32 blocks cannot fill 132 SMs), so a launch of another grid is not this row's."""
     groups: dict[tuple, list[Any]] = {}
     for launch in launches:
         groups.setdefault((kernel_key(launch.kernel_name), launch.block_size, launch.registers_per_thread),
                           []).append(launch)
     out = []
     for row in rows:
-        match = groups.get((kernel_key(row["name"]), row["block_size"], row["registers_per_thread"]), [])
+        match = [m for m in groups.get((kernel_key(row["name"]), row["block_size"], row["registers_per_thread"]), [])
+                 if _same_shape(row, m)]
         achieved = [m.achieved_occupancy_pct for m in match if m.achieved_occupancy_pct is not None]
         theoretical = {m.theoretical_occupancy_pct for m in match} - {None}
         out.append(dict(row, ncu_launches=len(match),
@@ -116,3 +119,15 @@ def attach_ncu(rows: Sequence[dict[str, Any]], launches: Sequence[Any]) -> list[
                         ncu_block_limit_registers=match[0].block_limit_registers if match else None,
                         ncu_block_limit_shared_mem=match[0].block_limit_shared_mem if match else None))
     return out
+
+
+def _same_shape(row: dict[str, Any], launch: Any) -> bool:
+    """Whether an ncu launch has the trace row's grid size and shared memory per block, where both
+    sides record them (an unknown on either side does not part them)."""
+    pairs = [(row.get("grid_size"), launch.grid_size)]
+    row_smem = [row.get("static_smem_bytes"), row.get("dynamic_smem_bytes")]
+    ncu_smem = [launch.static_smem_bytes, launch.dynamic_smem_bytes]
+    if None not in row_smem and None not in ncu_smem and min(row_smem) >= 0:
+        pairs.append((sum(row_smem), sum(ncu_smem)))
+    return all(a is None or b is None or a < 0 or a == b for a, b in pairs)
+
