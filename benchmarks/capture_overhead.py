@@ -71,7 +71,25 @@ class RawNsys:
     args: tuple[str, ...]
 
 
-# mode -> profkit trace flags (None: the bare program; RawNsys: nsys alone, without profkit)
+@dataclass(frozen=True)
+class RawTorch:
+    """torch.profiler alone, without profkit: the whole program inside ``profile(activities=...)``
+    (no stacks, no shapes): what Kineto's own CUPTI tracing costs, beside nsys's."""
+
+    activities: tuple[str, ...]  # names of torch.profiler.ProfilerActivity members
+
+
+# the program run inside torch.profiler: argv[1] the activities ("CPU,CUDA"), argv[2:] the script and its args
+RAW_TORCH = ("import runpy, sys\n"
+             "from torch.profiler import ProfilerActivity, profile\n"
+             "acts = [getattr(ProfilerActivity, a) for a in sys.argv[1].split(',')]\n"
+             "sys.argv = sys.argv[2:]\n"
+             "sys.path.insert(0, __import__('os').path.dirname(sys.argv[0]))  # as python SCRIPT would\n"
+             "with profile(activities=acts):\n"
+             "    runpy.run_path(sys.argv[0], run_name='__main__')\n")
+
+# mode -> profkit trace flags (None: the bare program; RawNsys: nsys alone, without profkit; RawTorch:
+# torch.profiler alone)
 GPU_MODES = {"bare": None, "nsys (default)": ["--backend", "nsys"], "nsys --full": ["--backend", "nsys", "--full"],
              "nsys --no-python-sync-sites": ["--backend", "nsys", "--no-python-sync-sites"],
              "nsys no Python sampling": ["--backend", "nsys", "--nsys-args", "--python-sampling=false"],
@@ -91,16 +109,21 @@ GPU_MODES = {"bare": None, "nsys (default)": ["--backend", "nsys"], "nsys --full
              "nsys (no CUDA event trace)": ["--backend", "nsys", "--nsys-args", "--cuda-event-trace=false"],
              # a window: nsys traces optimizer steps 6-10 (or 3 s of forward calls after 5 s), the rest untraced
              "nsys window (--steps 5 --skip 5)": ["--backend", "nsys", "--steps", "5", "--skip", "5"],
-             "torch (default)": ["--backend", "torch"]}
+             "torch (default)": ["--backend", "torch"],
+             # Kineto's tracing alone: CUDA activity only (CUPTI's kernels and runtime calls), and with CPU ops
+             "torch.profiler alone (CUDA only)": RawTorch(("CUDA",)),
+             "torch.profiler alone (CPU+CUDA)": RawTorch(("CPU", "CUDA"))}
 CPU_MODES = {"bare": None, "torch (default)": ["--backend", "torch"],
              "torch --with-stack": ["--backend", "torch", "--with-stack"]}
 
 
-def step_ms(program: Program, flags: list[str] | RawNsys | None, work: Path) -> tuple[float | None, float, str]:
+def step_ms(program: Program, flags: list[str] | RawNsys | RawTorch | None, work: Path) -> tuple[float | None, float, str]:
     """The program's own steady step time, bare or under ``profkit trace FLAGS``, the command's
     wall time in seconds, and for a windowed capture its own comparison of traced and untraced steps."""
     if flags is None:
         argv = [sys.executable, *program.argv]
+    elif isinstance(flags, RawTorch):
+        argv = [sys.executable, "-c", RAW_TORCH, ",".join(flags.activities), *program.argv]
     elif isinstance(flags, RawNsys):
         report = Path(tempfile.mkdtemp(dir=work)) / "raw"
         argv = [shutil.which("nsys") or "nsys", "profile", "--sample=none", "--cpuctxsw=none", *flags.args,
@@ -127,7 +150,7 @@ def step_ms(program: Program, flags: list[str] | RawNsys | None, work: Path) -> 
     return (float(found[-1]) * program.to_ms if found else None), wall_s, window
 
 
-def measure(programs: list[Program], modes: dict[str, list[str] | RawNsys | None], repeat: int) -> list[dict]:
+def measure(programs: list[Program], modes: dict[str, list[str] | RawNsys | RawTorch | None], repeat: int) -> list[dict]:
     """One row per program and mode: the median step time of ``repeat`` runs, and its ratio to bare."""
     rows = []
     work = Path(tempfile.mkdtemp(prefix="profkit-capture-overhead-"))
