@@ -336,3 +336,16 @@ def test_a_step_after_the_snapshots_record_is_left_out() -> None:
     assert not set(after) & set(listed) and listed
     steady = [s for s in device["steps"] if s["phase"] == "steady"]
     assert all(s["growth_bytes"] > 0 for s in steady)  # the leak's every step, none at 0 B
+
+
+def test_each_input_without_memory_is_told_how_its_kind_records_it(tmp_path) -> None:
+    """The hint follows the input: an nsys export without memory data is told nsys's option, a
+    memory snapshot given to the report is told to use profkit memory (the report cannot read one)."""
+    from tests.conftest import _decompressed, nsys_fixture
+
+    nsys = cli("memory", nsys_fixture("nsys2025_gelu"))
+    assert nsys.returncode == 2 and "--cuda-memory-usage=true" in nsys.stderr and "torch.profiler" not in nsys.stderr
+    snapshot = _decompressed(DATA / "cuda" / "gpt_memory.pickle.xz")
+    report = cli("report", snapshot, "-o", tmp_path / "report")
+    assert report.returncode == 2 and len(report.stderr.strip().splitlines()) == 1
+    assert "memory snapshot" in report.stderr and f"profkit memory {snapshot.name}" in report.stderr

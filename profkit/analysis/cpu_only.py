@@ -11,9 +11,6 @@ from __future__ import annotations
 from profkit.model import Trace
 from profkit.model.schema import GPU_WORK_TABLES
 from profkit.model.trace import KINETO
-from profkit.model.unread import describe_unread
-
-__all__ = ["CPU_ONLY", "cpu_only_note", "describe_unread", "is_cpu_only", "unread_device_categories"]
 
 CPU_ONLY = "no GPU work in this trace (a CPU-only capture): the whole step is host time"
 CPU_TABLES = ("cpu_ops", "ranges", "python_frames")

@@ -29,6 +29,7 @@ from profkit.analysis.cpu_only import is_cpu_only
 from profkit.analysis.kernels import summaries
 from profkit.analysis.kernels.graphs import GRAPH_LEVEL
 from profkit.analysis.kernels.launches import launch_profile
+from profkit.analysis.memory import SNAPSHOT_SOURCE
 from profkit.analysis.timeline import busy as timeline
 from profkit.analysis.timeline.ranges import enclosing_ranges
 from profkit.analysis.timeline.capture import capture_info
@@ -60,6 +61,10 @@ def build_report(trace: Trace, *, ncu_csv: Path | None = None, partial: bool = F
     sources to compile for the kernels (--kernels; both kernel_table.py)."""
     if top < 1:
         raise ProfkitError("--top must be at least 1")
+    if trace.meta.source == SNAPSHOT_SOURCE:  # the allocator's history alone: no timeline to report on
+        raise ProfkitError(f"{trace.name} is a PyTorch memory snapshot, not a trace: the report needs kernels",
+                           hint=f"read it with profkit memory {trace.name}, or beside an nsys trace of the same run: "
+                                f"profkit memory TRACE --snapshot {trace.name}")
     if not partial and not (trace.has("kernels") or trace.has("api")) and not is_cpu_only(trace):
         hint = ("re-run nsys profile with -t cuda" if trace.meta.source == NSYS else
                 "profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]")

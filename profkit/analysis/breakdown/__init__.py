@@ -22,9 +22,10 @@ from profkit.analysis.timeline import intervals
 from profkit.analysis.breakdown import launch as _launch
 from profkit.analysis.breakdown import temporal as _temporal
 from profkit.analysis.kernels.graphs import has_graphs
-from profkit.analysis.cpu_only import describe_unread, unread_device_categories
+from profkit.analysis.cpu_only import unread_device_categories
 from profkit.errors import ProfkitError
 from profkit.model import Trace
+from profkit.model.unread import describe_unread
 
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from profkit.analysis.cpu_only import describe_unread, unread_device_categories
+from profkit.analysis.cpu_only import unread_device_categories
 from profkit.analysis.host.threads import other_thread_rows
 from profkit.analysis.steps import find_steps
 from profkit.analysis.host.data_loading import loading_mask, loop_files
@@ -21,6 +21,7 @@ from profkit.errors import ProfkitError
 from profkit.model import Trace
 from profkit.model.schema import GPU_WORK_TABLES
 from profkit.model.trace import KINETO
+from profkit.model.unread import describe_unread
 
 KINETO_STACKS = "kineto_stacks"
 NSYS_SAMPLING = "nsys_python_sampling"

@@ -50,7 +50,7 @@ import pandas as pd
 from profkit.analysis.memory import categories, driver
 from profkit.analysis.steps import STEADY, find_steps
 from profkit.errors import ProfkitError
-from profkit.model import Trace
+from profkit.model import NSYS, Trace
 
 HOST = -1
 SNAPSHOT_SOURCE = "snapshot"  # profkit.readers.snapshot's TraceMeta.source (analyses never import readers)
@@ -144,7 +144,10 @@ def device_label(device: int) -> str:
 def _allocator_and_steps(trace: Trace, steady: bool) -> tuple[pd.DataFrame, Any, pd.DataFrame]:
     """The allocator's events in time order, the trace's steps (None for a snapshot) and their windows."""
     if not has_memory(trace):
-        raise ProfkitError(f"{trace.name} has no allocator events: the trace did not record memory", hint=HOW)
+        hint = {NSYS: "capture with profkit trace --memory, which runs nsys profile --cuda-memory-usage=true",
+                SNAPSHOT_SOURCE: "record the history before the run: torch.cuda.memory._record_memory_history(), "
+                                 "then torch.cuda.memory._dump_snapshot(PATH)"}.get(trace.meta.source, HOW)
+        raise ProfkitError(f"{trace.name} has no allocator events: the trace did not record memory", hint=hint)
     table = trace.table("memory").sort_values("start", kind="stable")
     # A snapshot records the allocator alone: its steps are the step ranges torch.profiler annotated
     # in its history (record_function, ProfilerStep#N), where it ran beside one; else its figures

@@ -130,4 +130,3 @@ def _same_shape(row: dict[str, Any], launch: Any) -> bool:
     if None not in row_smem and None not in ncu_smem and min(row_smem) >= 0:
         pairs.append((sum(row_smem), sum(ncu_smem)))
     return all(a is None or b is None or a < 0 or a == b for a, b in pairs)
-

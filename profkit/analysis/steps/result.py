@@ -43,7 +43,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from profkit.analysis.cpu_only import CPU_ONLY, describe_unread
+from profkit.analysis.cpu_only import CPU_ONLY
+from profkit.model.unread import describe_unread
 
 WARMUP = "warmup"
 STEADY = "steady"
