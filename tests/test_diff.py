@@ -295,3 +295,17 @@ def test_a_folder_of_rank_traces_diffs_one_rank_and_needs_it():
 def test_the_same_file_twice_says_so():
     data = _kdiff("mlp_print", "mlp_print")
     assert any("the same file" in note for note in data["notes"])
+
+
+def test_a_base_median_of_zero_is_unknown_not_a_crash():
+    """GPU kernel time per step can be 0 in most steps (a loop whose kernels ran in warm-up only):
+    a change relative to a median of 0 has no meaning, and resampling it used to raise."""
+    from profkit.analysis.compare.diff import kernel_time_change
+    import pandas as pd
+
+    assert noise.compare(np.zeros(10), np.zeros(10)).verdict == noise.UNKNOWN
+    assert noise.compare(np.array([0.0] * 9 + [5.0]), np.array([1.0] * 10)).verdict == noise.UNKNOWN
+    empty = pd.DataFrame({"name": [], "step": [], "ns": []})
+    one = pd.DataFrame({"name": ["k"], "step": [0], "ns": [1000.0]})
+    change = kernel_time_change(empty, one, 10, 10)
+    assert change["verdict"] == noise.UNKNOWN and "0" in change["why"]

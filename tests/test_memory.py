@@ -349,3 +349,34 @@ def test_each_input_without_memory_is_told_how_its_kind_records_it(tmp_path) -> 
     report = cli("report", snapshot, "-o", tmp_path / "report")
     assert report.returncode == 2 and len(report.stderr.strip().splitlines()) == 1
     assert "memory snapshot" in report.stderr and f"profkit memory {snapshot.name}" in report.stderr
+
+
+def test_a_trace_keeps_its_steps_without_allocator_events() -> None:
+    """An nsys --cuda-memory-usage trace of a healthy loop calls cudaMalloc at start-up only: its
+    later steps hold no allocator event and are steps all the same (only a snapshot's history ends
+    where its record does).  The steps are the export's own NVTX ranges."""
+    import sqlite3
+
+    from profkit.analysis.memory import step_peaks
+    from tests.conftest import _decompressed
+
+    export = _decompressed(DATA / "cuda" / "gpt_memory_nsys.sqlite.xz")
+    with open_trace(export) as trace:
+        device = memory_report(trace)["devices"][0]
+    from profkit.analysis.steps import find_steps
+
+    with sqlite3.connect(export) as db:
+        last_malloc = db.execute("SELECT max(start) FROM CUDA_GPU_MEMORY_USAGE_EVENTS").fetchone()[0]
+        kernels_after = db.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE start > ?",
+                                   (last_malloc,)).fetchone()[0]
+    assert kernels_after > 0  # the loop runs on after its last cudaMalloc
+    with open_trace(export) as trace:
+        found = len(find_steps(trace).steps)
+        assert len(step_peaks(trace)["devices"][0]["steps"]) == found
+    assert not device.get("unrecorded_steps") and len(device["steps"]) == found >= 3
+    # the snapshot's stale step is left out of the peaks a diff or the history compares, too
+    snap = _decompressed(DATA / "cuda" / "gpt_memory_leak.pickle.xz")
+    with open_trace(snap) as trace:
+        left_out = memory_report(trace)["devices"][0]["unrecorded_steps"]
+        peaks = step_peaks(trace)["devices"][0]["steps"]
+    assert left_out and not {s["index"] for s in peaks} & set(left_out)

@@ -87,7 +87,8 @@ def diff(base: Path, new: Path, fmt: str, fail_pct: float | None, fail_kernel_pc
       profkit diff whole_base.sqlite whole_new.sqlite --rank 1   # exports of a whole multi-GPU job
 
     An export of a whole multi-GPU job (one process per GPU) holds several
-    ranks; --rank N compares its rank N (with a file of one rank: that file).
+    ranks; --rank N compares its rank N (a file of one rank must be that rank, or
+    record none and be asked for rank 0).
 
     \b
     Step time: the steady-state step durations' medians; the verdict is

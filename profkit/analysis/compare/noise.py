@@ -65,12 +65,18 @@ def compare(base: Any, new: Any, *, min_effect_pct: float = MIN_EFFECT_PCT, conf
     if a.size < MIN_SAMPLES or b.size < MIN_SAMPLES:
         return Change(ma, mb, delta, None, None, None, int(a.size), int(b.size), UNKNOWN,
                       f"too few samples for a confidence interval ({a.size} and {b.size}; need {MIN_SAMPLES})")
+    if ma == 0:  # a share of nothing (a step median with no kernel time): no relative change to tell
+        return Change(ma, mb, delta, None, None, None, int(a.size), int(b.size), UNKNOWN,
+                      "BASE's median is 0: a change relative to it has no meaning")
     rng = np.random.default_rng(seed)
     boot_a = _bootstrap_medians(rng, a, resamples)
     boot_b = _bootstrap_medians(rng, b, resamples)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = 100.0 * (boot_b / boot_a - 1.0)
     ratios = ratios[np.isfinite(ratios)]
+    if not ratios.size:  # every resampled BASE median was 0
+        return Change(ma, mb, delta, None, None, None, int(a.size), int(b.size), UNKNOWN,
+                      "BASE's resampled medians are 0: no interval of the relative change")
     tail = (1.0 - confidence) / 2 * 100
     low, high = (float(x) for x in np.percentile(ratios, [tail, 100 - tail]))
     p = mann_whitney_p(a, b)

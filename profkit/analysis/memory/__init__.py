@@ -94,7 +94,7 @@ def memory_report(trace: Trace, steady: bool = False, snapshot: Trace | None = N
     devices = []
     for device, rows in table.groupby("device", sort=True):
         ev = _device_events(int(device), rows)
-        seen, unseen = _recorded_windows(windows, ev)
+        seen, unseen = _recorded_windows(trace, windows, ev)
         if at_driver:
             devices.append(_driver_device_report(trace, int(device), ev, rows, seen, steady, snapshot))
         else:
@@ -130,9 +130,12 @@ def step_peaks(trace: Trace) -> dict[str, Any]:
     [{"device", "label", "steps"}]}``; raises like ``memory_report``."""
     table, steps, windows = _allocator_and_steps(trace, steady=False)
     at_driver = is_driver_level(trace)
-    devices = [{"device": int(device), "label": device_label(int(device)),
-                "steps": _per_step(_device_events(int(device), rows), windows, at_driver)}
-               for device, rows in table.groupby("device", sort=True)]
+    devices = []
+    for device, rows in table.groupby("device", sort=True):
+        ev = _device_events(int(device), rows)
+        seen, _ = _recorded_windows(trace, windows, ev)
+        devices.append({"device": int(device), "label": device_label(int(device)),
+                        "steps": _per_step(ev, seen, at_driver)})
     return {"trace": trace.name, "steps_from": steps.source if steps is not None and steps.found else None,
             "devices": devices}
 
@@ -180,12 +183,14 @@ def _step_windows(steps: pd.DataFrame) -> pd.DataFrame:
         "end": np.where(cpu_known, steps["cpu_end_ns"], steps["end_ns"]).astype(np.int64)})
 
 
-def _recorded_windows(windows: pd.DataFrame, ev: _Events) -> tuple[pd.DataFrame, list[int]]:
-    """The steps the allocator's record covers on this device, and the indices of those it does not:
-    a step that begins after the record's last event or ends before its first (a snapshot dumped
+def _recorded_windows(trace: Trace, windows: pd.DataFrame, ev: _Events) -> tuple[pd.DataFrame, list[int]]:
+    """The steps a snapshot's history covers on this device, and the indices of those it does not:
+    a step that begins after the history's last event or ends before its first (a snapshot dumped
     before torch.profiler's last ProfilerStep#N, a ring buffer that lost the first steps) holds no
-    event, and its figures would be the level the record ended at, not the step's."""
-    if not len(windows) or not len(ev.start):
+    event, and its figures would be the level the history ended at, not the step's.  Only a
+    snapshot: its history is its record, while a trace records a step with no allocator event
+    as what it is (an nsys --cuda-memory-usage loop calls cudaMalloc only at start-up)."""
+    if trace.meta.source != SNAPSHOT_SOURCE or not len(windows) or not len(ev.start):
         return windows, []
     covered = (windows["start"].to_numpy() <= ev.start[-1]) & (windows["end"].to_numpy() >= ev.start[0])
     return windows[covered].reset_index(drop=True), [int(i) for i in windows["index"].to_numpy()[~covered]]

@@ -417,7 +417,9 @@ def _check_sqlite_header(p: Path) -> None:
         if header.startswith(b"PK") or p.suffix in (".nsys-rep", ".qdrep", ".qdstrm"):
             what = "not an SQLite database (it looks like an nsys report, not its SQLite export)"
         elif header.startswith(XZ_MAGIC):
-            what, hint = "xz-compressed", f"decompress it first: xz -dk {p.name}"
+            what = "xz-compressed"
+            hint = (f"decompress it first: xz -dk {p.name}" if p.suffix == ".xz" else
+                    f"decompress it first: xz -dc {p.name} > FILE, then give profkit FILE")
         raise ProfkitError(f"{p} is {what}", hint=hint)
     if len(header) < 100:
         raise ProfkitError(f"{p} is truncated ({size} bytes, shorter than an SQLite header)", hint=_EXPORT_HINT)
