@@ -102,8 +102,7 @@ def kernel_time_change(base: pd.DataFrame, new: pd.DataFrame, base_steps: int, n
     a kernel change is judged by (``--fail-on-kernel-regression``)."""
     a, b = kernel_time_per_step(base, base_steps), kernel_time_per_step(new, new_steps)
     if not a.size or not b.size:
-        return {"base_median_ns": None, "new_median_ns": None, "delta_pct": None, "ci_low_pct": None,
-                "ci_high_pct": None, "verdict": noise.UNKNOWN, "why": "no steps to divide the kernel time by"}
+        return noise.unknown_change("no steps to divide the kernel time by")
     return noise.step_change(a, b, min_effect_pct=min_effect_pct)
 
 
@@ -266,9 +265,8 @@ def diff_traces(base: Trace, new: Trace, *, min_effect_pct: float = noise.MIN_EF
                 "base_step_source": base_result.source, "new_step_source": new_result.source}
     else:
         missing = base.name if not base_durations.size else new.name
-        step = {"base_median_ns": None, "new_median_ns": None, "delta_pct": None, "ci_low_pct": None,
-                "ci_high_pct": None, "verdict": "unknown",
-                "why": f"no steps found in {missing} ({(base_result if not base_durations.size else new_result).message})"}
+        step = noise.unknown_change(
+            f"no steps found in {missing} ({(base_result if not base_durations.size else new_result).message})")
     base_k = kernel_step_table(base, base_windows)
     new_k = kernel_step_table(new, new_windows)
     base_res, new_res = kernel_resources(base), kernel_resources(new)

@@ -62,12 +62,14 @@ def compare(base: Any, new: Any, *, min_effect_pct: float = MIN_EFFECT_PCT, conf
         raise ValueError("both samples need at least one value")
     ma, mb = float(np.median(a)), float(np.median(b))
     delta = _pct(mb, ma)
+
+    def undecided(why: str) -> Change:  # no interval: the medians and why
+        return Change(ma, mb, delta, None, None, None, int(a.size), int(b.size), UNKNOWN, why)
+
     if a.size < MIN_SAMPLES or b.size < MIN_SAMPLES:
-        return Change(ma, mb, delta, None, None, None, int(a.size), int(b.size), UNKNOWN,
-                      f"too few samples for a confidence interval ({a.size} and {b.size}; need {MIN_SAMPLES})")
+        return undecided(f"too few samples for a confidence interval ({a.size} and {b.size}; need {MIN_SAMPLES})")
     if ma == 0:  # a share of nothing (a step median with no kernel time): no relative change to tell
-        return Change(ma, mb, delta, None, None, None, int(a.size), int(b.size), UNKNOWN,
-                      "BASE's median is 0: a change relative to it has no meaning")
+        return undecided("BASE's median is 0: a change relative to it has no meaning")
     rng = np.random.default_rng(seed)
     boot_a = _bootstrap_medians(rng, a, resamples)
     boot_b = _bootstrap_medians(rng, b, resamples)
@@ -75,8 +77,7 @@ def compare(base: Any, new: Any, *, min_effect_pct: float = MIN_EFFECT_PCT, conf
         ratios = 100.0 * (boot_b / boot_a - 1.0)
     ratios = ratios[np.isfinite(ratios)]
     if not ratios.size:  # every resampled BASE median was 0
-        return Change(ma, mb, delta, None, None, None, int(a.size), int(b.size), UNKNOWN,
-                      "BASE's resampled medians are 0: no interval of the relative change")
+        return undecided("BASE's resampled medians are 0: no interval of the relative change")
     tail = (1.0 - confidence) / 2 * 100
     low, high = (float(x) for x in np.percentile(ratios, [tail, 100 - tail]))
     p = mann_whitney_p(a, b)
@@ -125,6 +126,12 @@ def step_change(base: Any, new: Any, *, min_effect_pct: float = MIN_EFFECT_PCT) 
             "delta_pct": change.delta_pct, "ci_low_pct": change.ci_low_pct, "ci_high_pct": change.ci_high_pct,
             "p_value": change.p_value, "base_steps": change.base_n, "new_steps": change.new_n,
             "verdict": change.verdict, "why": change.why}
+
+
+def unknown_change(why: str) -> dict[str, Any]:
+    """``step_change``'s answer where nothing could be compared (no steps in a run): no medians."""
+    return {"base_median_ns": None, "new_median_ns": None, "delta_pct": None, "ci_low_pct": None,
+            "ci_high_pct": None, "verdict": UNKNOWN, "why": why}
 
 
 def change_words(step: dict[str, Any]) -> str:
